@@ -1,0 +1,208 @@
+"""Render budgets, plans and reconciliations for people (text, YAML snippet, vLLM flags) and for tools (JSON).
+
+Pure string building; the CLI prints. The text shows each step of the arithmetic with its inputs so
+the reader can redo it on paper, and where each input came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+from typing import Any
+
+from agent.budget import GIB, KIB, MIB, Budget, KvDtype, compute
+from agent.config import Config
+from agent.planner import Plan
+from agent.reconcile import Reconciliation, Row
+from agent.sizing import Sizing
+
+# The seed's skeleton values for what the budget does not decide; confirm them with the load test.
+SKELETON_DEFAULTS = {
+    ("server", "max_queue_size"): 32,
+    ("limits", "request_timeout_ms"): 30000,
+    ("limits", "queue_timeout_ms"): 5000,
+    ("limits", "max_output_tokens"): 1024,
+    ("session", "idle_timeout_ms"): 60000,
+    ("session", "max_session_tokens"): 16384,
+}
+
+
+def size(value: float) -> str:
+    """Bytes in the largest unit that keeps the number readable."""
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {unit}"
+    return f"{value:.0f} B"
+
+
+def _kv_dtype_name(budget: Budget) -> str:
+    kv = budget.inputs.kv_dtype
+    return budget.inputs.shape.native_dtype if kv is KvDtype.AUTO and budget.inputs.shape.native_dtype in (
+        "bf16", "fp16") else ("bf16" if kv is KvDtype.AUTO else kv.value)
+
+
+def describe_model(budget: Budget) -> str:
+    shape, inputs = budget.inputs.shape, budget.inputs
+    if shape.is_mla:
+        geometry = f"{shape.layers} layers, MLA latent {shape.kv_lora_rank}+{shape.qk_rope_head_dim}"
+    else:
+        geometry = f"{shape.layers} layers × {shape.kv_heads} KV heads × head_dim {shape.head_dim}"
+    if shape.sliding_layers:
+        geometry += f", {shape.sliding_layers} sliding-window layers ({shape.sliding_window} tokens)"
+    return f"{shape.name} ({geometry}); KV {_kv_dtype_name(budget)}, block {inputs.block_size}, TP {inputs.tp}"
+
+
+def render_budget(budget: Budget, sizing: Sizing) -> str:
+    """The arithmetic, one line per step, each input tagged with where it came from."""
+    i, s, o = budget.inputs, budget.inputs.shape, sizing.origin
+    dtype_b = i.kv_dtype.bytes
+    if s.is_mla:
+        per_token = f"{s.layers} layers × ({s.kv_lora_rank} + {s.qk_rope_head_dim}) × {dtype_b} B (MLA, no ×2)"
+    else:
+        split = f" per GPU (max(1, {s.kv_heads} / TP {i.tp}))" if i.tp > 1 else ""
+        per_token = f"2 × {s.layers} layers × {budget.kv_heads_per_gpu} KV heads{split} × {s.head_dim} × {dtype_b} B"
+    tokens = i.tokens_per_request
+    lines = [
+        f"KV-cache budget for {describe_model(budget)}",
+        "",
+        f"  util × VRAM          {i.util:g} × {size(i.vram_bytes)} = {size(budget.memory_for_instance_bytes)}"
+        f"   [{o.get('util')} util, {o.get('vram')} VRAM]",
+        f"  − weights per GPU    {size(budget.weights_per_gpu_bytes)}"
+        + (f" ({size(i.weights_bytes)} / TP {i.tp})" if i.tp > 1 else "") + f"   [{o.get('weights')}]",
+        f"  − overhead           {size(i.overhead_bytes)} (activations + CUDA context + framework)"
+        f"   [{o.get('overhead')}]",
+        f"  = usable KV cache    {size(budget.usable_kv_bytes)}",
+        "",
+        f"  KV per token         {per_token} = {size(budget.kv_bytes_per_token)}",
+        f"  tokens per request   {tokens}   [{o.get('tokens')}]",
+        f"  blocks per request   ceil({tokens} / {i.block_size}) = {budget.blocks_per_request}"
+        f" → {budget.blocks_per_request * i.block_size} tokens reserved",
+        f"  KV per request       {size(budget.kv_bytes_per_request)}"
+        + (f" ({s.sliding_layers} layers keep only {s.sliding_window} tokens)" if s.sliding_layers else ""),
+        f"  max concurrency      floor({size(budget.usable_kv_bytes)} / {size(budget.kv_bytes_per_request)})"
+        f" = {budget.max_concurrency}   ({budget.max_concurrency_unrounded:.2f} before block rounding)",
+        f"  KV cache capacity    {budget.kv_cache_blocks} blocks × {i.block_size} = {budget.kv_cache_tokens} tokens",
+    ]
+    if budget.max_concurrency == 0:
+        lines.append(f"\n  ! not even one request of {tokens} tokens fits: the longest that fits is "
+                     f"{budget.max_model_len_that_fits} tokens. Lower max_model_len or free memory.")
+    if sizing.workload_tokens and sizing.workload_tokens < tokens:
+        at_workload = compute(replace(i, tokens_per_request=sizing.workload_tokens))
+        lines.append(f"  at the workload      {at_workload.max_concurrency} concurrent at {sizing.workload_tokens} "
+                     "tokens per request (P95 input + max output): what max_model_len capped to the real "
+                     "workload would allow")
+    return "\n".join(lines)
+
+
+def config_snippet(budget: Budget, config: Config | None = None) -> str:
+    """The seed's config skeleton with this budget's numbers filled in."""
+    cfg = config or Config()
+    i = budget.inputs
+
+    def kept(section: str, key: str) -> tuple[object, str]:
+        value = getattr(getattr(cfg, section), key)
+        if value is not None:
+            return value, "from your config"
+        return SKELETON_DEFAULTS[(section, key)], "seed default: confirm with the step-up load test"
+
+    per_request = f"floor({size(budget.usable_kv_bytes)} usable KV / {size(budget.kv_bytes_per_request)} per request)"
+    rows: list[tuple[str, object, str]] = [
+        ("server", None, ""),
+        ("  gpu_memory_fraction", f"{i.util:.2f}", ""),
+        ("  max_model_len", i.tokens_per_request, ""),
+        ("  kv_cache_dtype", _kv_dtype_name(budget), ""),
+        ("  max_num_seqs", budget.max_concurrency, per_request),
+        ("  max_queue_size", *kept("server", "max_queue_size")),
+        ("  block_size", i.block_size, ""),
+        ("  tensor_parallel_size", i.tp, ""),
+        ("limits", None, ""),
+        ("  request_timeout_ms", *kept("limits", "request_timeout_ms")),
+        ("  queue_timeout_ms", *kept("limits", "queue_timeout_ms")),
+        ("  max_output_tokens", *kept("limits", "max_output_tokens")),
+        ("session", None, ""),
+        ("  idle_timeout_ms", *kept("session", "idle_timeout_ms")),
+        ("  max_session_tokens", *kept("session", "max_session_tokens")),
+    ]
+    lines = []
+    for key, value, comment in rows:
+        text = f"{key}:" if value is None else f"{key}: {value}"
+        lines.append(f"{text:<34}# {comment}" if comment else text)
+    return "\n".join(lines)
+
+
+def vllm_flags(budget: Budget) -> str:
+    i = budget.inputs
+    model = i.shape.hf_id or i.shape.name
+    flags = [f"vllm serve {model}", f"--gpu-memory-utilization {i.util:.2f}", f"--max-model-len {i.tokens_per_request}",
+             f"--max-num-seqs {max(budget.max_concurrency, 1)}",
+             f"--kv-cache-dtype {'fp8' if i.kv_dtype is KvDtype.FP8 else 'auto'}", f"--block-size {i.block_size}"]
+    if i.tp > 1:
+        flags.append(f"--tensor-parallel-size {i.tp}")
+    if i.weights_dtype is not None and i.weights_dtype.is_4bit:
+        flags.append(f"--quantization {i.weights_dtype.value}")
+    return " \\\n    ".join(flags)
+
+
+def render_plan(plan: Plan) -> str:
+    lines = [f"Plan for {plan.target} concurrent requests (the seed's order: weights → KV dtype → length):"]
+    for n, step in enumerate(plan.steps):
+        got = (f"{step.concurrency:>4}   (weights {size(step.budget.inputs.weights_bytes)}, "
+               f"{size(step.budget.kv_bytes_per_request)} per request)") if step.budget else f"0 ({step.error})"
+        flag = f"   [{step.flag}]" if step.flag else ""
+        mark = " ✓" if step.concurrency >= plan.target else ""
+        lines.append(f"  {n}. {step.action:<50} → {got}{mark}{flag}")
+    lines.append(f"  {'Reached' if plan.reached else 'Not reached'}: {plan.reason}.")
+    for opt in plan.tensor_parallel:
+        lines.append(f"  tensor parallel {opt.tp} ({opt.tp} GPUs): {opt.as_configured} as configured, "
+                     f"{opt.with_steps} with the steps above")
+    if not plan.reached and not plan.tensor_parallel:
+        lines.append("  No tensor-parallel size divides this model's attention heads into 2, 4 or 8.")
+    return "\n".join(lines)
+
+
+def _cell(row: Row, value: float | None) -> str:
+    if value is None:
+        return "—"
+    if row.unit == "bytes":
+        return size(value)
+    if row.unit == "x":
+        return f"{value:.2f}x"
+    return f"{value:,.0f}"
+
+
+def render_reconciliation(rec: Reconciliation) -> str:
+    width = max(len(r.label) for r in rec.rows)
+    lines = [f"  {'':<{width}}  {'computed':>12}  {'engine':>12}", ]
+    for row in rec.rows:
+        lines.append(f"  {row.label:<{width}}  {_cell(row, row.computed):>12}  {_cell(row, row.engine):>12}")
+    lines.append("")
+    lines.extend(f"  - {note}" for note in rec.explanations)
+    return "\n".join(["Computed vs engine-reported:", *lines])
+
+
+def to_json(budget: Budget, sizing: Sizing, plan: Plan | None, rec: Reconciliation | None) -> dict[str, Any]:
+    """Everything in machine form; sizes in bytes, the origin of each input alongside."""
+    i = budget.inputs
+    out: dict[str, Any] = {k: v for k, v in asdict(budget).items() if k != "inputs"}
+    out["model"] = {k: v for k, v in asdict(i.shape).items() if v is not None}
+    out["inputs"] = {
+        "vram_bytes": i.vram_bytes, "util": i.util, "weights_bytes": i.weights_bytes,
+        "weights_dtype": i.weights_dtype.value if i.weights_dtype else None,
+        "weights_estimated": i.weights_estimated, "overhead_bytes": i.overhead_bytes,
+        "tokens_per_request": i.tokens_per_request, "kv_cache_dtype": i.kv_dtype.value,
+        "block_size": i.block_size, "tensor_parallel_size": i.tp,
+    }
+    out["origin"] = sizing.origin
+    out["workload_tokens"] = sizing.workload_tokens
+    if plan is not None:
+        out["plan"] = {
+            "target": plan.target, "reached": plan.reached, "reason": plan.reason,
+            "steps": [{"action": s.action, "flag": s.flag, "max_concurrency": s.concurrency, "error": s.error}
+                      for s in plan.steps],
+            "tensor_parallel": [asdict(t) for t in plan.tensor_parallel],
+        }
+    if rec is not None:
+        out["engine"] = {
+            "rows": [asdict(r) for r in rec.rows], "explanations": list(rec.explanations),
+            "max_concurrency": rec.engine_max_concurrency, "tokens_per_request": rec.engine_tokens_per_request,
+        }
+    return out

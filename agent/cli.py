@@ -1,0 +1,169 @@
+"""The command line: the only module that prints to people and chooses exit codes.
+
+Each command gathers its options, calls one core function, and renders the result. Core errors
+(`AgentError`) become one clear message on stderr and exit code 1; usage errors are typer's (2).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+
+from agent import __version__
+from agent.budget import GIB, Budget, KvDtype, WeightsDtype, compute
+from agent.budget_view import (
+    config_snippet,
+    render_budget,
+    render_plan,
+    render_reconciliation,
+    size,
+    to_json,
+    vllm_flags,
+)
+from agent.config import DEFAULT_CONFIG_PATH, Config, load_config
+from agent.errors import AgentError, ConfigError
+from agent.models import PRESETS
+from agent.planner import Plan, plan
+from agent.reconcile import Reconciliation, latest, reconcile
+from agent.sizing import SizingRequest, resolve
+from parsers.vllm import startup_facts
+
+app = typer.Typer(
+    name="deepinfer-agent",
+    help="Watch GPU inference nodes; size the KV-cache budget; explain OOM, queueing, timeouts and 429/503.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"deepinfer-agent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """deepinfer-agent: KV-cache budgets and inference-server incident classification."""
+
+
+@app.command()
+def check(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Config file to validate.")] = DEFAULT_CONFIG_PATH,
+) -> None:
+    """Validate a config file: print every problem (file:line: field: expected …) or a one-line summary."""
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            typer.echo(problem, err=True)
+        typer.echo(f"{config}: {len(exc.problems)} problem(s)", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"{config}: OK — {cfg.summary()}")
+
+
+@app.command()
+def models() -> None:
+    """List the model presets with the per-token KV size (bf16) each implies."""
+    for preset in PRESETS.values():
+        per_layer = (preset.head_dim if preset.is_mla else 2 * preset.kv_heads * preset.head_dim) * 2
+        params = f"{preset.params / 1e9:.1f}B" if preset.params else "?"
+        kind = "MLA" if preset.is_mla else f"{preset.kv_heads} KV heads × {preset.head_dim}"
+        swa = f", {preset.sliding_layers} SWA layers" if preset.sliding_layers else ""
+        typer.echo(f"{preset.name:<18} {params:>7}  {preset.layers:>3} layers, {kind}{swa}: "
+                   f"{size(per_layer * preset.layers)}/token  ({preset.hf_id})")
+
+
+@app.command()
+def budget(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Take inputs from this config file "
+                                                "(flags override it).")] = None,
+    model: Annotated[str | None, typer.Option(help="Preset name (see `models`) or a local HF config.json "
+                                              "(or its folder).")] = None,
+    layers: Annotated[int | None, typer.Option(help="Layers (with --kv-heads and --head-dim instead of "
+                                               "--model).")] = None,
+    kv_heads: Annotated[int | None, typer.Option(help="KV heads (GQA groups).")] = None,
+    head_dim: Annotated[int | None, typer.Option(help="Head dimension.")] = None,
+    params_b: Annotated[float | None, typer.Option(help="Parameter count in billions (to estimate "
+                                                   "weights).")] = None,
+    vram_gib: Annotated[float | None, typer.Option(help="GPU memory per card, GiB.")] = None,
+    util: Annotated[float | None, typer.Option(help="gpu_memory_utilization (default 0.9).")] = None,
+    weights_gib: Annotated[float | None, typer.Option(help="Weights, GiB (whole model; default: "
+                                                      "estimated from the parameter count).")] = None,
+    weights_dtype: Annotated[WeightsDtype | None, typer.Option(help="Weights format for the estimate.")] = None,
+    overhead_gib: Annotated[float | None, typer.Option(help="Activations + framework overhead per GPU, "
+                                                       "GiB (default 2.0).")] = None,
+    kv_dtype: Annotated[KvDtype | None, typer.Option(help="KV-cache dtype.")] = None,
+    block_size: Annotated[int | None, typer.Option(help="Paged-KV block size in tokens (default 16).")] = None,
+    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size.")] = None,
+    max_model_len: Annotated[int | None, typer.Option(help="Tokens per request (input + output).")] = None,
+    input_p95: Annotated[int | None, typer.Option(help="P95 input tokens of the real workload.")] = None,
+    max_output: Annotated[int | None, typer.Option(help="Output cap in tokens (max_tokens).")] = None,
+    target_concurrency: Annotated[int | None, typer.Option(help="Plan how to reach this many concurrent "
+                                                           "requests.")] = None,
+    from_log: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="A vLLM start-up log: "
+                                                  "compare with what the engine reported.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+) -> None:
+    """Compute the KV-cache budget and max concurrency, showing every step of the arithmetic."""
+    request = SizingRequest(
+        model=model, layers=layers, kv_heads=kv_heads, head_dim=head_dim, params_b=params_b,
+        vram_gib=vram_gib, util=util, weights_gib=weights_gib, weights_dtype=weights_dtype,
+        overhead_gib=overhead_gib, kv_dtype=kv_dtype, block_size=block_size, tp=tp,
+        max_model_len=max_model_len, input_p95=input_p95, max_output=max_output,
+    )
+    try:
+        cfg = load_config(config) if config is not None else None
+        facts = latest(startup_facts(_read_lines(from_log), str(from_log))) if from_log else {}
+        if from_log and not facts:
+            _fail(f"{from_log}: no vLLM start-up capacity lines found (GPU KV cache size, # GPU blocks, "
+                  "Model loading took, Available KV cache memory)")
+        sizing = resolve(request, cfg, facts)
+        result = compute(sizing.inputs)
+        the_plan = plan(sizing.inputs, target_concurrency, sizing.workload_tokens) if target_concurrency else None
+        rec = reconcile(result, facts) if facts else None
+    except ConfigError as exc:
+        _fail("\n".join(exc.problems))
+    except AgentError as exc:
+        _fail(str(exc))
+    if as_json:
+        typer.echo(json.dumps(to_json(result, sizing, the_plan, rec), indent=2, default=str))
+        return
+    typer.echo(_budget_report(result, sizing.origin, cfg, the_plan, rec, render_budget(result, sizing)))
+
+
+def _budget_report(result: Budget, origin: dict[str, str], cfg: Config | None, the_plan: Plan | None,
+                   rec: Reconciliation | None, table: str) -> str:
+    parts = [table]
+    if rec is not None:
+        parts.append(render_reconciliation(rec))
+    if the_plan is not None:
+        parts.append(render_plan(the_plan))
+    parts.append("Config (the seed's skeleton, max_num_seqs from this budget):\n" + config_snippet(result, cfg))
+    parts.append("Equivalent vLLM flags:\n" + vllm_flags(result))
+    if origin.get("overhead") == "default":
+        parts.append(f"Note: overhead {result.inputs.overhead_bytes / GIB:.1f} GiB is a default; measure it with "
+                     "--from-log on the engine's start-up log.")
+    return "\n\n".join(parts)
+
+
+def _read_lines(path: Path | None) -> list[str]:
+    if path is None:
+        return []
+    try:
+        with path.open(encoding="utf-8", errors="replace") as handle:
+            return [line for line in handle]
+    except OSError as exc:
+        _fail(f"{path}: cannot read: {exc.strerror or exc}")

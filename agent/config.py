@@ -1,0 +1,337 @@
+"""Load and validate the agent's YAML config into a frozen `Config`, reporting every problem at once.
+
+Each problem names the file, the field path, the line and what was expected, e.g.
+`config.yaml:12: server.gpu_memory_fraction: expected a number > 0 and ≤ 1, got 1.5`.
+The serving settings can also come from vLLM's own `vllm serve --config` YAML (`vllm_config:`) or an
+inline `vllm:` mapping with vLLM's flag names; they must then agree with `server:` where both are set,
+so there is one source of truth for what the engine runs with.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from agent.budget import KvDtype, WeightsDtype
+from agent.errors import ConfigError
+from agent.records import Server
+
+DEFAULT_CONFIG_PATH = Path("/etc/deepinfer-agent/config.yaml")
+DEFAULT_METRICS_PORT = 9842  # not used by dcgm-exporter (9400–9402), node_exporter (9100) or the engines
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(_Section):
+    """Which model: a preset, a local HF config.json, or the three numbers the KV size needs."""
+
+    preset: str | None = None
+    config_json: Path | None = None
+    layers: int | None = Field(None, gt=0)
+    kv_heads: int | None = Field(None, gt=0)
+    head_dim: int | None = Field(None, gt=0)
+    params_b: float | None = Field(None, gt=0, description="parameter count in billions")
+    weights_dtype: WeightsDtype | None = None
+    weights_gib: float | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> ModelSection:
+        explicit = [self.layers, self.kv_heads, self.head_dim]
+        ways = [self.preset is not None, self.config_json is not None, any(v is not None for v in explicit)]
+        if sum(ways) > 1:
+            raise ValueError("give only one of preset, config_json, or layers/kv_heads/head_dim")
+        if ways[2] and not all(v is not None for v in explicit):
+            raise ValueError("layers, kv_heads and head_dim must be given together")
+        return self
+
+
+class GpuSection(_Section):
+    vram_gib: float | None = Field(None, gt=0)
+    overhead_gib: float | None = Field(None, ge=0, description="activations + CUDA context + framework")
+
+
+class ServerSection(_Section):
+    """The seed's serving skeleton: memory fraction, context length and concurrency written together."""
+
+    gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
+    max_model_len: int | None = Field(None, gt=0)
+    kv_cache_dtype: KvDtype | None = None
+    max_num_seqs: int | None = Field(None, gt=0)
+    max_queue_size: int | None = Field(None, ge=0)
+    block_size: int | None = Field(None, gt=0)
+    tensor_parallel_size: int | None = Field(None, gt=0)
+
+    @field_validator("kv_cache_dtype", mode="before")
+    @classmethod
+    def _vllm_spellings(cls, value: Any) -> Any:
+        return KvDtype.parse(value) if isinstance(value, str) and _known_kv_dtype(value) else value
+
+
+def _known_kv_dtype(text: str) -> bool:
+    try:
+        KvDtype.parse(text)
+    except ValueError:
+        return False
+    return True
+
+
+class LimitsSection(_Section):
+    request_timeout_ms: int | None = Field(None, gt=0)
+    queue_timeout_ms: int | None = Field(None, gt=0)
+    max_output_tokens: int | None = Field(None, gt=0)
+
+
+class SessionSection(_Section):
+    idle_timeout_ms: int | None = Field(None, gt=0)
+    max_session_tokens: int | None = Field(None, gt=0)
+
+
+class WorkloadSection(_Section):
+    """The real request lengths; with limits.max_output_tokens they size a request (seed: P95 + output)."""
+
+    input_p95_tokens: int | None = Field(None, gt=0)
+
+
+class SourceSection(_Section):
+    path: str | None = None
+    unit: str | None = None
+    format: Literal["plain", "docker", "cri", "journald"] = "plain"
+    server: Server = Server.AUTO
+    name: str | None = None
+    start_at: Literal["end", "beginning"] = "end"
+
+    @model_validator(mode="after")
+    def _path_or_unit(self) -> SourceSection:
+        if self.format == "journald":
+            if self.path is not None and self.unit is not None:
+                raise ValueError("a journald source takes unit (or path for a journal directory), not both")
+        elif self.path is None:
+            raise ValueError(f"a {self.format} source needs a path (a file or a glob)")
+        return self
+
+
+class NvmlSection(_Section):
+    enabled: bool = True
+    interval_seconds: float = Field(5.0, gt=0)
+
+
+class ScrapeTarget(_Section):
+    url: str = Field(pattern=r"^https?://")
+    server: Server = Server.VLLM
+    interval_seconds: float = Field(10.0, gt=0)
+
+
+class MetricsSection(_Section):
+    listen: str = "127.0.0.1"
+    port: int = Field(DEFAULT_METRICS_PORT, ge=0, le=65535)
+
+
+class StoreSection(_Section):
+    path: Path = Path("/var/lib/deepinfer-agent/agent.db")
+    retention_days: float = Field(14.0, gt=0)
+    max_bytes: int | None = Field(None, gt=0)
+
+
+class RulesSection(_Section):
+    dirs: list[Path] = Field(default_factory=list, description="extra rule directories; the shipped rules always load")
+
+
+# vLLM flag names (as in `vllm serve --config` files) → server.* fields.
+VLLM_KEYS = {
+    "gpu-memory-utilization": "gpu_memory_fraction",
+    "max-num-seqs": "max_num_seqs",
+    "max-model-len": "max_model_len",
+    "kv-cache-dtype": "kv_cache_dtype",
+    "block-size": "block_size",
+    "tensor-parallel-size": "tensor_parallel_size",
+}
+
+
+class Config(_Section):
+    """The whole agent configuration; every section is optional so a file states only what it knows."""
+
+    model: ModelSection = ModelSection()
+    gpu: GpuSection = GpuSection()
+    server: ServerSection = ServerSection()
+    limits: LimitsSection = LimitsSection()
+    session: SessionSection = SessionSection()
+    workload: WorkloadSection = WorkloadSection()
+    sources: list[SourceSection] = Field(default_factory=list)
+    nvml: NvmlSection = NvmlSection()
+    scrape: list[ScrapeTarget] = Field(default_factory=list)
+    metrics: MetricsSection = MetricsSection()
+    store: StoreSection = StoreSection()
+    rules: RulesSection = RulesSection()
+    vllm_config: Path | None = None
+    vllm: dict[str, Any] | None = None
+    served_model: str | None = Field(None, description="the `model` of a vLLM config, used to guess a preset")
+
+    def summary(self) -> str:
+        """One line for `check`: what this config will make the agent do."""
+        model = self.model.preset or (self.model.config_json and str(self.model.config_json)) or (
+            f"{self.model.layers}L×{self.model.kv_heads}kv×{self.model.head_dim}" if self.model.layers else None
+        ) or self.served_model or "no model"
+        return (f"{len(self.sources)} source(s), {len(self.scrape)} scrape target(s), model {model}, "
+                f"max_num_seqs {self.server.max_num_seqs or 'unset'}, metrics on "
+                f"{self.metrics.listen}:{self.metrics.port}, store {self.store.path}")
+
+
+# --- loading -----------------------------------------------------------------------------------------
+
+def _line_index(node: yaml.Node, path: tuple[str | int, ...], out: dict[tuple[str | int, ...], int]) -> None:
+    """Map every field path of a composed YAML document to its 1-based line number."""
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            k = key.value if isinstance(key, yaml.ScalarNode) else str(key.value)
+            field_path = (*path, k)
+            _line_index(value, field_path, out)
+            out[field_path] = key.start_mark.line + 1  # a field's line is its key's, not its value's
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _line_index(item, (*path, i), out)
+
+
+def _read_yaml(path: Path) -> tuple[Any, dict[tuple[str | int, ...], int]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(str(path), [f"{path}: file not found"]) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), [f"{path}: cannot read: {exc}"]) from exc
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(str(path), [f"{where}: YAML syntax error: {exc.problem}"]) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), [f"{path}: YAML error: {exc}"]) from exc
+    lines: dict[tuple[str | int, ...], int] = {}
+    if node is not None:
+        _line_index(node, (), lines)
+    return data, lines
+
+
+def _describe(error: Any, model: type[BaseModel]) -> str:
+    """Turn one pydantic error into 'expected …, got …' wording (with a did-you-mean for unknown keys)."""
+    kind, loc, got = error["type"], error["loc"], error.get("input")
+    if kind == "extra_forbidden":
+        known = _fields_at(model, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        return f"unknown field{hint} (expected one of: {', '.join(known)})"
+    message = str(error["msg"])
+    if kind in ("greater_than", "greater_than_equal", "less_than_equal", "less_than"):
+        message = message.replace("Input should be", "expected a number")
+    elif kind == "enum":
+        message = message.replace("Input should be", "expected")
+    elif kind == "missing":
+        message = "required field is missing"
+    else:
+        message = message.replace("Input should be", "expected").replace("Value error, ", "")
+    if kind == "missing" or isinstance(got, dict | list):
+        return message
+    return f"{message}, got {got!r}"
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if hasattr(current, "model_fields") else None
+        if field is None:
+            return []
+        annotation = field.annotation
+        args = getattr(annotation, "__args__", ())
+        current = next((a for a in (annotation, *args) if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if current is None:
+            return []
+    return list(current.model_fields) if current is not None else []
+
+
+def _vllm_settings(raw: dict[str, Any]) -> dict[str, Any]:
+    """Translate vLLM flag names (dashes or underscores) into server.* fields; other vLLM keys are ignored."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        dashed = str(key).replace("_", "-")
+        if dashed in VLLM_KEYS:
+            out[VLLM_KEYS[dashed]] = value
+        elif dashed == "model":
+            out["__model__"] = value
+    return out
+
+
+def _merge_vllm(data: dict[str, Any], path: Path, lines: dict[tuple[str | int, ...], int],
+                problems: list[str]) -> dict[str, Any]:
+    """Fold `vllm_config:` / `vllm:` into `server:`, reporting any disagreement with `server:`."""
+    sources: list[tuple[str, dict[str, Any]]] = []
+    if data.get("vllm_config") is not None:
+        vpath = Path(str(data["vllm_config"]))
+        vpath = vpath if vpath.is_absolute() else path.parent / vpath
+        try:
+            vraw, _ = _read_yaml(vpath)
+        except ConfigError as exc:
+            problems.extend(f"{path}:{lines.get(('vllm_config',), '?')}: vllm_config: {p}" for p in exc.problems)
+            vraw = {}
+        if not isinstance(vraw, dict):
+            problems.append(f"{vpath}: expected a mapping of vLLM options (a `vllm serve --config` file)")
+            vraw = {}
+        sources.append((str(vpath), vraw))
+    if isinstance(data.get("vllm"), dict):
+        sources.append((f"{path}: vllm", data["vllm"]))
+    if not sources:
+        return data
+    server = dict(data.get("server") or {}) if isinstance(data.get("server"), dict) else {}
+    for origin, raw in sources:
+        for field, value in _vllm_settings(raw).items():
+            if field == "__model__":
+                data = {**data, "served_model": str(value)}
+                continue
+            if field in server and server[field] != value and str(server[field]) != str(value):
+                line = lines.get(("server", field), "?")
+                problems.append(f"{path}:{line}: server.{field}: {server[field]!r} disagrees with {origin} "
+                                f"({value!r}); set it in one place")
+            server.setdefault(field, value)
+    return {**data, "server": server}
+
+
+def load_config(path: Path) -> Config:
+    """Parse and validate `path`; raise ConfigError listing every problem, each with file, field and line."""
+    data, lines = _read_yaml(path)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), [f"{path}:1: expected a mapping of sections at the top level, "
+                                      f"got {type(data).__name__}"])
+    problems: list[tuple[int, str]] = []
+    merge_problems: list[str] = []
+    data = _merge_vllm(data, path, lines, merge_problems)
+    config: Config | None = None
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        for error in exc.errors():
+            loc = tuple(error["loc"])
+            line = next((lines[loc[:i]] for i in range(len(loc), 0, -1) if loc[:i] in lines), 0)
+            field = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in loc).replace(".[", "[")
+            where = f"{path}:{line}" if line else str(path)
+            problems.append((line, f"{where}: {field or '(top level)'}: {_describe(error, Config)}"))
+    if problems or merge_problems or config is None:
+        raise ConfigError(str(path), [*merge_problems, *(text for _, text in sorted(problems))])
+    return config.model_copy(update={"model": _resolve_model_path(config.model, path)})
+
+
+def _resolve_model_path(model: ModelSection, config_path: Path) -> ModelSection:
+    """A relative config_json is relative to the config file, not to wherever the agent was started."""
+    if model.config_json is None or model.config_json.is_absolute():
+        return model
+    return model.model_copy(update={"config_json": config_path.parent / model.config_json})

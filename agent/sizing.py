@@ -1,0 +1,177 @@
+"""Turn what the operator gave (flags, a config file, an engine's start-up log) into budget inputs.
+
+Each input is taken from the first place that has it — flag, then config, then the engine's own
+log, then a documented default — and the place is remembered, so the output can say where every
+number came from. Estimates (weights from the parameter count) are labelled as estimates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.budget import GIB, BudgetInputs, KvDtype, WeightsDtype, estimate_weights_bytes
+from agent.config import Config
+from agent.errors import BudgetError, ModelError
+from agent.models import ModelShape, find_preset, guess_preset, load_hf_config
+
+DEFAULT_UTIL = 0.9  # vLLM's default gpu_memory_utilization
+DEFAULT_OVERHEAD_GIB = 2.0  # activations + CUDA context + framework: seed 000's framework reserve
+DEFAULT_BLOCK_SIZE = 16  # vLLM on CUDA
+
+
+@dataclass(frozen=True)
+class SizingRequest:
+    """The raw inputs as the CLI received them; None means 'not given'."""
+
+    model: str | None = None
+    layers: int | None = None
+    kv_heads: int | None = None
+    head_dim: int | None = None
+    params_b: float | None = None
+    vram_gib: float | None = None
+    util: float | None = None
+    weights_gib: float | None = None
+    weights_dtype: WeightsDtype | None = None
+    overhead_gib: float | None = None
+    kv_dtype: KvDtype | None = None
+    block_size: int | None = None
+    tp: int | None = None
+    max_model_len: int | None = None
+    input_p95: int | None = None
+    max_output: int | None = None
+
+
+@dataclass(frozen=True)
+class Sizing:
+    inputs: BudgetInputs
+    origin: dict[str, str] = field(default_factory=dict)
+    workload_tokens: int | None = None
+
+
+def _first(*candidates: tuple[object, str]) -> tuple[object, str]:
+    return next(((v, o) for v, o in candidates if v is not None), (None, ""))
+
+
+def _shape(req: SizingRequest, config: Config | None, served_model: str | None) -> tuple[ModelShape, str]:
+    explicit = (req.layers, req.kv_heads, req.head_dim)
+    if any(v is not None for v in explicit):
+        if req.model is not None:
+            raise ModelError("give either --model or --layers/--kv-heads/--head-dim, not both")
+        if not all(v is not None and v > 0 for v in explicit):
+            raise ModelError("--layers, --kv-heads and --head-dim must all be given, as positive integers")
+        layers, kv_heads, head_dim = (int(v) for v in explicit)  # type: ignore[arg-type]
+        return ModelShape(f"{layers}L×{kv_heads}kv×{head_dim}", layers, kv_heads, head_dim, None), "flag"
+    if req.model is not None:
+        return _named_model(req.model), "flag"
+    if config is not None:
+        m = config.model
+        if m.preset:
+            return find_preset(m.preset), "config"
+        if m.config_json:
+            return load_hf_config(m.config_json), "config"
+        if m.layers and m.kv_heads and m.head_dim:
+            return ModelShape(f"{m.layers}L×{m.kv_heads}kv×{m.head_dim}", m.layers, m.kv_heads, m.head_dim,
+                              None), "config"
+        served_model = served_model or config.served_model
+    if served_model:
+        guessed = guess_preset(served_model)
+        if guessed is not None:
+            return guessed, f"guessed from served model {served_model}"
+        raise ModelError(f"the served model {served_model!r} matches no preset: pass --model with a preset "
+                         "name or the model's config.json, or --layers/--kv-heads/--head-dim")
+    raise ModelError("no model given: pass --model (a preset name or a config.json path) or "
+                     "--layers/--kv-heads/--head-dim")
+
+
+def _named_model(text: str) -> ModelShape:
+    path = Path(text)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.suffix == ".json" or path.exists():
+        return load_hf_config(path)
+    return find_preset(text)
+
+
+def resolve(req: SizingRequest, config: Config | None = None,
+            facts: dict[str, float | str] | None = None) -> Sizing:
+    """Build budget inputs, recording where each came from (flag, config, log, default, estimate)."""
+    facts = facts or {}
+    cfg = config or Config()
+    served = facts.get("model")
+    shape, shape_origin = _shape(req, config, str(served) if served is not None else None)
+    if req.params_b is not None or cfg.model.params_b is not None:
+        params_b = req.params_b if req.params_b is not None else cfg.model.params_b
+        assert params_b is not None
+        shape = ModelShape(**{**shape.__dict__, "params": int(params_b * 1e9)})
+    origin = {"model": shape_origin}
+
+    def log_num(name: str) -> float | None:
+        value = facts.get(name)
+        return float(value) if isinstance(value, int | float) else None
+
+    total = log_num("total_gpu_memory_bytes")
+    vram, origin["vram"] = _first((req.vram_gib, "flag"), (cfg.gpu.vram_gib, "config"),
+                                  (total / GIB if total else None, "log"))
+    if vram is None:
+        raise BudgetError("the GPU's memory is unknown: pass --vram-gib (or gpu.vram_gib in the config); "
+                          "V1 vLLM logs do not print the card's total")
+    util, origin["util"] = _first((req.util, "flag"), (cfg.server.gpu_memory_fraction, "config"),
+                                  (log_num("gpu_memory_utilization"), "log"), (DEFAULT_UTIL, "default"))
+    kv_dtype, origin["kv_dtype"] = _first(
+        (req.kv_dtype, "flag"), (cfg.server.kv_cache_dtype, "config"),
+        (_kv_dtype_from_log(facts.get("kv_cache_dtype")), "log"), (KvDtype.AUTO, "default"))
+    block, origin["block_size"] = _first((req.block_size, "flag"), (cfg.server.block_size, "config"),
+                                         (log_num("block_size"), "log"), (DEFAULT_BLOCK_SIZE, "default"))
+    tp, origin["tp"] = _first((req.tp, "flag"), (cfg.server.tensor_parallel_size, "config"),
+                              (log_num("tensor_parallel_size"), "log"), (1, "default"))
+    overhead, origin["overhead"] = _first((req.overhead_gib, "flag"), (cfg.gpu.overhead_gib, "config"),
+                                          (DEFAULT_OVERHEAD_GIB, "default"))
+    wdtype, wdtype_origin = _first(
+        (req.weights_dtype, "flag"), (cfg.model.weights_dtype, "config"),
+        (_weights_dtype_from_log(facts.get("quantization")), "log"),
+        (WeightsDtype(shape.native_dtype) if shape.native_dtype in WeightsDtype._value2member_map_ else None,
+         "model"))
+    weights_gib, origin["weights"] = _first((req.weights_gib, "flag"), (cfg.model.weights_gib, "config"))
+    estimated = weights_gib is None
+    if estimated:
+        dtype = wdtype if isinstance(wdtype, WeightsDtype) else WeightsDtype.BF16
+        weights_bytes = estimate_weights_bytes(shape, dtype)
+        origin["weights"] = f"estimated from {(shape.params or 0) / 1e9:.2f} B parameters at {dtype.value}"
+        wdtype = dtype
+    else:
+        weights_bytes = int(float(weights_gib) * GIB)  # type: ignore[arg-type]
+    input_p95 = req.input_p95 if req.input_p95 is not None else cfg.workload.input_p95_tokens
+    max_output = req.max_output if req.max_output is not None else cfg.limits.max_output_tokens
+    workload = input_p95 + max_output if input_p95 is not None and max_output is not None else None
+    tokens, origin["tokens"] = _first(
+        (req.max_model_len, "flag --max-model-len"), (cfg.server.max_model_len, "config server.max_model_len"),
+        (log_num("max_model_len") or log_num("tokens_per_request"), "log max_model_len"),
+        (workload, "P95 input + max output"),
+        (shape.max_position_embeddings, "the model's max_position_embeddings (vLLM's default max_model_len)"))
+    if tokens is None:
+        raise BudgetError("tokens per request unknown: pass --max-model-len, or --input-p95 and --max-output")
+    origin["weights_dtype"] = wdtype_origin
+    inputs = BudgetInputs(
+        shape=shape, vram_bytes=int(float(vram) * GIB), util=float(util),  # type: ignore[arg-type]
+        weights_bytes=weights_bytes, overhead_bytes=int(float(overhead) * GIB),  # type: ignore[arg-type]
+        tokens_per_request=int(tokens), kv_dtype=kv_dtype,  # type: ignore[call-overload, arg-type]
+        block_size=int(block), tp=int(tp),  # type: ignore[call-overload]
+        weights_dtype=wdtype if isinstance(wdtype, WeightsDtype) else None, weights_estimated=estimated,
+    )
+    return Sizing(inputs, origin, workload)
+
+
+def _kv_dtype_from_log(value: object) -> KvDtype | None:
+    try:
+        return KvDtype.parse(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _weights_dtype_from_log(value: object) -> WeightsDtype | None:
+    text = str(value).lower() if value is not None else ""
+    for dtype in (WeightsDtype.AWQ, WeightsDtype.GPTQ, WeightsDtype.FP8):
+        if text.startswith(dtype.value):
+            return dtype
+    return None
