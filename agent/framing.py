@@ -1,0 +1,115 @@
+"""Unwrap container-runtime envelopes: Docker json-file, Kubernetes CRI, or plain text. Pure functions.
+
+Runtimes split long lines: Docker's json-file driver writes a 16 KiB piece per entry whose `log` does
+not end in a newline until the last one; CRI marks pieces `P` and the last one `F`. `PartialJoiner`
+re-joins them per stream, bounded by a maximum length so a runaway line cannot take the memory.
+The envelope's timestamp becomes the line's timestamp (epoch seconds, UTC).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?$"
+)
+_CRI = re.compile(r"(\S+) (stdout|stderr) ([PF])(?: (.*))?$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One log line freed of its envelope; `partial` means the runtime split it and more follows."""
+
+    text: str
+    stream: str | None = None
+    ts: float | None = None
+    partial: bool = False
+    truncated: bool = False
+
+
+def parse_rfc3339(text: str) -> float | None:
+    """RFC 3339 with up to nanosecond fractions (Python's own parser stops at microseconds)."""
+    m = _RFC3339.match(text.strip())
+    if not m:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    fraction = float(f"0.{m.group(7)}") if m.group(7) else 0.0
+    zone = m.group(8)
+    try:
+        moment = datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    offset = 0
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        digits = zone[1:].replace(":", "")
+        offset = sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
+    return moment.timestamp() - offset + fraction
+
+
+def unwrap_docker(raw: str) -> Frame | None:
+    """A Docker json-file entry, or None when the line is not one."""
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("log"), str):
+        return None
+    log: str = entry["log"]
+    stream = entry.get("stream") if isinstance(entry.get("stream"), str) else None
+    ts = parse_rfc3339(entry["time"]) if isinstance(entry.get("time"), str) else None
+    if log.endswith("\n"):
+        return Frame(log[:-1].removesuffix("\r"), stream, ts, partial=False)
+    return Frame(log, stream, ts, partial=True)
+
+
+def unwrap_cri(raw: str) -> Frame | None:
+    """A CRI log line (`<RFC3339Nano> <stream> <P|F> <message>`), or None when the line is not one."""
+    m = _CRI.match(raw)
+    if not m:
+        return None
+    ts = parse_rfc3339(m.group(1))
+    if ts is None:
+        return None
+    return Frame(m.group(4) or "", m.group(2), ts, partial=m.group(3) == "P")
+
+
+def unwrap(raw: str, fmt: str) -> Frame | None:
+    """Unwrap one physical line (without its newline) of format plain, docker or cri; None if malformed."""
+    if fmt == "docker":
+        return unwrap_docker(raw)
+    if fmt == "cri":
+        return unwrap_cri(raw)
+    return Frame(raw)
+
+
+class PartialJoiner:
+    """Re-joins runtime-split pieces per stream; a line longer than `max_chars` is cut and flagged."""
+
+    def __init__(self, max_chars: int = 1 << 20) -> None:
+        self._max = max_chars
+        self._pending: dict[str | None, Frame] = {}
+
+    def feed(self, frame: Frame) -> Frame | None:
+        """Give one frame; get back a complete line when this frame ends one, else None."""
+        held = self._pending.pop(frame.stream, None)
+        if held is not None:
+            room = self._max - len(held.text)
+            text = held.text + frame.text[:max(room, 0)]
+            frame = Frame(text, frame.stream, held.ts, frame.partial,
+                          held.truncated or frame.truncated or len(frame.text) > room)
+        elif len(frame.text) > self._max:
+            frame = Frame(frame.text[: self._max], frame.stream, frame.ts, frame.partial, True)
+        if frame.partial:
+            self._pending[frame.stream] = frame
+            return None
+        return frame
+
+    def flush(self) -> list[Frame]:
+        """Whatever is held (at shutdown or after a quiet time), as complete lines."""
+        held = [Frame(f.text, f.stream, f.ts, False, f.truncated) for f in self._pending.values()]
+        self._pending.clear()
+        return held
