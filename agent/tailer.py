@@ -1,0 +1,526 @@
+"""Follow the files a glob names, through every kind of rotation, delivering each line exactly once.
+
+A file is known by (device, inode) from `os.fstat` on the open handle plus a fingerprint of its first
+bytes, never by its name: names move under rotation, and inodes are reused. Each incarnation of a file
+gets a `file_key`; lines carry (file_key, offset) and cursors carry the offset of the first byte not yet
+delivered, and the caller commits both in one transaction (`Store.commit`), so a crash at any instant
+neither loses nor repeats a line.
+
+Rotation, in the order the loop meets it on each `poll(now)`:
+- every open file is read to EOF first (bounded per poll), so a renamed file is drained before its
+  successor is read, and a renamed file stays open and is read for `rotate_wait_seconds` after its last
+  growth (a writer that keeps its handle may still append to it);
+- a file whose size fell below our position, or whose first bytes changed, was truncated
+  (copytruncate): its unread tail is taken from the copy (same first bytes, another inode) and the file
+  is read again from 0 as a new incarnation;
+- a path that now names another inode (rename + create, create-from-temp, delete + recreate, symlink
+  swap) makes the old file "draining" and the new one is read from its start.
+After a restart, stored cursors are matched to files by inode in their directory (a file renamed while
+the agent was down is found and finished), and rotated siblings written while it was down are read too.
+
+The loop never sleeps: `poll(now)` does one bounded step, and the caller waits (inotify or a timer).
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import fnmatch
+import glob
+import hashlib
+import os
+import secrets
+import stat
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from agent.config import SourceSection
+from agent.framing import Frame, PartialJoiner, unwrap
+from agent.records import Cursor, LogLine, SourceBatch, SourceStats
+
+FINGERPRINT_BYTES = 128
+READ_CHUNK_BYTES = 64 * 1024
+MAX_BYTES_PER_POLL = 4 * 1024 * 1024  # per file; the rest waits for the next poll (back-pressure)
+COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip")
+
+
+@dataclass(frozen=True)
+class TailOptions:
+    """How one file source reads; `from_section` maps the config keys one to one."""
+
+    fmt: Literal["plain", "docker", "cri"] = "plain"
+    start_at: Literal["end", "beginning"] = "end"
+    max_line_bytes: int = 1 << 20
+    partial_flush_seconds: float = 5.0
+    rotate_wait_seconds: float = 5.0
+    cursor_grace_seconds: float = 86400.0
+
+    @classmethod
+    def from_section(cls, section: SourceSection) -> TailOptions:
+        if section.format == "journald":
+            raise ValueError("a journald source is read by agent.journal, not the file tailer")
+        return cls(section.format, section.start_at, section.max_line_bytes, section.partial_flush_seconds,
+                   section.rotate_wait_seconds, section.cursor_grace_seconds)
+
+
+def fingerprint(fd: int, length: int) -> str:
+    """`"<n>:<hash>"` of the first n ≤ `length` bytes readable through `fd` (n is what the file holds)."""
+    head = os.pread(fd, length, 0)
+    return f"{len(head)}:{hashlib.blake2b(head, digest_size=8).hexdigest()}"
+
+
+def _fingerprint_matches(fd: int, stored: str) -> bool:
+    """Whether the file behind `fd` starts with the bytes `stored` was taken from."""
+    length = int(stored.split(":", 1)[0])
+    return fingerprint(fd, length) == stored
+
+
+@dataclass
+class _File:
+    """One open file incarnation and the line being assembled from it."""
+
+    fd: int
+    path: str
+    dev: int
+    inode: int
+    key: str
+    fp: str
+    read_pos: int  # next byte to read
+    joiner: PartialJoiner
+    buf: bytearray = field(default_factory=bytearray)  # the unfinished physical line (≤ max_line_bytes)
+    buf_start: int = 0  # file offset of buf[0]
+    dropping: bool = False  # the unfinished line is over the maximum: its further bytes are dropped
+    last_growth: float = 0.0
+    rotated_at: float | None = None  # set once the path no longer names this file: drain, then close
+    emitted: tuple[int, str] | None = None  # (offset, fingerprint) of the last cursor handed out
+
+    def committed(self) -> int:
+        """The first byte not yet delivered as part of a line: where a restart must resume."""
+        held = self.joiner.held_offset()
+        start = self.buf_start if (self.buf or self.dropping) else self.read_pos
+        return start if held is None else min(held, start)
+
+
+class FileTailer:
+    """Follows one glob; `poll(now)` returns a `SourceBatch` to commit, `stats()` the self-metrics.
+
+    `cursors` are the source's stored cursors (`Store.cursors(name)`); with none, this is the source's
+    first run and files already present start at `options.start_at`. Every file found later, and every
+    file found after a restart, is read from its beginning.
+    """
+
+    def __init__(self, name: str, pattern: str, options: TailOptions, cursors: Sequence[Cursor] = ()) -> None:
+        self.name = name
+        self.pattern = pattern
+        self.options = options
+        self._restored = list(cursors)
+        self._first_run = not cursors
+        self._started = False
+        self._open: dict[str, _File] = {}
+        self._retired: dict[str, tuple[Cursor, float]] = {}
+        self._count: Counter[str] = Counter()
+        self._up = True
+        self._lag = 0
+        self._failed_paths: set[str] = set()
+        self._first_discovery = True
+
+    # --- the loop -------------------------------------------------------------------------------------
+
+    def poll(self, now: float) -> SourceBatch:
+        """One bounded step: read what is new, follow rotations, expire old cursors. Never sleeps or raises
+        on I/O errors (they are counted and retried)."""
+        out = _Out()
+        if not self._started:
+            self._started = True
+            self._restore(now, out)
+        more = False
+        for f in list(self._open.values()):
+            more |= self._service(f, now, out)
+        self._discover(now, out)
+        self._expire(now, out)
+        self._lag = sum(self._size(f) - f.read_pos for f in self._open.values())
+        for f in self._open.values():
+            self._cursor(f, now, out)
+        return SourceBatch(tuple(out.lines), tuple(out.cursors), tuple(out.expired), more)
+
+    def close(self, now: float) -> SourceBatch:
+        """Flush held partial lines (shutdown) and close every file; commit the returned batch."""
+        out = _Out()
+        for f in list(self._open.values()):
+            self._flush(f, out)
+            self._cursor(f, now, out)
+            os.close(f.fd)
+        self._open.clear()
+        return SourceBatch(tuple(out.lines), tuple(out.cursors))
+
+    def stats(self) -> SourceStats:
+        """The self-metrics snapshot the metrics module exports (`deepinfer_source_*`)."""
+        c = self._count
+        return SourceStats(self.name, self._up, len(self._open), c["lines"], c["bytes"], c["rotations"],
+                           c["truncations"], c["read_errors"], c["partial_flushes"], c["invalid_utf8"],
+                           c["truncated_lines"], c["framing_errors"], 0, self._lag)
+
+    def watch_dirs(self) -> set[str]:
+        """Directories whose changes should wake the loop: the glob's fixed part and every open file's."""
+        fixed = Path(self.pattern)
+        while glob.has_magic(str(fixed)):
+            fixed = fixed.parent
+        dirs = {fixed if fixed.is_dir() else fixed.parent}
+        for f in self._open.values():
+            dirs.add(Path(f.path).parent)
+            dirs.add(Path(f.path).resolve().parent)
+        return {str(d) for d in dirs if d.is_dir()}
+
+    # --- finding files ------------------------------------------------------------------------------------
+
+    def _restore(self, now: float, out: _Out) -> None:
+        """Reattach stored cursors to files (by inode, wherever they were renamed) and read what was
+        rotated while the agent was down."""
+        last_seen = max((c.seen_seconds for c in self._restored), default=now)
+        for cursor in self._restored:
+            f = self._reattach(cursor, now)
+            if f is None:
+                self._retired[cursor.file_key] = (cursor, now)
+        for directory, prefixes in self._rotation_prefixes().items():
+            self._catch_up(directory, prefixes, last_seen, now, out)
+
+    def _reattach(self, cursor: Cursor, now: float) -> _File | None:
+        candidates = [cursor.path]
+        with contextlib.suppress(OSError):
+            candidates += [e.path for e in os.scandir(Path(cursor.path).parent) if e.inode() == cursor.inode]
+        for path in candidates:
+            f = self._open_at(path, now, key=cursor.file_key, offset=None)
+            if f is None:
+                continue
+            if (f.dev, f.inode) != (cursor.dev, cursor.inode) or f.key in self._open:
+                os.close(f.fd)
+                continue
+            if not _fingerprint_matches(f.fd, cursor.fingerprint):
+                # Same inode, other first bytes: truncated and rewritten (or the inode was reused).
+                os.close(f.fd)
+                self._recover_from_copy(cursor, now)
+                return None
+            f.fp, f.read_pos, f.buf_start = cursor.fingerprint, cursor.offset, cursor.offset
+            f.emitted = (cursor.offset, cursor.fingerprint)
+            if not fnmatch.fnmatch(path, self.pattern):  # found under a rotated name
+                f.rotated_at = now
+                self._count["rotations"] += 1
+            self._open[f.key] = f
+            return f
+        return self._recover_from_copy(cursor, now)
+
+    def _rotation_prefixes(self) -> dict[str, set[str]]:
+        prefixes: dict[str, set[str]] = {}
+        for cursor in self._restored:
+            base = Path(cursor.path).name
+            prefixes.setdefault(str(Path(cursor.path).parent), set()).update({base + ".", base + "-"})
+        return prefixes
+
+    def _catch_up(self, directory: str, prefixes: set[str], last_seen: float, now: float, out: _Out) -> None:
+        """Read rotated siblings (`x.log.1`, `x.log-20250101`) that appeared while the agent was down."""
+        known = {(f.dev, f.inode) for f in self._open.values()}
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.stat().st_mtime)
+        except OSError:
+            return
+        for entry in entries:
+            name = entry.name
+            if not any(name.startswith(p) for p in prefixes) or name.endswith(COMPRESSED_SUFFIXES):
+                continue
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in known or st.st_mtime < last_seen - 1.0:
+                continue
+            f = self._open_at(entry.path, now, key=None, offset=0)
+            if f is None:
+                continue
+            copy_of = self._copy_source(f)
+            if copy_of is not None:  # a copytruncate copy of bytes already read: start where they ended
+                f.read_pos = f.buf_start = min(copy_of.offset, self._size(f))
+            f.rotated_at = now
+            self._open[f.key] = f
+            known.add((f.dev, f.inode))
+            self._count["rotations"] += 1
+
+    def _copy_source(self, f: _File) -> Cursor | None:
+        for cursor, _ in self._retired.values():
+            if cursor.inode != f.inode and int(cursor.fingerprint.split(":")[0]) > 0 and \
+                    _fingerprint_matches(f.fd, cursor.fingerprint):
+                return cursor
+        return None
+
+    def _discover(self, now: float, out: _Out) -> None:
+        """Notice rotations of live files, then open files the glob names that are not open yet."""
+        for f in list(self._open.values()):
+            if f.rotated_at is None and not self._names_file(f.path, f):
+                f.rotated_at = now
+                self._count["rotations"] += 1
+        live = {(f.dev, f.inode) for f in self._open.values()}
+        retired = {(c.dev, c.inode): key for key, (c, _) in self._retired.items()}
+        up = True
+        for path in sorted(glob.glob(self.pattern)):  # noqa: PTH207 (an absolute user glob; Path.glob is relative)
+            if path.endswith(COMPRESSED_SUFFIXES):
+                continue
+            try:
+                st = Path(path).stat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            ident = (st.st_dev, st.st_ino)
+            if ident in live:
+                continue
+            at_end = self._first_run and self._first_discovery and self.options.start_at == "end"
+            offset = None if at_end else 0
+            new = self._open_at(path, now, key=None, offset=offset)
+            if new is None:
+                up = False
+                continue
+            ident = (new.dev, new.inode)  # the handle's identity, in case the path moved since stat
+            if ident in live:
+                os.close(new.fd)
+                continue
+            if ident in retired:
+                old = self._retired[retired[ident]][0]
+                if _fingerprint_matches(new.fd, old.fingerprint):  # a finished file the glob also names
+                    os.close(new.fd)
+                    self._retired[retired[ident]] = (old, now)
+                    continue
+                del self._retired[retired[ident]]  # inode reused by a new file
+                out.expired.append(old)
+            self._open[new.key] = new
+            live.add(ident)
+            self._service(new, now, out)
+        self._first_discovery = False
+        self._up = up
+
+    def _open_at(self, path: str, now: float, key: str | None, offset: int | None) -> _File | None:
+        """Open `path` read-only and identify it by fstat; offset None means "at the last complete line"."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            if path not in self._failed_paths:  # counted once per failure, retried every poll
+                self._failed_paths.add(path)
+                self._count["read_errors"] += 1
+            return None
+        self._failed_paths.discard(path)
+        try:
+            st = os.fstat(fd)
+            start = self._last_line_end(fd, st.st_size) if offset is None else offset
+            fp = fingerprint(fd, FINGERPRINT_BYTES)
+        except OSError:
+            os.close(fd)
+            self._count["read_errors"] += 1
+            return None
+        return _File(fd, path, st.st_dev, st.st_ino, key or f"{st.st_dev}:{st.st_ino}:{secrets.token_hex(6)}",
+                     fp, start, PartialJoiner(self.options.max_line_bytes), buf_start=start, last_growth=now)
+
+    def _last_line_end(self, fd: int, size: int) -> int:
+        """Where a first run starting "at the end" begins: after the last newline, not mid-line."""
+        tail_start = max(0, size - READ_CHUNK_BYTES)
+        tail = os.pread(fd, size - tail_start, tail_start)
+        cut = tail.rfind(b"\n")
+        return tail_start + cut + 1 if cut >= 0 else size
+
+    @staticmethod
+    def _names_file(path: str, f: _File) -> bool:
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (f.dev, f.inode)
+
+    @staticmethod
+    def _size(f: _File) -> int:
+        try:
+            return os.fstat(f.fd).st_size
+        except OSError:
+            return f.read_pos
+
+    # --- reading ------------------------------------------------------------------------------------------
+
+    def _service(self, f: _File, now: float, out: _Out) -> bool:
+        """Read `f` up to the per-poll budget; handle truncation, quiet partial lines and finished drains.
+        Returns True when bytes remain beyond the budget."""
+        try:
+            size = os.fstat(f.fd).st_size
+            length = int(f.fp.split(":")[0])
+            if size < f.read_pos or not _fingerprint_matches(f.fd, f.fp):
+                self._truncated(f, now, out)
+                size = os.fstat(f.fd).st_size
+                length = 0
+            if length < FINGERPRINT_BYTES and size > length:
+                f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
+            got = self._read(f, now, out, size)
+        except OSError:
+            self._count["read_errors"] += 1
+            return False
+        quiet = now - f.last_growth
+        if got == 0 and quiet >= self.options.partial_flush_seconds and (f.buf or f.joiner.held_offset() is not None):
+            self._count["partial_flushes"] += 1
+            self._flush(f, out)
+        if f.rotated_at is not None and got == 0 and now - max(f.last_growth, f.rotated_at) >= \
+                self.options.rotate_wait_seconds:
+            self._retire(f, now, out)
+        return f.read_pos < size
+
+    def _read(self, f: _File, now: float, out: _Out, size: int) -> int:
+        got = 0
+        while got < MAX_BYTES_PER_POLL and f.read_pos < size:
+            data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
+            if not data:
+                break
+            self._feed(f, data, out)
+            got += len(data)
+        if got:
+            f.last_growth = now
+            self._count["bytes"] += got
+        return got
+
+    def _feed(self, f: _File, data: bytes, out: _Out) -> None:
+        """Split bytes into physical lines; keep at most `max_line_bytes` of a line however long it is."""
+        base, limit, pos = f.read_pos, self.options.max_line_bytes, 0
+        f.read_pos += len(data)
+        while pos < len(data):
+            newline = data.find(b"\n", pos)
+            end = len(data) if newline < 0 else newline
+            if not f.dropping:
+                room = limit - len(f.buf)
+                f.buf += data[pos:pos + min(room, end - pos)]
+                f.dropping = end - pos > room
+            if newline < 0:
+                return
+            self._line(f, bytes(f.buf), f.buf_start, f.dropping, out)
+            f.buf.clear()
+            f.dropping = False
+            pos = newline + 1
+            f.buf_start = base + pos
+
+    def _line(self, f: _File, raw: bytes, offset: int, cut: bool, out: _Out) -> None:
+        """Decode one physical line, unwrap its envelope, re-join runtime splits, and deliver it."""
+        if not cut:
+            raw = raw.removesuffix(b"\r")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            # A cut line may end inside a character: drop that stub rather than count it as invalid.
+            text = codecs.getincrementaldecoder("utf-8")("replace").decode(raw, final=not cut)
+            if "\ufffd" in text:
+                self._count["invalid_utf8"] += 1
+        frame = unwrap(text, self.options.fmt)
+        if frame is None:
+            self._count["framing_errors"] += 1
+            frame = Frame(text)
+        if cut:
+            frame = Frame(frame.text, frame.stream, frame.ts, frame.partial, True)
+        joined = f.joiner.feed(frame, offset)
+        if joined is not None:
+            self._deliver(f, *joined, out)
+
+    def _deliver(self, f: _File, frame: Frame, offset: int, out: _Out) -> None:
+        out.lines.append(LogLine(self.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
+                                 f.key))
+        self._count["lines"] += 1
+        if frame.truncated:
+            self._count["truncated_lines"] += 1
+
+    def _flush(self, f: _File, out: _Out) -> None:
+        """Deliver the unfinished line as it is (quiet for long enough, or shutting down)."""
+        if f.buf or f.dropping:
+            self._line(f, bytes(f.buf), f.buf_start, f.dropping, out)
+            f.buf.clear()
+            f.dropping = False
+            f.buf_start = f.read_pos
+        for frame, offset in f.joiner.flush():
+            self._deliver(f, frame, offset, out)
+
+    def _truncated(self, f: _File, now: float, out: _Out) -> None:
+        """copytruncate: finish the unread tail from the copy, then read this file again from 0."""
+        self._count["truncations"] += 1
+        old = Cursor(self.name, f.path, f.dev, f.inode, f.fp, f.committed(), f.key, now)
+        if self._recover_from_copy(old, now) is None:
+            out.expired.append(old)
+        f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
+        f.read_pos = f.buf_start = 0
+        f.buf.clear()
+        f.dropping = False
+        f.joiner = PartialJoiner(self.options.max_line_bytes)
+        f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
+        f.emitted = None
+
+    def _recover_from_copy(self, cursor: Cursor, now: float) -> _File | None:
+        """Find the copy copytruncate made of `cursor`'s file (same first bytes, other inode, at least as
+        long) and drain it from the cursor, under the same file key, so offsets stay unique."""
+        if int(cursor.fingerprint.split(":")[0]) == 0:
+            return None
+        best: tuple[float, str] | None = None
+        try:
+            entries = list(os.scandir(Path(cursor.path).parent))
+        except OSError:
+            return None
+        for entry in entries:
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if entry.inode() == cursor.inode or st.st_size < cursor.offset or entry.name.endswith(
+                    COMPRESSED_SUFFIXES) or not entry.is_file():
+                continue
+            if best is None or st.st_mtime > best[0]:
+                try:
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    if _fingerprint_matches(fd, cursor.fingerprint):
+                        best = (st.st_mtime, entry.path)
+                finally:
+                    os.close(fd)
+        if best is None:
+            return None
+        copy = self._open_at(best[1], now, key=cursor.file_key, offset=cursor.offset)
+        if copy is None or copy.key in self._open:
+            return None
+        copy.rotated_at = now
+        self._open[copy.key] = copy
+        self._retired.pop(copy.key, None)
+        return copy
+
+    def _retire(self, f: _File, now: float, out: _Out) -> None:
+        self._flush(f, out)
+        self._cursor(f, now, out)
+        os.close(f.fd)
+        del self._open[f.key]
+        self._retired[f.key] = (Cursor(self.name, f.path, f.dev, f.inode, f.fp, f.committed(), f.key, now), now)
+
+    def _expire(self, now: float, out: _Out) -> None:
+        grace = self.options.cursor_grace_seconds
+        for key, (cursor, since) in list(self._retired.items()):
+            if now - since >= grace:
+                del self._retired[key]
+                out.expired.append(cursor)
+
+    def _cursor(self, f: _File, now: float, out: _Out) -> None:
+        state = (f.committed(), f.fp)
+        if state != f.emitted:
+            f.emitted = state
+            out.cursors.append(Cursor(self.name, f.path, f.dev, f.inode, f.fp, state[0], f.key, now))
+
+
+@dataclass
+class _Out:
+    lines: list[LogLine] = field(default_factory=list)
+    cursors: list[Cursor] = field(default_factory=list)
+    expired: list[Cursor] = field(default_factory=list)
+
+
+def file_tailers(sections: Iterable[SourceSection], cursors_of: dict[str, list[Cursor]]) -> list[FileTailer]:
+    """One tailer per non-journald source section, resumed from its stored cursors."""
+    return [FileTailer(s.source_name(), str(Path(s.path).expanduser()) if s.path else "",
+                       TailOptions.from_section(s), cursors_of.get(s.source_name(), []))
+            for s in sections if s.format != "journald"]
