@@ -443,9 +443,11 @@ class FileTailer:
         """copytruncate: finish the unread tail from the copy, then read this file again from 0."""
         self._count["truncations"] += 1
         old = Cursor(self.name, f.path, f.dev, f.inode, f.fp, f.committed(), f.key, now)
+        del self._open[f.key]
+        f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
+        self._open[f.key] = f
         if self._recover_from_copy(old, now) is None:
             out.expired.append(old)
-        f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
         f.read_pos = f.buf_start = 0
         f.buf.clear()
         f.dropping = False
