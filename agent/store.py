@@ -119,10 +119,11 @@ class Store:
                 for kind, rows in grouped.items():
                     conn.executemany(_TABLES[kind][0], rows)
                 inserted = conn.total_changes - before
-                for cursor in cursors:
-                    self._put_cursor(conn, cursor)
+                # Expiries first: a cursor both expired and refreshed in one batch stays.
                 conn.executemany("DELETE FROM cursors WHERE source = ? AND file_key = ?",
                                  [(c.source, c.file_key) for c in expired])
+                for cursor in cursors:
+                    self._put_cursor(conn, cursor)
         except sqlite3.Error as exc:
             raise StoreError(f"{self._name}: cannot write: {exc}") from exc
         return inserted

@@ -44,6 +44,7 @@ from agent.records import Cursor, LogLine, SourceBatch, SourceStats
 FINGERPRINT_BYTES = 128
 READ_CHUNK_BYTES = 64 * 1024
 MAX_BYTES_PER_POLL = 4 * 1024 * 1024  # per file; the rest waits for the next poll (back-pressure)
+START_MARKER = ""  # the file_key of a source's start-marker cursor
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip")
 
 
@@ -72,10 +73,13 @@ def fingerprint(fd: int, length: int) -> str:
     return f"{len(head)}:{hashlib.blake2b(head, digest_size=8).hexdigest()}"
 
 
+def _fingerprint_length(stored: str) -> int:
+    return int(stored.split(":", 1)[0])
+
+
 def _fingerprint_matches(fd: int, stored: str) -> bool:
     """Whether the file behind `fd` starts with the bytes `stored` was taken from."""
-    length = int(stored.split(":", 1)[0])
-    return fingerprint(fd, length) == stored
+    return fingerprint(fd, _fingerprint_length(stored)) == stored
 
 
 @dataclass
@@ -96,6 +100,7 @@ class _File:
     last_growth: float = 0.0
     rotated_at: float | None = None  # set once the path no longer names this file: drain, then close
     emitted: tuple[int, str] | None = None  # (offset, fingerprint) of the last cursor handed out
+    mtime_ns: int = 0  # as of the last poll, to notice a file that changed without growing
 
     def committed(self) -> int:
         """The first byte not yet delivered as part of a line: where a restart must resume."""
@@ -116,7 +121,9 @@ class FileTailer:
         self.name = name
         self.pattern = pattern
         self.options = options
-        self._restored = list(cursors)
+        # A cursor with an empty file_key is the source's start marker: it records that the source has
+        # run before (so files found later are read from their start) and when it last looked.
+        self._restored = [c for c in cursors if c.file_key != START_MARKER]
         self._first_run = not cursors
         self._started = False
         self._open: dict[str, _File] = {}
@@ -126,6 +133,8 @@ class FileTailer:
         self._lag = 0
         self._failed_paths: set[str] = set()
         self._first_discovery = True
+        # When the tailer last looked (the previous poll, or the newest stored cursor); None on a first run.
+        self._last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
 
     # --- the loop -------------------------------------------------------------------------------------
 
@@ -136,6 +145,8 @@ class FileTailer:
         if not self._started:
             self._started = True
             self._restore(now, out)
+            if self._first_run:
+                out.cursors.append(Cursor(self.name, self.pattern, 0, 0, "0:", 0, START_MARKER, now))
         more = False
         for f in list(self._open.values()):
             more |= self._service(f, now, out)
@@ -144,6 +155,7 @@ class FileTailer:
         self._lag = sum(self._size(f) - f.read_pos for f in self._open.values())
         for f in self._open.values():
             self._cursor(f, now, out)
+        self._last_now = now
         return SourceBatch(tuple(out.lines), tuple(out.cursors), tuple(out.expired), more)
 
     def close(self, now: float) -> SourceBatch:
@@ -179,18 +191,19 @@ class FileTailer:
     def _restore(self, now: float, out: _Out) -> None:
         """Reattach stored cursors to files (by inode, wherever they were renamed) and read what was
         rotated while the agent was down."""
-        last_seen = max((c.seen_seconds for c in self._restored), default=now)
-        for cursor in self._restored:
+        # The surest identities first: a long fingerprint cannot be mistaken for a reused inode.
+        for cursor in sorted(self._restored, key=lambda c: -_fingerprint_length(c.fingerprint)):
             f = self._reattach(cursor, now)
             if f is None:
                 self._retired[cursor.file_key] = (cursor, now)
-        for directory, prefixes in self._rotation_prefixes().items():
-            self._catch_up(directory, prefixes, last_seen, now, out)
+        for path in {c.path for c in self._restored}:
+            self._catch_up(path, now)
 
     def _reattach(self, cursor: Cursor, now: float) -> _File | None:
         candidates = [cursor.path]
-        with contextlib.suppress(OSError):
-            candidates += [e.path for e in os.scandir(Path(cursor.path).parent) if e.inode() == cursor.inode]
+        if _fingerprint_length(cursor.fingerprint) > 0:  # an empty file's inode may be anyone's now
+            with contextlib.suppress(OSError):
+                candidates += [e.path for e in os.scandir(Path(cursor.path).parent) if e.inode() == cursor.inode]
         for path in candidates:
             f = self._open_at(path, now, key=cursor.file_key, offset=None)
             if f is None:
@@ -201,8 +214,7 @@ class FileTailer:
             if not _fingerprint_matches(f.fd, cursor.fingerprint):
                 # Same inode, other first bytes: truncated and rewritten (or the inode was reused).
                 os.close(f.fd)
-                self._recover_from_copy(cursor, now)
-                return None
+                return self._recover_from_copy(cursor, now)
             f.fp, f.read_pos, f.buf_start = cursor.fingerprint, cursor.offset, cursor.offset
             f.emitted = (cursor.offset, cursor.fingerprint)
             if not fnmatch.fnmatch(path, self.pattern):  # found under a rotated name
@@ -212,47 +224,54 @@ class FileTailer:
             return f
         return self._recover_from_copy(cursor, now)
 
-    def _rotation_prefixes(self) -> dict[str, set[str]]:
-        prefixes: dict[str, set[str]] = {}
-        for cursor in self._restored:
-            base = Path(cursor.path).name
-            prefixes.setdefault(str(Path(cursor.path).parent), set()).update({base + ".", base + "-"})
-        return prefixes
+    def _catch_up(self, live_path: str, now: float) -> None:
+        """Read rotated siblings of `live_path` (`x.log.1`, `x.log-20250101`) that the tailer never saw:
+        written and rotated away between two polls, or while the agent was down.
 
-    def _catch_up(self, directory: str, prefixes: set[str], last_seen: float, now: float, out: _Out) -> None:
-        """Read rotated siblings (`x.log.1`, `x.log-20250101`) that appeared while the agent was down."""
+        Only files modified since the previous poll (or the last stored cursor) qualify, so old rotated
+        files whose cursors have expired are not read again.
+        """
+        if self._last_now is None:
+            return
+        base = Path(live_path).name
+        prefixes = (base + ".", base + "-")
         known = {(f.dev, f.inode) for f in self._open.values()}
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.stat().st_mtime)
+            entries = [e for e in os.scandir(Path(live_path).parent)
+                       if e.name.startswith(prefixes) and not e.name.endswith(COMPRESSED_SUFFIXES)]
         except OSError:
             return
         for entry in entries:
-            name = entry.name
-            if not any(name.startswith(p) for p in prefixes) or name.endswith(COMPRESSED_SUFFIXES):
-                continue
             try:
                 st = entry.stat()
             except OSError:
                 continue
-            if (st.st_dev, st.st_ino) in known or st.st_mtime < last_seen - 1.0:
+            if (st.st_dev, st.st_ino) in known or st.st_mtime < self._last_now - 1.0 or \
+                    not stat.S_ISREG(st.st_mode):
                 continue
             f = self._open_at(entry.path, now, key=None, offset=0)
             if f is None:
                 continue
-            copy_of = self._copy_source(f)
-            if copy_of is not None:  # a copytruncate copy of bytes already read: start where they ended
+            if any(_same_start(f, o) for o in self._open.values()):
+                os.close(f.fd)  # a copy of a file still being read: truncation recovery will drain it
+                continue
+            finished = next((c for c, _ in self._retired.values() if (c.dev, c.inode) == (f.dev, f.inode)
+                             and _fingerprint_matches(f.fd, c.fingerprint)), None)
+            copy_of = next((c for c, _ in self._retired.values() if _same_start(f, c)), None)
+            if finished is not None and finished.file_key in self._open:
+                os.close(f.fd)  # its bytes are being read through another name already
+                continue
+            if finished is not None:  # a file read before: resume it (it may have grown since)
+                del self._retired[finished.file_key]
+                f.key, f.fp, f.emitted = finished.file_key, finished.fingerprint, None
+                f.read_pos = f.buf_start = finished.offset
+            elif copy_of is not None:  # a copytruncate copy of bytes already read: start where they ended
                 f.read_pos = f.buf_start = min(copy_of.offset, self._size(f))
             f.rotated_at = now
             self._open[f.key] = f
             known.add((f.dev, f.inode))
-            self._count["rotations"] += 1
-
-    def _copy_source(self, f: _File) -> Cursor | None:
-        for cursor, _ in self._retired.values():
-            if cursor.inode != f.inode and int(cursor.fingerprint.split(":")[0]) > 0 and \
-                    _fingerprint_matches(f.fd, cursor.fingerprint):
-                return cursor
-        return None
+            if finished is None:
+                self._count["rotations"] += 1
 
     def _discover(self, now: float, out: _Out) -> None:
         """Notice rotations of live files, then open files the glob names that are not open yet."""
@@ -292,9 +311,11 @@ class FileTailer:
                     self._retired[retired[ident]] = (old, now)
                     continue
                 del self._retired[retired[ident]]  # inode reused by a new file
-                out.expired.append(old)
+                if old.file_key not in self._open:  # (unless its copy is still being drained)
+                    out.expired.append(old)
             self._open[new.key] = new
             live.add(ident)
+            self._catch_up(path, now)
             self._service(new, now, out)
         self._first_discovery = False
         self._up = up
@@ -318,7 +339,8 @@ class FileTailer:
             self._count["read_errors"] += 1
             return None
         return _File(fd, path, st.st_dev, st.st_ino, key or f"{st.st_dev}:{st.st_ino}:{secrets.token_hex(6)}",
-                     fp, start, PartialJoiner(self.options.max_line_bytes), buf_start=start, last_growth=now)
+                     fp, start, PartialJoiner(self.options.max_line_bytes), buf_start=start, last_growth=now,
+                     mtime_ns=st.st_mtime_ns)
 
     def _last_line_end(self, fd: int, size: int) -> int:
         """Where a first run starting "at the end" begins: after the last newline, not mid-line."""
@@ -348,18 +370,22 @@ class FileTailer:
         """Read `f` up to the per-poll budget; handle truncation, quiet partial lines and finished drains.
         Returns True when bytes remain beyond the budget."""
         try:
-            size = os.fstat(f.fd).st_size
-            length = int(f.fp.split(":")[0])
+            st = os.fstat(f.fd)
+            size, length = st.st_size, _fingerprint_length(f.fp)
             if size < f.read_pos or not _fingerprint_matches(f.fd, f.fp):
                 self._truncated(f, now, out)
-                size = os.fstat(f.fd).st_size
-                length = 0
+                size, length = os.fstat(f.fd).st_size, 0
             if length < FINGERPRINT_BYTES and size > length:
                 f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
             got = self._read(f, now, out, size)
         except OSError:
             self._count["read_errors"] += 1
             return False
+        if got == 0 and st.st_mtime_ns != f.mtime_ns and f.rotated_at is None:
+            # Changed but no bigger: written and copytruncated (or rotated) between two polls, so the
+            # bytes can only be in a rotated sibling.
+            self._catch_up(f.path, now)
+        f.mtime_ns = st.st_mtime_ns
         quiet = now - f.last_growth
         if got == 0 and quiet >= self.options.partial_flush_seconds and (f.buf or f.joiner.held_offset() is not None):
             self._count["partial_flushes"] += 1
@@ -448,6 +474,7 @@ class FileTailer:
         self._open[f.key] = f
         if self._recover_from_copy(old, now) is None:
             out.expired.append(old)
+            self._catch_up(f.path, now)
         f.read_pos = f.buf_start = 0
         f.buf.clear()
         f.dropping = False
@@ -458,7 +485,7 @@ class FileTailer:
     def _recover_from_copy(self, cursor: Cursor, now: float) -> _File | None:
         """Find the copy copytruncate made of `cursor`'s file (same first bytes, other inode, at least as
         long) and drain it from the cursor, under the same file key, so offsets stay unique."""
-        if int(cursor.fingerprint.split(":")[0]) == 0:
+        if _fingerprint_length(cursor.fingerprint) == 0:
             return None
         best: tuple[float, str] | None = None
         try:
@@ -486,8 +513,11 @@ class FileTailer:
         if best is None:
             return None
         copy = self._open_at(best[1], now, key=cursor.file_key, offset=cursor.offset)
-        if copy is None or copy.key in self._open:
+        if copy is None:
             return None
+        if copy.key in self._open:  # already being drained (found after a restart)
+            os.close(copy.fd)
+            return self._open[copy.key]
         copy.rotated_at = now
         self._open[copy.key] = copy
         self._retired.pop(copy.key, None)
@@ -512,6 +542,12 @@ class FileTailer:
         if state != f.emitted:
             f.emitted = state
             out.cursors.append(Cursor(self.name, f.path, f.dev, f.inode, f.fp, state[0], f.key, now))
+
+
+def _same_start(f: _File, other: _File | Cursor) -> bool:
+    """Whether `f` is another inode starting with the (non-empty) bytes `other` was fingerprinted from."""
+    fp = other.fp if isinstance(other, _File) else other.fingerprint
+    return other.inode != f.inode and _fingerprint_length(fp) > 0 and _fingerprint_matches(f.fd, fp)
 
 
 @dataclass
