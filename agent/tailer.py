@@ -32,7 +32,7 @@ import os
 import secrets
 import stat
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -135,6 +135,14 @@ class FileTailer:
         self._first_discovery = True
         # When the tailer last looked (the previous poll, or the newest stored cursor); None on a first run.
         self._last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
+
+    @classmethod
+    def from_section(cls, section: SourceSection, cursors: Sequence[Cursor] = ()) -> FileTailer:
+        """The tailer for one `sources:` entry (not journald), resumed from `Store.cursors(name)`."""
+        if section.path is None:
+            raise ValueError("a file source needs a path")
+        return cls(section.source_name(), str(Path(section.path).expanduser()), TailOptions.from_section(section),
+                   cursors)
 
     # --- the loop -------------------------------------------------------------------------------------
 
@@ -556,9 +564,3 @@ class _Out:
     cursors: list[Cursor] = field(default_factory=list)
     expired: list[Cursor] = field(default_factory=list)
 
-
-def file_tailers(sections: Iterable[SourceSection], cursors_of: dict[str, list[Cursor]]) -> list[FileTailer]:
-    """One tailer per non-journald source section, resumed from its stored cursors."""
-    return [FileTailer(s.source_name(), str(Path(s.path).expanduser()) if s.path else "",
-                       TailOptions.from_section(s), cursors_of.get(s.source_name(), []))
-            for s in sections if s.format != "journald"]

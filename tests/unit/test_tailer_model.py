@@ -134,5 +134,6 @@ class TailerMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-TailerMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+EXAMPLES = int(os.environ.get("TAILER_MODEL_EXAMPLES", "150"))  # raise by hand for a deeper search
+TailerMachine.TestCase.settings = settings(max_examples=EXAMPLES, stateful_step_count=40, deadline=None)
 test_tailer_model = TailerMachine.TestCase
