@@ -158,7 +158,7 @@ class FileTailer:
         more = False
         for f in list(self._open.values()):
             more |= self._service(f, now, out)
-        self._discover(now, out)
+        more |= self._discover(now, out)
         self._expire(now, out)
         self._lag = sum(self._size(f) - f.read_pos for f in self._open.values())
         for f in self._open.values():
@@ -263,7 +263,9 @@ class FileTailer:
             if any(_same_start(f, o) for o in self._open.values()):
                 os.close(f.fd)  # a copy of a file still being read: truncation recovery will drain it
                 continue
+            # An empty fingerprint identifies nothing (the inode may have been reused by a copy).
             finished = next((c for c, _ in self._retired.values() if (c.dev, c.inode) == (f.dev, f.inode)
+                             and _fingerprint_length(c.fingerprint) > 0
                              and _fingerprint_matches(f.fd, c.fingerprint)), None)
             copy_of = next((c for c, _ in self._retired.values() if _same_start(f, c)), None)
             if finished is not None and finished.file_key in self._open:
@@ -281,15 +283,16 @@ class FileTailer:
             if finished is None:
                 self._count["rotations"] += 1
 
-    def _discover(self, now: float, out: _Out) -> None:
-        """Notice rotations of live files, then open files the glob names that are not open yet."""
+    def _discover(self, now: float, out: _Out) -> bool:
+        """Notice rotations of live files, then open (and read) files the glob names that are not open yet;
+        True when a new file has more to read than one poll's budget."""
         for f in list(self._open.values()):
             if f.rotated_at is None and not self._names_file(f.path, f):
                 f.rotated_at = now
                 self._count["rotations"] += 1
         live = {(f.dev, f.inode) for f in self._open.values()}
         retired = {(c.dev, c.inode): key for key, (c, _) in self._retired.items()}
-        up = True
+        up, more = True, False
         for path in sorted(glob.glob(self.pattern)):  # noqa: PTH207 (an absolute user glob; Path.glob is relative)
             if path.endswith(COMPRESSED_SUFFIXES):
                 continue
@@ -324,9 +327,10 @@ class FileTailer:
             self._open[new.key] = new
             live.add(ident)
             self._catch_up(path, now)
-            self._service(new, now, out)
+            more |= self._service(new, now, out)
         self._first_discovery = False
         self._up = up
+        return more
 
     def _open_at(self, path: str, now: float, key: str | None, offset: int | None) -> _File | None:
         """Open `path` read-only and identify it by fstat; offset None means "at the last complete line"."""
