@@ -317,7 +317,8 @@ class FileTailer:
                 continue
             if ident in retired:
                 old = self._retired[retired[ident]][0]
-                if _fingerprint_matches(new.fd, old.fingerprint):  # a finished file the glob also names
+                if _fingerprint_length(old.fingerprint) > 0 and _fingerprint_matches(new.fd, old.fingerprint):
+                    # a finished file the glob also names (an empty fingerprint proves nothing: read it)
                     os.close(new.fd)
                     self._retired[retired[ident]] = (old, now)
                     continue
@@ -393,9 +394,10 @@ class FileTailer:
         except OSError:
             self._count["read_errors"] += 1
             return False
-        if got == 0 and st.st_mtime_ns != f.mtime_ns and f.rotated_at is None:
-            # Changed but no bigger: written and copytruncated (or rotated) between two polls, so the
-            # bytes can only be in a rotated sibling.
+        if st.st_mtime_ns != f.mtime_ns and f.rotated_at is None and (got == 0 or length < FINGERPRINT_BYTES):
+            # Changed but no bigger, or changed while too short for its fingerprint to notice a rewrite:
+            # it may have been written and copytruncated between two polls, leaving bytes we never saw
+            # only in a rotated sibling.
             self._catch_up(f.path, now)
         f.mtime_ns = st.st_mtime_ns
         quiet = now - f.last_growth
