@@ -8,6 +8,7 @@ number exactly once. Waiting here is on the processes (`wait(timeout)`), the onl
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import subprocess
@@ -43,10 +44,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
                                str(EVERY)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     kills = 0
     while writer.poll() is None or kills < 10:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             driver.wait(timeout=rng.uniform(0.05, 0.5))
-        except subprocess.TimeoutExpired:
-            pass
         assert driver.returncode in (None, -signal.SIGKILL), "the tailer died on its own"
         driver.send_signal(signal.SIGKILL)
         driver.wait()
@@ -57,10 +56,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) 
     deadline = time.monotonic() + 60
     numbers = stored_numbers(db)
     while len(numbers) < LINES and time.monotonic() < deadline:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             driver.wait(timeout=0.5)
-        except subprocess.TimeoutExpired:
-            pass
         numbers = stored_numbers(db)
     driver.send_signal(signal.SIGTERM)
     driver.wait(timeout=10)
