@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,9 +46,13 @@ def store() -> Store:
     return Store.open(":memory:")
 
 
+FollowFactory = Callable[..., Follow]
+
+
 @pytest.fixture
-def follow(tmp_path: Path, store: Store):  # type: ignore[no-untyped-def]
-    def make(pattern: str = "*.log", **options: object) -> Follow:
-        opts = TailOptions(**{"start_at": "beginning", "rotate_wait_seconds": 0.0, **options})  # type: ignore[arg-type]
+def follow(tmp_path: Path, store: Store) -> FollowFactory:
+    """`follow(pattern, **TailOptions fields)`: a Follow on tmp_path, reading from the beginning."""
+    def make(pattern: str = "*.log", **options: Any) -> Follow:
+        opts = TailOptions(**{"start_at": "beginning", "rotate_wait_seconds": 0.0, **options})
         return Follow(store, str(tmp_path / pattern), opts)
     return make

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agent.framing import Frame, PartialJoiner, parse_rfc3339, unwrap
 
-line_text = st.text(st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)), max_size=300)
+line_text = st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=300)
 streams = st.sampled_from(["stdout", "stderr"])
 
 
@@ -35,7 +35,7 @@ def test_docker_split_lines_rejoin_to_the_original(text: str, stream: str, size:
     assert joiner.held_offset() is None
 
 
-@given(st.lists(st.text(st.characters(blacklist_characters="\n\r", blacklist_categories=("Cs",)), max_size=40),
+@given(st.lists(st.text(st.characters(codec="utf-8", exclude_characters="\n\r"), max_size=40),
                 min_size=1, max_size=6), streams)
 def test_cri_partials_rejoin_and_interleaved_streams_stay_apart(pieces: list[str], stream: str) -> None:
     other = "stderr" if stream == "stdout" else "stdout"

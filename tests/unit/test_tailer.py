@@ -19,12 +19,12 @@ import pytest
 
 from agent.store import Store
 from agent.tailer import FileTailer, TailOptions
-from tests.conftest import Follow
+from tests.conftest import Follow, FollowFactory
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
 
-def test_partial_line_is_held_until_its_newline(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_partial_line_is_held_until_its_newline(tmp_path: Path, follow: FollowFactory) -> None:
     f = follow()
     log = tmp_path / "a.log"
     log.write_bytes(b"one\ntw")
@@ -35,7 +35,7 @@ def test_partial_line_is_held_until_its_newline(tmp_path: Path, follow) -> None:
     assert [(line.text, line.offset) for line in lines] == [("two", 4), ("three", 9)]
 
 
-def test_quiet_partial_line_is_flushed_and_counted(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_quiet_partial_line_is_flushed_and_counted(tmp_path: Path, follow: FollowFactory) -> None:
     f = follow(partial_flush_seconds=5.0)
     log = tmp_path / "a.log"
     log.write_bytes(b"prompt> ")
@@ -48,7 +48,7 @@ def test_quiet_partial_line_is_flushed_and_counted(tmp_path: Path, follow) -> No
     assert f.tailer.stats().partial_flushes_total == 1
 
 
-def test_shutdown_flushes_the_partial_line(tmp_path: Path, store: Store, follow) -> None:  # type: ignore[no-untyped-def]
+def test_shutdown_flushes_the_partial_line(tmp_path: Path, store: Store, follow: FollowFactory) -> None:
     f = follow()
     (tmp_path / "a.log").write_bytes(b"done\nhalf")
     f.step(0)
@@ -57,14 +57,14 @@ def test_shutdown_flushes_the_partial_line(tmp_path: Path, store: Store, follow)
     assert f.texts() == ["done", "half"]
 
 
-def test_invalid_utf8_is_replaced_and_counted(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_invalid_utf8_is_replaced_and_counted(tmp_path: Path, follow: FollowFactory) -> None:
     f = follow()
     (tmp_path / "a.log").write_bytes(b"ok \xc3\xa9\nbad \xff\xfe end\n")
     assert [line.text for line in f.step(0)] == ["ok é", "bad \ufffd\ufffd end"]
     assert f.tailer.stats().invalid_utf8_total == 1
 
 
-def test_giant_line_is_truncated_with_bounded_memory(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_giant_line_is_truncated_with_bounded_memory(tmp_path: Path, follow: FollowFactory) -> None:
     f = follow(max_line_bytes=1024)
     log = tmp_path / "a.log"
     with log.open("wb") as out:
@@ -83,7 +83,7 @@ def test_giant_line_is_truncated_with_bounded_memory(tmp_path: Path, follow) -> 
     assert (stats.truncated_lines_total, stats.invalid_utf8_total) == (1, 0)
 
 
-def test_docker_json_file_lines_are_unwrapped_and_rejoined(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_docker_json_file_lines_are_unwrapped_and_rejoined(tmp_path: Path, follow: FollowFactory) -> None:
     shutil.copy(FIXTURES / "docker-json.log", tmp_path / "c-json.log")
     f = follow("*-json.log", fmt="docker")
     lines = f.step(0)
@@ -101,7 +101,7 @@ def test_docker_json_file_lines_are_unwrapped_and_rejoined(tmp_path: Path, follo
     assert f.tailer.stats().framing_errors_total == 1
 
 
-def test_docker_split_line_survives_a_crash_between_its_pieces(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_docker_split_line_survives_a_crash_between_its_pieces(tmp_path: Path, follow: FollowFactory) -> None:
     rows = (FIXTURES / "docker-json.log").read_text().splitlines(keepends=True)
     log = tmp_path / "c-json.log"
     log.write_text("".join(rows[:3]))  # the first piece of the long line, and stderr after it
@@ -115,7 +115,7 @@ def test_docker_split_line_survives_a_crash_between_its_pieces(tmp_path: Path, f
     assert texts == Counter({"INFO 05-01": 1, "WARNING st": 1, "abcdefghij": 1, "ERROR torc": 1, "not json a": 1})
 
 
-def test_cri_partials_are_joined(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_cri_partials_are_joined(tmp_path: Path, follow: FollowFactory) -> None:
     shutil.copy(FIXTURES / "cri.log", tmp_path / "0.log")
     f = follow("0.log", fmt="cri")
     lines = f.step(0)
@@ -142,7 +142,7 @@ def test_first_run_starts_at_the_end_later_files_from_the_start(tmp_path: Path, 
     assert [line.text for line in f.step(2)] == ["written while down"]
 
 
-def test_file_that_does_not_exist_yet_is_picked_up(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_file_that_does_not_exist_yet_is_picked_up(tmp_path: Path, follow: FollowFactory) -> None:
     f = follow("sub/*.log")
     assert f.step(0) == [] and f.tailer.stats().files == 0
     (tmp_path / "sub").mkdir()
@@ -150,7 +150,7 @@ def test_file_that_does_not_exist_yet_is_picked_up(tmp_path: Path, follow) -> No
     assert [line.text for line in f.step(1)] == ["hello"]
 
 
-def test_a_broad_glob_does_not_read_rotated_names_twice(tmp_path: Path, follow) -> None:  # type: ignore[no-untyped-def]
+def test_a_broad_glob_does_not_read_rotated_names_twice(tmp_path: Path, follow: FollowFactory) -> None:
     f = follow("*")
     log = tmp_path / "x.log"
     log.write_text("a\nb\n")
@@ -162,7 +162,8 @@ def test_a_broad_glob_does_not_read_rotated_names_twice(tmp_path: Path, follow) 
     assert sorted(f.texts()) == ["a", "b", "c"]
 
 
-def test_cursor_of_a_deleted_file_expires_after_the_grace_period(tmp_path: Path, store: Store, follow) -> None:  # type: ignore[no-untyped-def]
+def test_cursor_of_a_deleted_file_expires_after_the_grace_period(
+        tmp_path: Path, store: Store, follow: FollowFactory) -> None:
     f = follow(cursor_grace_seconds=100.0)
     log = tmp_path / "a.log"
     log.write_text("a\n")
