@@ -119,7 +119,8 @@ class SourceStats:
     """A snapshot of one source's self-metrics; counters only grow while the source lives.
 
     `lag_bytes` is the sum over open files of size − read position; `up` is False while the source
-    cannot read (permission denied, journalctl died) and True again once it can.
+    cannot read (permission denied, journalctl died) and True again once it can. Each field `x` is
+    exported as `deepinfer_source_x` with a `source` label (docs/sources.md lists them).
     """
 
     source: str
