@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import codecs
 import contextlib
-import fnmatch
 import glob
 import hashlib
 import os
@@ -43,7 +42,7 @@ from agent.records import Cursor, LogLine, SourceBatch, SourceStats
 
 FINGERPRINT_BYTES = 128
 READ_CHUNK_BYTES = 64 * 1024
-MAX_BYTES_PER_POLL = 4 * 1024 * 1024  # per file; the rest waits for the next poll (back-pressure)
+MAX_BYTES_PER_POLL = 4 * 1024 * 1024  # shared by the open files; the rest waits for the next poll
 START_MARKER = ""  # the file_key of a source's start-marker cursor
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip")
 
@@ -101,6 +100,7 @@ class _File:
     rotated_at: float | None = None  # set once the path no longer names this file: drain, then close
     emitted: tuple[int, str] | None = None  # (offset, fingerprint) of the last cursor handed out
     mtime_ns: int = 0  # as of the last poll, to notice a file that changed without growing
+    real: str = ""  # the resolved path at open time: where a restart looks for it (symlink targets too)
 
     def committed(self) -> int:
         """The first byte not yet delivered as part of a line: where a restart must resume."""
@@ -133,6 +133,7 @@ class FileTailer:
         self._lag = 0
         self._failed_paths: set[str] = set()
         self._first_discovery = True
+        self._budget = MAX_BYTES_PER_POLL  # bytes each file may read in this poll (set per poll)
         # When the tailer last looked (the previous poll, or the newest stored cursor); None on a first run.
         self._last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
 
@@ -152,10 +153,11 @@ class FileTailer:
         out = _Out()
         if not self._started:
             self._started = True
-            self._restore(now, out)
+            self._restore(now)
             if self._first_run:
                 out.cursors.append(Cursor(self.name, self.pattern, 0, 0, "0:", 0, START_MARKER, now))
         more = False
+        self._budget = max(READ_CHUNK_BYTES, MAX_BYTES_PER_POLL // max(1, len(self._open)))
         for f in list(self._open.values()):
             more |= self._service(f, now, out)
         more |= self._discover(now, out)
@@ -196,18 +198,23 @@ class FileTailer:
 
     # --- finding files ------------------------------------------------------------------------------------
 
-    def _restore(self, now: float, out: _Out) -> None:
+    def _restore(self, now: float) -> None:
         """Reattach stored cursors to files (by inode, wherever they were renamed) and read what was
         rotated while the agent was down."""
+        live: dict[tuple[int, int], str] = {}
+        for path in self._glob():
+            with contextlib.suppress(OSError):
+                st = Path(path).stat()
+                live.setdefault((st.st_dev, st.st_ino), path)
         # The surest identities first: a long fingerprint cannot be mistaken for a reused inode.
         for cursor in sorted(self._restored, key=lambda c: -_fingerprint_length(c.fingerprint)):
-            f = self._reattach(cursor, now)
+            f = self._reattach(cursor, live, now)
             if f is None:
                 self._retired[cursor.file_key] = (cursor, now)
         for path in {c.path for c in self._restored}:
             self._catch_up(path, now)
 
-    def _reattach(self, cursor: Cursor, now: float) -> _File | None:
+    def _reattach(self, cursor: Cursor, live: dict[tuple[int, int], str], now: float) -> _File | None:
         candidates = [cursor.path]
         if _fingerprint_length(cursor.fingerprint) > 0:  # an empty file's inode may be anyone's now
             with contextlib.suppress(OSError):
@@ -225,7 +232,9 @@ class FileTailer:
                 return self._recover_from_copy(cursor, now)
             f.fp, f.read_pos, f.buf_start = cursor.fingerprint, cursor.offset, cursor.offset
             f.emitted = (cursor.offset, cursor.fingerprint)
-            if not fnmatch.fnmatch(path, self.pattern):  # found under a rotated name
+            if (f.dev, f.inode) in live:
+                f.path = live[(f.dev, f.inode)]  # the name the glob knows it by (a symlink, say)
+            else:  # renamed, replaced or unlinked from the glob while the agent was down
                 f.rotated_at = now
                 self._count["rotations"] += 1
             self._open[f.key] = f
@@ -293,9 +302,7 @@ class FileTailer:
         live = {(f.dev, f.inode) for f in self._open.values()}
         retired = {(c.dev, c.inode): key for key, (c, _) in self._retired.items()}
         up, more = True, False
-        for path in sorted(glob.glob(self.pattern)):  # noqa: PTH207 (an absolute user glob; Path.glob is relative)
-            if path.endswith(COMPRESSED_SUFFIXES):
-                continue
+        for path in self._glob():
             try:
                 st = Path(path).stat()
             except OSError:
@@ -333,6 +340,11 @@ class FileTailer:
         self._up = up
         return more
 
+    def _glob(self) -> list[str]:
+        """The paths the pattern names now, in a stable order, compressed rotations left out."""
+        paths = glob.glob(self.pattern)  # noqa: PTH207 (an absolute user glob; Path.glob takes relative ones)
+        return sorted(p for p in paths if not p.endswith(COMPRESSED_SUFFIXES))
+
     def _open_at(self, path: str, now: float, key: str | None, offset: int | None) -> _File | None:
         """Open `path` read-only and identify it by fstat; offset None means "at the last complete line"."""
         try:
@@ -353,7 +365,7 @@ class FileTailer:
             return None
         return _File(fd, path, st.st_dev, st.st_ino, key or f"{st.st_dev}:{st.st_ino}:{secrets.token_hex(6)}",
                      fp, start, PartialJoiner(self.options.max_line_bytes), buf_start=start, last_growth=now,
-                     mtime_ns=st.st_mtime_ns)
+                     mtime_ns=st.st_mtime_ns, real=str(Path(path).resolve()))
 
     def _last_line_end(self, fd: int, size: int) -> int:
         """Where a first run starting "at the end" begins: after the last newline, not mid-line."""
@@ -411,7 +423,7 @@ class FileTailer:
 
     def _read(self, f: _File, now: float, out: _Out, size: int) -> int:
         got = 0
-        while got < MAX_BYTES_PER_POLL and f.read_pos < size:
+        while got < self._budget and f.read_pos < size:
             data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
             if not data:
                 break
@@ -482,7 +494,7 @@ class FileTailer:
     def _truncated(self, f: _File, now: float, out: _Out) -> None:
         """copytruncate: finish the unread tail from the copy, then read this file again from 0."""
         self._count["truncations"] += 1
-        old = Cursor(self.name, f.path, f.dev, f.inode, f.fp, f.committed(), f.key, now)
+        old = Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now)
         del self._open[f.key]
         f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
         self._open[f.key] = f
@@ -542,7 +554,7 @@ class FileTailer:
         self._cursor(f, now, out)
         os.close(f.fd)
         del self._open[f.key]
-        self._retired[f.key] = (Cursor(self.name, f.path, f.dev, f.inode, f.fp, f.committed(), f.key, now), now)
+        self._retired[f.key] = (Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now), now)
 
     def _expire(self, now: float, out: _Out) -> None:
         grace = self.options.cursor_grace_seconds
@@ -555,7 +567,7 @@ class FileTailer:
         state = (f.committed(), f.fp)
         if state != f.emitted:
             f.emitted = state
-            out.cursors.append(Cursor(self.name, f.path, f.dev, f.inode, f.fp, state[0], f.key, now))
+            out.cursors.append(Cursor(self.name, f.real, f.dev, f.inode, f.fp, state[0], f.key, now))
 
 
 def _same_start(f: _File, other: _File | Cursor) -> bool:

@@ -66,9 +66,10 @@ def rotate(style: str, path: Path, generation: int) -> None:
     elif style == "copytruncate":
         shutil.copyfile(path, rotated)
         os.truncate(path, 0)
-    elif style == "create_from_temp":
+    elif style == "create_from_temp":  # logrotate's `create`: the new file appears under its name at once
         temp = path.with_name(f".{path.name}.tmp")
         temp.touch()
+        path.rename(rotated)
         temp.replace(path)
     elif style == "delete_recreate":
         path.unlink()
@@ -132,3 +133,31 @@ def test_rotation_delivers_every_line_once(tmp_path: Path, store: Store, waker: 
         assert stats.truncations_total == 3
     else:
         assert stats.rotations_total == 3
+
+
+@pytest.mark.parametrize("style", [s for s in ROTATIONS if s != "delete_recreate"])
+def test_rotation_while_the_agent_is_down_loses_nothing(tmp_path: Path, store: Store, style: str) -> None:
+    """The agent crashes with lines unread; the file is rotated (twice) before it comes back.
+
+    delete + recreate is left out: a file deleted while no one holds it open is gone for every tool. A
+    symlink is swapped once: a target created and swapped away while the agent was down is not next to
+    anything the agent knows, so nothing can find it.
+    """
+    path = tmp_path / "app.log"
+    if style == "symlink_swap":
+        (tmp_path / "targets").mkdir()
+        (tmp_path / "targets" / "app-0.log").touch()
+        path.symlink_to(tmp_path / "targets" / "app-0.log")
+    follow = Follow(store, str(path), TailOptions(start_at="beginning", rotate_wait_seconds=5.0))
+    writer = Writer(path, keep_open=False)
+    writer.write(10)
+    follow.step(0)
+    writer.write(10)  # unread when the agent dies
+    follow.tailer.close(0)  # a crash: nothing it still held is committed
+    for generation in (1,) if style == "symlink_swap" else (1, 2):
+        rotate(style, path, generation)
+        writer.write(10)
+    follow.restart()
+    for now in range(1, 12):
+        follow.step(now)
+    assert Counter(follow.texts()) == Counter(f"line-{n:05d}" for n in range(writer.next))
