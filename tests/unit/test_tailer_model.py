@@ -124,9 +124,9 @@ class TailerMachine(RuleBasedStateMachine):
             by_file: dict[str, list[tuple[int, str]]] = defaultdict(list)
             for line in self.store.lines("test"):
                 by_file[line.file_key].append((line.offset, line.text))
-            for lines in by_file.values():
+            for lines in by_file.values():  # in order per file: each line's first number grows with its offset
                 texts = [text for _, text in sorted(lines)]
-                numbers = [int(t.split("-")[-1][1:] or t[1:7]) if t.startswith("n") else int(t[1:7]) for t in texts]
+                numbers = [int(text[1:7]) for text in texts]
                 assert numbers == sorted(numbers), texts
             self.follow.tailer.close(self.now)
         finally:
