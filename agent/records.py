@@ -77,6 +77,9 @@ class Cursor:
     The identity is (dev, inode) from `os.fstat` on the open handle plus `fingerprint`, a hash of the
     first bytes written as `"<length>:<hex>"`, so a reused inode with new content is a new file.
     `offset` is the first byte not yet delivered (a held partial line is re-read after a restart).
+    `path` is the resolved path the file was opened under (a symlink's target), where a restart looks
+    first before searching that directory by inode. A cursor with an empty `file_key` is a file
+    source's start marker (it has run before; `seen_seconds` is when).
     `seen_seconds` is when the tailer produced this cursor (wall clock), used after a restart to tell
     rotated files written while the agent was down from ones it had already finished.
     """

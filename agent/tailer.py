@@ -149,7 +149,11 @@ class FileTailer:
 
     def poll(self, now: float) -> SourceBatch:
         """One bounded step: read what is new, follow rotations, expire old cursors. Never sleeps or raises
-        on I/O errors (they are counted and retried)."""
+        on I/O errors (they are counted and retried).
+
+        `now` is wall-clock epoch seconds (`time.time()`): besides timing partial-line flushes and rotate
+        waits, it is stored in cursors and compared with file modification times after a restart.
+        """
         out = _Out()
         if not self._started:
             self._started = True
@@ -220,7 +224,7 @@ class FileTailer:
             with contextlib.suppress(OSError):
                 candidates += [e.path for e in os.scandir(Path(cursor.path).parent) if e.inode() == cursor.inode]
         for path in candidates:
-            f = self._open_at(path, now, key=cursor.file_key, offset=None)
+            f = self._open_at(path, now, key=cursor.file_key, offset=cursor.offset)
             if f is None:
                 continue
             if (f.dev, f.inode) != (cursor.dev, cursor.inode) or f.key in self._open:
@@ -230,8 +234,7 @@ class FileTailer:
                 # Same inode, other first bytes: truncated and rewritten (or the inode was reused).
                 os.close(f.fd)
                 return self._recover_from_copy(cursor, now)
-            f.fp, f.read_pos, f.buf_start = cursor.fingerprint, cursor.offset, cursor.offset
-            f.emitted = (cursor.offset, cursor.fingerprint)
+            f.fp, f.emitted = cursor.fingerprint, (cursor.offset, cursor.fingerprint)
             if (f.dev, f.inode) in live:
                 f.path = live[(f.dev, f.inode)]  # the name the glob knows it by (a symlink, say)
             else:  # renamed, replaced or unlinked from the glob while the agent was down
