@@ -43,6 +43,7 @@ from agent.records import Cursor, LogLine, SourceBatch, SourceStats
 FINGERPRINT_BYTES = 128
 READ_CHUNK_BYTES = 64 * 1024
 MAX_BYTES_PER_POLL = 4 * 1024 * 1024  # shared by the open files; the rest waits for the next poll
+MAX_LINES_PER_POLL = 20_000  # likewise: bounds a batch of short lines in memory and in one transaction
 START_MARKER = ""  # the file_key of a source's start-marker cursor
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip")
 
@@ -134,6 +135,7 @@ class FileTailer:
         self._failed_paths: set[str] = set()
         self._first_discovery = True
         self._budget = MAX_BYTES_PER_POLL  # bytes each file may read in this poll (set per poll)
+        self._line_budget = MAX_LINES_PER_POLL  # and lines it may deliver (a batch of tiny lines stays small)
         # When the tailer last looked (the previous poll, or the newest stored cursor); None on a first run.
         self._last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
 
@@ -161,7 +163,9 @@ class FileTailer:
             if self._first_run:
                 out.cursors.append(Cursor(self.name, self.pattern, 0, 0, "0:", 0, START_MARKER, now))
         more = False
-        self._budget = max(READ_CHUNK_BYTES, MAX_BYTES_PER_POLL // max(1, len(self._open)))
+        share = max(1, len(self._open))
+        self._budget = max(READ_CHUNK_BYTES, MAX_BYTES_PER_POLL // share)
+        self._line_budget = max(100, MAX_LINES_PER_POLL // share)
         for f in list(self._open.values()):
             more |= self._service(f, now, out)
         more |= self._discover(now, out)
@@ -221,8 +225,7 @@ class FileTailer:
     def _reattach(self, cursor: Cursor, live: dict[tuple[int, int], str], now: float) -> _File | None:
         candidates = [cursor.path]
         if _fingerprint_length(cursor.fingerprint) > 0:  # an empty file's inode may be anyone's now
-            with contextlib.suppress(OSError):
-                candidates += [e.path for e in os.scandir(Path(cursor.path).parent) if e.inode() == cursor.inode]
+            candidates += [e.path for e in _rotated_siblings(cursor.path) if e.inode() == cursor.inode]
         for path in candidates:
             f = self._open_at(path, now, key=cursor.file_key, offset=cursor.offset)
             if f is None:
@@ -253,21 +256,13 @@ class FileTailer:
         """
         if self._last_now is None:
             return
-        base = Path(live_path).name
-        prefixes = (base + ".", base + "-")
         known = {(f.dev, f.inode) for f in self._open.values()}
-        try:
-            entries = [e for e in os.scandir(Path(live_path).parent)
-                       if e.name.startswith(prefixes) and not e.name.endswith(COMPRESSED_SUFFIXES)]
-        except OSError:
-            return
-        for entry in entries:
+        for entry in _rotated_siblings(live_path):
             try:
                 st = entry.stat()
             except OSError:
                 continue
-            if (st.st_dev, st.st_ino) in known or st.st_mtime < self._last_now - 1.0 or \
-                    not stat.S_ISREG(st.st_mode):
+            if (st.st_dev, st.st_ino) in known or st.st_mtime < self._last_now - 1.0:
                 continue
             f = self._open_at(entry.path, now, key=None, offset=0)
             if f is None:
@@ -425,23 +420,26 @@ class FileTailer:
         return f.read_pos < size
 
     def _read(self, f: _File, now: float, out: _Out, size: int) -> int:
-        got = 0
-        while got < self._budget and f.read_pos < size:
+        """Read up to this poll's byte and line budgets; return the bytes consumed."""
+        got, line_limit = 0, len(out.lines) + self._line_budget
+        while got < self._budget and f.read_pos < size and len(out.lines) < line_limit:
             data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
             if not data:
                 break
-            self._feed(f, data, out)
-            got += len(data)
+            used = self._feed(f, data, out, line_limit)
+            got += used
+            if used < len(data):
+                break
         if got:
             f.last_growth = now
             self._count["bytes"] += got
         return got
 
-    def _feed(self, f: _File, data: bytes, out: _Out) -> None:
-        """Split bytes into physical lines; keep at most `max_line_bytes` of a line however long it is."""
+    def _feed(self, f: _File, data: bytes, out: _Out, line_limit: int) -> int:
+        """Split bytes into physical lines, stopping after the line that reaches `line_limit` lines in
+        the batch; keep at most `max_line_bytes` of a line however long it is. Returns bytes consumed."""
         base, limit, pos = f.read_pos, self.options.max_line_bytes, 0
-        f.read_pos += len(data)
-        while pos < len(data):
+        while pos < len(data) and len(out.lines) < line_limit:
             newline = data.find(b"\n", pos)
             end = len(data) if newline < 0 else newline
             if not f.dropping:
@@ -449,12 +447,16 @@ class FileTailer:
                 f.buf += data[pos:pos + min(room, end - pos)]
                 f.dropping = end - pos > room
             if newline < 0:
-                return
+                pos = len(data)
+                break
+            f.read_pos = base + newline + 1  # the line's bytes are consumed before it is delivered
             self._line(f, bytes(f.buf), f.buf_start, f.dropping, out)
             f.buf.clear()
             f.dropping = False
             pos = newline + 1
             f.buf_start = base + pos
+        f.read_pos = base + pos
+        return pos
 
     def _line(self, f: _File, raw: bytes, offset: int, cut: bool, out: _Out) -> None:
         """Decode one physical line, unwrap its envelope, re-join runtime splits, and deliver it."""
@@ -517,17 +519,12 @@ class FileTailer:
         if _fingerprint_length(cursor.fingerprint) == 0:
             return None
         best: tuple[float, str] | None = None
-        try:
-            entries = list(os.scandir(Path(cursor.path).parent))
-        except OSError:
-            return None
-        for entry in entries:
+        for entry in _rotated_siblings(cursor.path):
             try:
                 st = entry.stat()
             except OSError:
                 continue
-            if entry.inode() == cursor.inode or st.st_size < cursor.offset or entry.name.endswith(
-                    COMPRESSED_SUFFIXES) or not entry.is_file():
+            if entry.inode() == cursor.inode or st.st_size < cursor.offset:
                 continue
             if best is None or st.st_mtime > best[0]:
                 try:
@@ -571,6 +568,23 @@ class FileTailer:
         if state != f.emitted:
             f.emitted = state
             out.cursors.append(Cursor(self.name, f.real, f.dev, f.inode, f.fp, state[0], f.key, now))
+
+
+def _rotated_siblings(path: str) -> list[os.DirEntry[str]]:
+    """Regular files next to `path` named as its rotations (`x.log.1`, `x.log-20250101`), uncompressed.
+
+    Nothing else in the directory is ever opened: closing any descriptor of a file drops every POSIX
+    lock this process holds on it, so opening, say, the agent's own SQLite database here would silently
+    break SQLite's locking.
+    """
+    base = Path(path).name
+    prefixes = (base + ".", base + "-")
+    try:
+        entries = list(os.scandir(Path(path).parent))
+    except OSError:
+        return []
+    return [e for e in entries if e.name.startswith(prefixes) and not e.name.endswith(COMPRESSED_SUFFIXES)
+            and e.is_file(follow_symlinks=False)]
 
 
 def _same_start(f: _File, other: _File | Cursor) -> bool:
