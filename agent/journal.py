@@ -133,10 +133,9 @@ class JournalSource:
             self._feed(data, lines)
         self._count["bytes"] += got
         self._drain_stderr(proc)
-        if eof:
-            proc.wait()
+        if eof:  # journalctl exited (or closed its output): down until the restart
+            self.close()
             self._count["restarts"] += 1
-            self._proc = None
             self._next_start = now + self._restart_seconds
         cursors = (JournalCursor(self.name, self._cursor),) if lines and self._cursor else ()
         return SourceBatch(tuple(lines), cursors, (), more=got >= READ_BYTES_PER_POLL)
