@@ -23,7 +23,6 @@ The loop never sleeps: `poll(now)` does one bounded step, and the caller waits (
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import glob
 import hashlib
@@ -37,7 +36,8 @@ from pathlib import Path
 from typing import Literal
 
 from agent.config import SourceSection
-from agent.framing import Frame, PartialJoiner, unwrap
+from agent.framing import Frame
+from agent.lines import LineAssembler
 from agent.records import Cursor, LogLine, SourceBatch, SourceStats
 
 FINGERPRINT_BYTES = 128
@@ -93,10 +93,7 @@ class _File:
     key: str
     fp: str
     read_pos: int  # next byte to read
-    joiner: PartialJoiner
-    buf: bytearray = field(default_factory=bytearray)  # the unfinished physical line (≤ max_line_bytes)
-    buf_start: int = 0  # file offset of buf[0]
-    dropping: bool = False  # the unfinished line is over the maximum: its further bytes are dropped
+    lines: LineAssembler
     last_growth: float = 0.0
     rotated_at: float | None = None  # set once the path no longer names this file: drain, then close
     emitted: tuple[int, str] | None = None  # (offset, fingerprint) of the last cursor handed out
@@ -105,9 +102,7 @@ class _File:
 
     def committed(self) -> int:
         """The first byte not yet delivered as part of a line: where a restart must resume."""
-        held = self.joiner.held_offset()
-        start = self.buf_start if (self.buf or self.dropping) else self.read_pos
-        return start if held is None else min(held, start)
+        return self.lines.committed(self.read_pos)
 
 
 class FileTailer:
@@ -281,9 +276,9 @@ class FileTailer:
             if finished is not None:  # a file read before: resume it (it may have grown since)
                 del self._retired[finished.file_key]
                 f.key, f.fp, f.emitted = finished.file_key, finished.fingerprint, None
-                f.read_pos = f.buf_start = finished.offset
+                self._restart_at(f, finished.offset)
             elif copy_of is not None:  # a copytruncate copy of bytes already read: start where they ended
-                f.read_pos = f.buf_start = min(copy_of.offset, self._size(f))
+                self._restart_at(f, min(copy_of.offset, self._size(f)))
             f.rotated_at = now
             self._open[f.key] = f
             known.add((f.dev, f.inode))
@@ -362,8 +357,16 @@ class FileTailer:
             self._count["read_errors"] += 1
             return None
         return _File(fd, path, st.st_dev, st.st_ino, key or f"{st.st_dev}:{st.st_ino}:{secrets.token_hex(6)}",
-                     fp, start, PartialJoiner(self.options.max_line_bytes), buf_start=start, last_growth=now,
-                     mtime_ns=st.st_mtime_ns, real=str(Path(path).resolve()))
+                     fp, start, self._assembler(start), last_growth=now, mtime_ns=st.st_mtime_ns,
+                     real=str(Path(path).resolve()))
+
+    def _assembler(self, start: int) -> LineAssembler:
+        return LineAssembler(self.options.fmt, self.options.max_line_bytes, self._count, start)
+
+    def _restart_at(self, f: _File, offset: int) -> None:
+        """Read `f` from `offset` on, forgetting any unfinished line."""
+        f.read_pos = offset
+        f.lines = self._assembler(offset)
 
     def _last_line_end(self, fd: int, size: int) -> int:
         """Where a first run starting "at the end" begins: after the last newline, not mid-line."""
@@ -411,7 +414,7 @@ class FileTailer:
             self._catch_up(f.path, now)
         f.mtime_ns = st.st_mtime_ns
         quiet = now - f.last_growth
-        if got == 0 and quiet >= self.options.partial_flush_seconds and (f.buf or f.joiner.held_offset() is not None):
+        if got == 0 and quiet >= self.options.partial_flush_seconds and f.lines.holding():
             self._count["partial_flushes"] += 1
             self._flush(f, out)
         if f.rotated_at is not None and got == 0 and now - max(f.last_growth, f.rotated_at) >= \
@@ -422,11 +425,19 @@ class FileTailer:
     def _read(self, f: _File, now: float, out: _Out, size: int) -> int:
         """Read up to this poll's byte and line budgets; return the bytes consumed."""
         got, line_limit = 0, len(out.lines) + self._line_budget
-        while got < self._budget and f.read_pos < size and len(out.lines) < line_limit:
+
+        def emit(frame: Frame, offset: int) -> None:
+            self._deliver(f, frame, offset, out)
+
+        def stop() -> bool:
+            return len(out.lines) >= line_limit
+
+        while got < self._budget and f.read_pos < size and not stop():
             data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
             if not data:
                 break
-            used = self._feed(f, data, out, line_limit)
+            used = f.lines.feed(data, f.read_pos, emit, stop)
+            f.read_pos += used
             got += used
             if used < len(data):
                 break
@@ -434,50 +445,6 @@ class FileTailer:
             f.last_growth = now
             self._count["bytes"] += got
         return got
-
-    def _feed(self, f: _File, data: bytes, out: _Out, line_limit: int) -> int:
-        """Split bytes into physical lines, stopping after the line that reaches `line_limit` lines in
-        the batch; keep at most `max_line_bytes` of a line however long it is. Returns bytes consumed."""
-        base, limit, pos = f.read_pos, self.options.max_line_bytes, 0
-        while pos < len(data) and len(out.lines) < line_limit:
-            newline = data.find(b"\n", pos)
-            end = len(data) if newline < 0 else newline
-            if not f.dropping:
-                room = limit - len(f.buf)
-                f.buf += data[pos:pos + min(room, end - pos)]
-                f.dropping = end - pos > room
-            if newline < 0:
-                pos = len(data)
-                break
-            f.read_pos = base + newline + 1  # the line's bytes are consumed before it is delivered
-            self._line(f, bytes(f.buf), f.buf_start, f.dropping, out)
-            f.buf.clear()
-            f.dropping = False
-            pos = newline + 1
-            f.buf_start = base + pos
-        f.read_pos = base + pos
-        return pos
-
-    def _line(self, f: _File, raw: bytes, offset: int, cut: bool, out: _Out) -> None:
-        """Decode one physical line, unwrap its envelope, re-join runtime splits, and deliver it."""
-        if not cut:
-            raw = raw.removesuffix(b"\r")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            # A cut line may end inside a character: drop that stub rather than count it as invalid.
-            text = codecs.getincrementaldecoder("utf-8")("replace").decode(raw, final=not cut)
-            if "\ufffd" in text:
-                self._count["invalid_utf8"] += 1
-        frame = unwrap(text, self.options.fmt)
-        if frame is None:
-            self._count["framing_errors"] += 1
-            frame = Frame(text)
-        if cut:
-            frame = Frame(frame.text, frame.stream, frame.ts, frame.partial, True)
-        joined = f.joiner.feed(frame, offset)
-        if joined is not None:
-            self._deliver(f, *joined, out)
 
     def _deliver(self, f: _File, frame: Frame, offset: int, out: _Out) -> None:
         out.lines.append(LogLine(self.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
@@ -488,13 +455,7 @@ class FileTailer:
 
     def _flush(self, f: _File, out: _Out) -> None:
         """Deliver the unfinished line as it is (quiet for long enough, or shutting down)."""
-        if f.buf or f.dropping:
-            self._line(f, bytes(f.buf), f.buf_start, f.dropping, out)
-            f.buf.clear()
-            f.dropping = False
-            f.buf_start = f.read_pos
-        for frame, offset in f.joiner.flush():
-            self._deliver(f, frame, offset, out)
+        f.lines.flush(f.read_pos, lambda frame, offset: self._deliver(f, frame, offset, out))
 
     def _truncated(self, f: _File, now: float, out: _Out) -> None:
         """copytruncate: finish the unread tail from the copy, then read this file again from 0."""
@@ -506,10 +467,7 @@ class FileTailer:
         if self._recover_from_copy(old, now) is None:
             out.expired.append(old)
             self._catch_up(f.path, now)
-        f.read_pos = f.buf_start = 0
-        f.buf.clear()
-        f.dropping = False
-        f.joiner = PartialJoiner(self.options.max_line_bytes)
+        self._restart_at(f, 0)
         f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
         f.emitted = None
 
