@@ -19,29 +19,32 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlite_utils import Database
+from sqlite_utils import Database, Migrations
 
 from agent.errors import StoreError
 from agent.records import Cursor, JournalCursor, LogLine
 
-# Each migration brings the schema from version i to i + 1; never edit one that has shipped.
-_MIGRATIONS: tuple[str, ...] = (
-    """
-    CREATE TABLE lines (
+# sqlite-utils' Migrations records each applied step in `_sqlite_migrations` and runs it in a
+# transaction with that record. Append new steps; never edit one that has shipped.
+MIGRATIONS = Migrations("deepinfer-agent")
+
+
+@MIGRATIONS(name="0001_lines_and_cursors")
+def _lines_and_cursors(db: Database) -> None:
+    db.execute("""CREATE TABLE lines (
         file_key TEXT NOT NULL, offset INTEGER NOT NULL, source TEXT NOT NULL, path TEXT NOT NULL,
         text TEXT NOT NULL, ts REAL, stream TEXT, truncated INTEGER NOT NULL,
-        PRIMARY KEY (file_key, offset)
-    );
-    CREATE INDEX lines_source ON lines (source);
-    CREATE TABLE cursors (
+        PRIMARY KEY (file_key, offset))""")
+    db.execute("CREATE INDEX lines_source ON lines (source)")
+    db.execute("""CREATE TABLE cursors (
         source TEXT NOT NULL, file_key TEXT NOT NULL, path TEXT NOT NULL, dev INTEGER NOT NULL,
         inode INTEGER NOT NULL, fingerprint TEXT NOT NULL, offset INTEGER NOT NULL, seen_seconds REAL NOT NULL,
-        PRIMARY KEY (source, file_key)
-    );
-    CREATE TABLE journal_cursors (source TEXT PRIMARY KEY, cursor TEXT NOT NULL);
-    """,
-)
-SCHEMA_VERSION = len(_MIGRATIONS)
+        PRIMARY KEY (source, file_key))""")
+    db.execute("CREATE TABLE journal_cursors (source TEXT PRIMARY KEY, cursor TEXT NOT NULL)")
+
+
+KNOWN_MIGRATIONS = ("0001_lines_and_cursors",)
+SCHEMA_VERSION = len(KNOWN_MIGRATIONS)
 
 
 def _line_row(line: LogLine) -> tuple[Any, ...]:
@@ -84,20 +87,24 @@ class Store:
         return store
 
     def _migrate(self) -> None:
-        version = int(self._db.execute("PRAGMA user_version").fetchone()[0])
-        if version > SCHEMA_VERSION:
-            raise StoreError(f"{self._name}: schema version {version} is newer than this agent "
-                             f"understands ({SCHEMA_VERSION}); upgrade the agent")
-        for number in range(version, SCHEMA_VERSION):
-            with self._db.atomic():
-                for statement in _MIGRATIONS[number].split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-                self._db.execute(f"PRAGMA user_version = {number + 1}")
+        """Apply pending migrations under a write lock, so two processes opening a new file at once
+        (the daemon and a CLI command) do not both create the tables."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            unknown = [m.name for m in MIGRATIONS.applied(self._db) if m.name not in KNOWN_MIGRATIONS]
+            if unknown:
+                raise StoreError(f"{self._name}: the schema has migrations this agent does not know "
+                                 f"({', '.join(unknown)}): it was written by a newer agent; upgrade the agent")
+            MIGRATIONS.apply(self._db)
+        except BaseException:
+            self._db.rollback()
+            raise
+        self._db.execute("COMMIT")
 
     @property
     def schema_version(self) -> int:
-        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        """How many schema migrations this database has had (SCHEMA_VERSION once opened)."""
+        return len(MIGRATIONS.applied(self._db))
 
     def commit(self, records: Iterable[object], cursors: Iterable[Cursor | JournalCursor] = (),
                expired: Iterable[Cursor] = ()) -> int:

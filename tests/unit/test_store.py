@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,8 +77,9 @@ def test_a_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
     db = tmp_path / "agent.db"
     Store.open(db).close()
     with sqlite3.connect(db) as conn:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
-    with pytest.raises(StoreError, match="newer than this agent understands"):
+        conn.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
+                     "VALUES ('deepinfer-agent', '9999_from_the_future', '2030-01-01')")
+    with pytest.raises(StoreError, match=r"9999_from_the_future.*upgrade the agent"):
         Store.open(db)
 
 
@@ -84,3 +87,15 @@ def test_an_unusable_path_is_a_store_error(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(StoreError, match="cannot open the store"):
         Store.open(tmp_path / "file" / "agent.db")
+
+
+def test_two_processes_creating_the_store_at_once_both_succeed(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    script = "import sys; from agent.store import Store; Store.open(sys.argv[1]).close()"
+    root = Path(__file__).parent.parent.parent
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(db)], cwd=root, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    with Store.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
