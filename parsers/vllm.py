@@ -76,7 +76,7 @@ _ARG = regex.compile(
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
 _PREFILTER = regex.compile(
-    r"KV cache|blocks:|took|memory|max seq len|block size|estimated maximum|with config: |args: "
+    r"KV cache|blocks:|took|memory|Maximum concurrency|max seq len|block size|estimated maximum|with config: |args: "
 )
 
 
