@@ -25,6 +25,7 @@ from agent.budget_view import (
 )
 from agent.config import DEFAULT_CONFIG_PATH, Config, load_config
 from agent.errors import AgentError, ConfigError
+from agent.framing import unwrap_cri, unwrap_docker
 from agent.models import PRESETS
 from agent.planner import Plan, plan
 from agent.reconcile import Reconciliation, latest, reconcile
@@ -160,10 +161,16 @@ def _budget_report(result: Budget, origin: dict[str, str], cfg: Config | None, t
 
 
 def _read_lines(path: Path | None) -> list[str]:
+    """A saved log's lines, unwrapped from Docker json-file or CRI envelopes where they have one."""
     if path is None:
         return []
     try:
         with path.open(encoding="utf-8", errors="replace") as handle:
-            return [line for line in handle]
+            return [_unwrapped(line.rstrip("\n")) for line in handle]
     except OSError as exc:
         _fail(f"{path}: cannot read: {exc.strerror or exc}")
+
+
+def _unwrapped(line: str) -> str:
+    frame = unwrap_docker(line) if line.startswith("{") else unwrap_cri(line) if line[:1].isdigit() else None
+    return frame.text if frame is not None else line

@@ -80,6 +80,20 @@ def test_from_log_text_side_by_side() -> None:
     assert "activation peak 9.37 GiB" in out
 
 
+def test_from_log_inside_container_envelopes(tmp_path: Path) -> None:
+    lines = (STARTUP / "vllm-0.10-v1-qwen3.log").read_text().splitlines()
+    docker = tmp_path / "docker.log"
+    docker.write_text("".join(json.dumps({"log": f"{line}\n", "stream": "stdout",
+                                          "time": "2025-07-28T23:02:27.123456789Z"}) + "\n" for line in lines))
+    cri = tmp_path / "cri.log"
+    cri.write_text("".join(f"2025-07-28T23:02:27.123456789Z stdout F {line}\n" for line in lines))
+    for log in (docker, cri):
+        code, out, _ = run("budget", "--from-log", str(log), "--vram-gib", "24", "--json")
+        assert code == 0
+        data = json.loads(out)
+        assert data["model"]["name"] == "qwen3-0.6b" and data["engine"]["max_concurrency"] == 21.51
+
+
 def test_from_log_without_capacity_lines(tmp_path: Path) -> None:
     log = tmp_path / "x.log"
     log.write_text("INFO hello\n")
