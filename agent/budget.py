@@ -70,7 +70,7 @@ def estimate_weights_bytes(shape: ModelShape, dtype: WeightsDtype) -> int:
     """Weights from the parameter count: quantized layers at `dtype`, embeddings/LM head at 16 bit."""
     if shape.params is None:
         raise BudgetError(
-            f"the weights of {shape.name} cannot be estimated (no parameter count): pass --weights-gib"
+            f"the weights of {shape.name} cannot be estimated (no parameter count): pass --weights-gib or --params-b"
         )
     embedding = shape.embedding_params or 0
     if dtype in (WeightsDtype.BF16, WeightsDtype.FP16):

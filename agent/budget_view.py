@@ -35,9 +35,11 @@ def size(value: float) -> str:
 
 
 def _kv_dtype_name(budget: Budget) -> str:
+    """`auto` spelled out: the model's 16-bit activation dtype (fp16 models stay fp16, all else bf16)."""
     kv = budget.inputs.kv_dtype
-    return budget.inputs.shape.native_dtype if kv is KvDtype.AUTO and budget.inputs.shape.native_dtype in (
-        "bf16", "fp16") else ("bf16" if kv is KvDtype.AUTO else kv.value)
+    if kv is not KvDtype.AUTO:
+        return kv.value
+    return "fp16" if budget.inputs.shape.native_dtype == "fp16" else "bf16"
 
 
 def describe_model(budget: Budget) -> str:

@@ -143,6 +143,10 @@ def test_explicit_shape_and_hf_config(tmp_path: Path) -> None:
         (["--model", "qwen2.5-7b", "--layers", "3", "--kv-heads", "1", "--head-dim", "1"], "not both"),
         (["--model", "qwen2.5-7b", "--vram-gib", "24", "--tp", "3"], "does not divide"),
         (["--model", "nonexistent/config.json", "--vram-gib", "24"], "cannot read model config"),
+        (["--vram-gib", "24"], "no model given"),
+        (["--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--vram-gib", "24"], "tokens per request unknown"),
+        (["--layers", "32", "--kv-heads", "8", "--head-dim", "128", "--vram-gib", "24", "--max-model-len", "9"],
+         "pass --weights-gib or --params-b"),
     ],
 )
 def test_errors_are_one_clear_line(args: list[str], message: str) -> None:
