@@ -13,22 +13,14 @@ from typing import Annotated, NoReturn
 import typer
 
 from agent import __version__
-from agent.budget import GIB, Budget, KvDtype, WeightsDtype, compute
-from agent.budget_view import (
-    config_snippet,
-    render_budget,
-    render_plan,
-    render_reconciliation,
-    size,
-    to_json,
-    vllm_flags,
-)
-from agent.config import DEFAULT_CONFIG_PATH, Config, load_config
+from agent.budget import KvDtype, WeightsDtype, compute
+from agent.budget_view import render_report, size, to_json
+from agent.config import DEFAULT_CONFIG_PATH, load_config
 from agent.errors import AgentError, ConfigError
 from agent.framing import unwrap_cri, unwrap_docker
 from agent.models import PRESETS
-from agent.planner import Plan, plan
-from agent.reconcile import Reconciliation, latest, reconcile
+from agent.planner import plan
+from agent.reconcile import latest, reconcile
 from agent.sizing import SizingRequest, resolve
 from parsers.vllm import startup_facts
 
@@ -142,22 +134,7 @@ def budget(
     if as_json:
         typer.echo(json.dumps(to_json(result, sizing, the_plan, rec), indent=2, default=str))
         return
-    typer.echo(_budget_report(result, sizing.origin, cfg, the_plan, rec, render_budget(result, sizing)))
-
-
-def _budget_report(result: Budget, origin: dict[str, str], cfg: Config | None, the_plan: Plan | None,
-                   rec: Reconciliation | None, table: str) -> str:
-    parts = [table]
-    if rec is not None:
-        parts.append(render_reconciliation(rec))
-    if the_plan is not None:
-        parts.append(render_plan(the_plan))
-    parts.append("Config (the seed's skeleton, max_num_seqs from this budget):\n" + config_snippet(result, cfg))
-    parts.append("Equivalent vLLM flags:\n" + vllm_flags(result))
-    if origin.get("overhead") == "default":
-        parts.append(f"Note: overhead {result.inputs.overhead_bytes / GIB:.1f} GiB is a default; measure it with "
-                     "--from-log on the engine's start-up log.")
-    return "\n\n".join(parts)
+    typer.echo(render_report(result, sizing, cfg, the_plan, rec))
 
 
 def _read_lines(path: Path | None) -> list[str]:
