@@ -71,12 +71,12 @@ def check(
 def models() -> None:
     """List the model presets with the per-token KV size (bf16) each implies."""
     for preset in PRESETS.values():
-        per_layer = (preset.head_dim if preset.is_mla else 2 * preset.kv_heads * preset.head_dim) * 2
+        per_token = preset.layers * preset.kv_bytes_per_token_layer(dtype_bytes=2)
         params = f"{preset.params / 1e9:.1f}B" if preset.params else "?"
         kind = "MLA" if preset.is_mla else f"{preset.kv_heads} KV heads × {preset.head_dim}"
         swa = f", {preset.sliding_layers} SWA layers" if preset.sliding_layers else ""
         typer.echo(f"{preset.name:<18} {params:>7}  {preset.layers:>3} layers, {kind}{swa}: "
-                   f"{size(per_layer * preset.layers)}/token  ({preset.hf_id})")
+                   f"{size(per_token)}/token  ({preset.hf_id})")
 
 
 @app.command()
