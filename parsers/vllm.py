@@ -1,25 +1,31 @@
-"""vLLM: start-up capacity facts (0.4 → 0.33, V0 and V1 engines).
+"""vLLM (0.4 → 0.33, V0 and V1 engines): events, load samples and start-up capacity facts.
 
-The formats are quoted in shared/reference/server-formats.md §1.2. vLLM prints sizes in GiB with two
-to four decimals ("GB" in 0.4–0.7 is GiB too: it divides by 2**30), so sizes here are rebuilt as
-bytes and carry that rounding. Patterns match anywhere in the line, so every prefix era, process tag
-and ANSI colour works without a prefix parser.
+Formats: shared/reference/server-formats.md §1. The prefix has changed in every era (`LEVEL date
+file:line]`, then `[file:line]`, process tags `(APIServer pid=…)` written by a stdout wrapper with ANSI
+colour in 0.10–0.30 and by the formatter from 0.31); lines without a logger prefix (raw tracebacks,
+uvicorn) still carry the tag. vLLM prints sizes in GiB ("GB" in 0.4–0.7 divides by 2**30 too), so
+sizes are rebuilt as bytes and carry that rounding. Facts match anywhere in the message, so every era
+works without knowing which one it is.
+
+What vLLM does *not* log matters as much: V1 has no preemption line (0.12+ adds `Preemptions: N` to
+the stats line, otherwise only `/metrics` knows), no request deadline, and before 0.29 no queue cap —
+excess requests wait, which shows as `Waiting:` (V1) or `Pending:` (V0), never as a 429.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable, Iterator
+from datetime import timezone, tzinfo
 
 import regex
 
-from agent.records import CapacityFact
+from agent.records import CapacityFact, EventKind, FieldValue, Phase, Record, Server, Severity
+from parsers import gpu, http_access, kernel
+from parsers.base import Rule, Split, StreamParser, hot, rule
 
 GIB = 1024**3
-_ANSI = regex.compile(r"\x1b\[[0-9;]*m")
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
-
-
 def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
@@ -75,9 +81,9 @@ _ARG = regex.compile(
     r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
-_PREFILTER = regex.compile(
-    r"KV cache|blocks:|took|memory|max seq len|block size|estimated maximum|with config: |args: "
-)
+_FACT_WORDS = ("KV cache", "blocks:", "took", "memory", "max seq len", "block size", "estimated maximum",
+               "with config: ", "args: ")
+_FACT_FILTER = hot(*_FACT_WORDS)
 
 
 def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
@@ -97,17 +103,160 @@ def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
             yield name, raw
 
 
+
+
 def startup_facts(lines: Iterable[str], source: str = "-") -> list[CapacityFact]:
     """Every capacity fact in a vLLM log, in line order (later lines restate earlier ones after restarts)."""
-    facts: list[CapacityFact] = []
-    for raw_line in lines:
-        if not _PREFILTER.search(raw_line):
-            continue
-        line = _ANSI.sub("", raw_line)
+    parser = VllmParser(source)
+    records: list[Record] = []
+    for line in lines:
+        records.extend(parser.feed(line.rstrip("\r\n")))
+    records.extend(parser.flush())
+    return [r for r in records if isinstance(r, CapacityFact)]
+
+
+# ---- events ---------------------------------------------------------------------------------------
+def _seq_len(m: regex.Match[str]) -> dict[str, FieldValue]:
+    return {k: int(v.replace(",", "")) for k, v in m.groupdict().items() if v}
+
+
+def _kv_needed(m: regex.Match[str]) -> dict[str, FieldValue]:
+    out: dict[str, FieldValue] = {"max_model_len": int(m.group("len"))}
+    if m.group("need"):
+        out["required_kv_bytes"] = round(float(m.group("need")) * GIB)
+        out["kv_cache_bytes"] = round(float(m.group("avail")) * GIB)
+    return out
+
+
+def _reason(reason: str) -> Callable[[regex.Match[str]], dict[str, FieldValue]]:
+    return lambda m: {"reason": reason, "status": 503}
+
+
+def _died(m: regex.Match[str]) -> dict[str, FieldValue]:
+    code = m.group("code") or m.group("code2") or m.group("code3")
+    return {"exit_code": int(code)} if code else {}
+
+
+VLLM_RULES: tuple[Rule, ...] = (
+    rule(EventKind.OOM, r"No available memory for the cache blocks", Severity.CRITICAL, Phase.STARTUP),
+    rule(EventKind.OOM, r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
+         r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len),
+    rule(EventKind.OOM, r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\)(?:, \((?P<need>"
+         r"[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory \((?P<avail>[\d.]+) GiB)?",
+         Severity.CRITICAL, Phase.STARTUP, _kv_needed),
+    *gpu.GPU_RULES,
+    *kernel.KERNEL_RULES,
+    rule(EventKind.QUEUE_FULL, r"engine is currently busy and cannot accept new requests|Request queue full - rejecting",
+         Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_reqs")),
+    rule(EventKind.QUEUE_FULL, r"reached its prefill token backlog limit|Max queued tokens reached - rejecting",
+         Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_tokens")),
+    rule(EventKind.ENGINE_DEAD, r"Worker \S{1,80} pid \d+ died, exit code: (?P<code>-?\d+)"
+         r"|Worker proc \S{1,80} died unexpectedly(?: \(exit code: (?P<code2>-?\d+)\))?"
+         r"|Engine core proc(?:ess)? \S{1,80} died unexpectedly|Process \S{1,80} \(PID: \d+\) died with exit code (?P<code3>-?\d+)"
+         r"|EngineCore encountered a fatal error|EngineCore failed to start|Engine core initialization failed"
+         r"|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError|Engine background task failed"
+         r"|AsyncLLM output_handler failed|Background loop (?:has errored|is not running|is stopped)"
+         r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running",
+         Severity.CRITICAL, extract=_died, incident=True),
+    *http_access.HTTP_RULES,
+)
+
+_PREEMPT_V0 = regex.compile(
+    r"is preempted by PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
+    r"[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+)"
+)
+_STATS = regex.compile(
+    r"Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, Avg generation throughput: (?P<gt>[\d.]+) tokens/s, "
+    r"Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs"
+    r"|Waiting: (?P<waiting>\d+) reqs(?:, Deferred: \d+ reqs)?(?:, KV fetch: [^,]{0,60}, [^,]{0,60}, [^,]{0,60})?"
+    r"(?:, Preemptions: (?P<preempt>\d+))?), [\w+ ]{0,20}KV cache usage: (?P<kv>[\d.]+)%"
+    r"(?:, CPU KV cache usage: [\d.]+%)?(?:, Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
+)
+_PREFIX = regex.compile(
+    r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
+    r"(?:(DEBUG|INFO|WARNING|ERROR|CRITICAL) ((\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:\.\d{1,6})? \[?([^\]\s]{1,200}:\d{1,6})\] "
+    r"|((\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:[.,]\d{1,6})? (DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{1,9} "
+    r"\[([^\]\s]{1,200}:\d{1,6})\] )?"
+)
+
+_STATS_WORD = "throughput:"
+_PREEMPT_WORD = "preempted by"
+
+
+class VllmParser(StreamParser):
+    """One vLLM log stream (API server and engine processes interleaved, any era)."""
+
+    server = Server.VLLM
+    RULES = VLLM_RULES
+    STARTING = regex.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine")
+    READY = regex.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
+    HOT = hot(_STATS_WORD, _PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
+              "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
+              "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
+              "Starting vLLM", "Background loop", "Engine loop")
+
+    def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
+        super().__init__(source, ref_time, tz)
+        self._preempt_total: int | None = None
+
+    def split(self, text: str) -> Split:
+        m = _PREFIX.match(text)
+        if m is None or m.end() == 0:
+            return Split(text)
+        tag = m.group(1).strip()
+        msg = text[m.end():]
+        if m.group(2):
+            ts = self.yearless(int(m.group(4)), int(m.group(5)), int(m.group(6)), int(m.group(7)),
+                               int(m.group(8)), m.group(3))
+            return Split(msg, ts, m.group(2), tag, f"{tag}{m.group(2)}{m.group(3)}{m.group(9)}")
+        if m.group(10):
+            ts = self.local(int(m.group(11)), int(m.group(12)), int(m.group(13)), int(m.group(14)),
+                            int(m.group(15)), int(m.group(16)), m.group(10))
+            return Split(msg, ts, m.group(17), tag, f"{tag}{m.group(17)}{m.group(10)}{m.group(18)}")
+        return Split(msg, tag=tag)
+
+    def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
+        msg = split.msg
+        if _STATS_WORD in msg:
+            m = self._search(_STATS, msg)
+            if m is not None:
+                return self._stats(split, m, path, offset)
+        if _PREEMPT_WORD in msg:
+            m = self._search(_PREEMPT_V0, msg)
+            if m is not None:
+                return [self._preempt_v0(split, m, path, offset)]
+        if self._search(_FACT_FILTER, msg) is None:
+            return []
+        out: list[Record] = []
         for name, pattern, conv in _PATTERNS:
-            match = pattern.search(line)
-            if match:
-                facts.append(CapacityFact(None, source, name, conv(match.group(1))))
-        if _ARG_LINE.search(line):
-            facts.extend(CapacityFact(None, source, name, value) for name, value in _arg_facts(line))
-    return facts
+            fm = self._search(pattern, msg)
+            if fm is not None:
+                out.append(self.fact(split, name, conv(fm.group(1))))
+        if self._search(_ARG_LINE, msg) is not None:
+            out.extend(self.fact(split, name, value) for name, value in _arg_facts(msg))
+        return out
+
+    def _stats(self, split: Split, m: regex.Match[str], path: str | None, offset: int | None) -> list[Record]:
+        waiting = m.group("waiting") or m.group("pending")
+        preempt = int(m.group("preempt")) if m.group("preempt") else None
+        out = self.stats(split, path, offset, running=int(m.group("running")), waiting=int(waiting),
+                         swapped=int(m.group("swapped")) if m.group("swapped") else None,
+                         kv_usage_ratio=float(m.group("kv")) / 100, prompt_tps=float(m.group("pt")),
+                         gen_tps=float(m.group("gt")),
+                         prefix_hit_ratio=float(m.group("hit")) / 100 if m.group("hit") else None,
+                         preemptions=preempt)
+        if preempt:
+            out.append(self.event(split, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
+                                  {"count": preempt}, path, offset))
+        return out
+
+    def _preempt_v0(self, split: Split, m: regex.Match[str], path: str | None, offset: int | None) -> Record:
+        """V0 warns on the 1st, 51st, 101st… preemption with the running total: the increment since the
+        last warning is the count (the first warning stands for itself: total 1 → 1)."""
+        total = int(m.group("total"))
+        before = self._preempt_total
+        count = total - before if before is not None and total > before else total
+        self._preempt_total = total
+        return self.event(split, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
+                          {"count": count, "total_preemptions": total, "mode": m.group("mode").lower()},
+                          path, offset)
