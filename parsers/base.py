@@ -192,9 +192,11 @@ class StreamParser:
         if split.level in ("ERROR", "CRITICAL", "E") or _OPENS_BLOCK.search(split.msg[:2000]) is not None:
             self._blocks[split.tag] = _Block(split, path, offset, [split.msg], self.lines_seen)
             return out
+        records = self.line_records(split, path, offset)
+        if records and isinstance(records[0], ServerStats):  # a stats line is only that: skip the rules
+            return out + records
         out.extend(self.events_for(split, (split.msg,), path, offset))
-        out.extend(self.line_records(split, path, offset))
-        return out
+        return out + records
 
     def flush(self) -> list[Record]:
         """Close whatever is open (a truncated traceback is still an occurrence)."""
@@ -329,24 +331,25 @@ class StreamParser:
         return self.events_for(block.first, block.lines, block.path, block.offset)
 
     def events_for(self, split: Split, lines: Iterable[str], path: str | None, offset: int | None) -> list[Record]:
-        """Events of one occurrence: each line is classified by the first rule it matches; at most one
-        event per kind, the first line that shows it supplying the message; an incident kind already
-        reported moments ago (by another rank, or re-raised through the API server) is not repeated."""
+        """Events of one occurrence: at most one per kind (a line may show several: "runner terminated:
+        unable to allocate buffer" is a death *and* an OOM), the first line that shows a kind supplying
+        its message; an incident kind already reported moments ago (by another rank, or re-raised
+        through the API server) is not repeated."""
         found: dict[EventKind, Event | None] = {}
         for msg in lines:
             if is_request_log(msg):
                 continue
             for r in self.RULES:
+                if r.kind in found:
+                    continue
                 m = self._search(r.pattern, msg)
                 if m is None:
                     continue
-                if r.kind not in found:
-                    fields = r.extract(m) if r.extract else {}
-                    repeat = r.incident and self._repeat(r.kind, split.ts)
-                    severity = r.severity_of(fields) if r.severity_of else r.severity
-                    found[r.kind] = None if repeat else self.event(
-                        split, r.kind, severity, r.phase, fields, path, offset, msg)
-                break
+                fields = r.extract(m) if r.extract else {}
+                severity = r.severity_of(fields) if r.severity_of else r.severity
+                repeat = r.incident and self._repeat(r.kind, split.ts)
+                found[r.kind] = None if repeat else self.event(split, r.kind, severity, r.phase, fields, path,
+                                                               offset, msg)
         return [e for e in found.values() if e is not None]
 
     def _repeat(self, kind: EventKind, ts: float | None) -> bool:

@@ -55,7 +55,7 @@ def _ggml_oom(m: regex.Match[str]) -> dict[str, FieldValue]:
 
 
 def _cuda_error(m: regex.Match[str]) -> dict[str, FieldValue]:
-    return {"error": m.group(1).strip()[:80]}
+    return {"error": next(g for g in m.groups() if g is not None).strip()[:80]}
 
 
 def _nccl(m: regex.Match[str]) -> dict[str, FieldValue]:
@@ -82,9 +82,9 @@ OOM_RULES: tuple[Rule, ...] = (
 )
 
 CUDA_RULES: tuple[Rule, ...] = (
-    rule(EventKind.CUDA_ERROR, r"CUDA (?:driver )?error: ([^.\n]{1,120})|cudaError(\w+)", Severity.ERROR,
+    rule(EventKind.CUDA_ERROR, r"CUDA (?:driver )?error: (?!out of memory)([^.\n]{1,120})|cudaError(?!MemoryAllocation)(\w+)", Severity.ERROR,
          extract=_cuda_error, incident=True),
-    rule(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|an illegal memory access was encountered"
+    rule(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+|CUDNN_STATUS_(?!ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)\w+|an illegal memory access was encountered"
          r"|device-side assert triggered|unspecified launch failure|misaligned address|NCCL error[^\n]{0,80}"
          r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError)", Severity.ERROR, extract=_cuda_error,
          incident=True),
@@ -94,8 +94,7 @@ NCCL_RULES: tuple[Rule, ...] = (
     rule(EventKind.NCCL_TIMEOUT, r"Watchdog caught collective operation timeout(?:: WorkNCCL\(SeqNum=\d+, "
          r"OpType=(?P<op>\w+)[^)]{0,200}Timeout\(ms\)=(?P<timeout_ms>\d+)\) ran for (?P<ran_ms>\d+) milliseconds)?"
          r"|Exception \(either an error or timeout\) detected by watchdog|Some NCCL operations have failed or timed out"
-         r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after"
-         r"|ProcessGroupNCCL[^\n]{0,200}\btim(?:ed |ing )out",
+         r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after",
          Severity.ERROR, Phase.RUNTIME, extract=_nccl, incident=True),
 )
 

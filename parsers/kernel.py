@@ -42,7 +42,7 @@ def _xid_fields(m: regex.Match[str]) -> dict[str, FieldValue]:
     return {"xid": code, "pci_bus": m.group("bus"), "meaning": XID_MEANINGS.get(code, "")}
 
 
-_XID = r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>\d{1,4}),"
+_XID = r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>(?!79,)\d{1,4}),"  # 79 is gpu_lost
 _LOST = r"NVRM: The NVIDIA GPU (?P<bus>[0-9a-fA-F:.]{4,20})|GPU has fallen off the bus|GPU is lost"
 
 
@@ -53,7 +53,7 @@ def _lost_fields(m: regex.Match[str]) -> dict[str, FieldValue]:
 
 KERNEL_RULES: tuple[Rule, ...] = (
     rule(EventKind.GPU_LOST, r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>79),", Severity.CRITICAL,
-         Phase.RUNTIME, _xid_fields),
+         Phase.RUNTIME, _xid_fields, incident=True),
     rule(EventKind.GPU_LOST, _LOST, Severity.CRITICAL, Phase.RUNTIME, _lost_fields, incident=True),
     rule(EventKind.XID, _XID, Severity.ERROR, Phase.RUNTIME, _xid_fields, severity_of=lambda f: xid_severity(
         int(f["xid"] or 0))),

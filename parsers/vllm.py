@@ -81,7 +81,7 @@ _ARG = regex.compile(
     r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
-_FACT_WORDS = ("KV cache", "blocks:", "took", "memory", "max seq len", "block size", "estimated maximum",
+_FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size", "estimated maximum",
                "with config: ", "args: ")
 _FACT_FILTER = hot(*_FACT_WORDS)
 
