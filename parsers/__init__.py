@@ -19,6 +19,7 @@ import regex
 
 from agent.records import Record, Server
 from parsers.base import StreamParser
+from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
 from parsers.llamacpp import LlamaCppParser
 from parsers.sglang import SglangParser
@@ -89,8 +90,8 @@ def detect(lines: list[str]) -> Server | None:
 
 class AutoParser:
     """Holds the first lines until the server is recognised (evidence ≥ 6, or `DETECT_LINES` lines),
-    then replays them through that server's parser. Unrecognised streams get the vLLM parser, whose
-    rules include every server-independent one (CUDA, NCCL, Xid, HTTP status lines)."""
+    then replays them through that server's parser. Unrecognised streams get `GenericParser` (CUDA,
+    NCCL, Xid, HTTP status and deadline lines only)."""
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         self.source = source
@@ -124,9 +125,9 @@ class AutoParser:
         return out + (self._inner.flush() if self._inner is not None else [])
 
     def _settle(self) -> list[Record]:
-        server = detect([held[0] for held in self._held]) or Server.VLLM
-        self.server = server
-        self._inner = REGISTRY[server](self.source, self.ref_time, self.tz)
+        server = detect([held[0] for held in self._held])
+        self.server = server or Server.AUTO
+        self._inner = (REGISTRY[server] if server else GenericParser)(self.source, self.ref_time, self.tz)
         out: list[Record] = []
         for text, ts, path, offset in self._held:
             out.extend(self._inner.feed(text, ts, path, offset))

@@ -66,6 +66,7 @@ class Rule:
     extract: Extract | None = None
     incident: bool = False  # one occurrence may be reported many times (ranks, re-raise): de-duplicate
     severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None  # when the numbers decide
+    unless: regex.Pattern[str] | None = None  # the same words in a line that means something else
 
 
 def hot(*literals: str) -> regex.Pattern[str]:
@@ -75,8 +76,9 @@ def hot(*literals: str) -> regex.Pattern[str]:
 
 def rule(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,
          extract: Extract | None = None, incident: bool = False,
-         severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None) -> Rule:
-    return Rule(kind, regex.compile(pattern), severity, phase, extract, incident, severity_of)
+         severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None, unless: str | None = None) -> Rule:
+    return Rule(kind, regex.compile(pattern), severity, phase, extract, incident, severity_of,
+                regex.compile(unless) if unless else None)
 
 
 @dataclass
@@ -107,7 +109,7 @@ class _Block:
     last_line_no: int = 0
 
 
-_MONTHS = {m: i for i, m in enumerate(
+MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 # syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
 _SYSLOG = regex.compile(r"[A-Z][a-z]{2} +(\d{1,2}) (\d\d):(\d\d):(\d\d) \S{1,100} [^\s:]{1,100}: (?:\[ *\d+\.\d+\] )?")
@@ -163,8 +165,8 @@ class StreamParser:
         if not self._blocks and not self._search(self.HOT, text):
             return []
         syslog_ts = None
-        if text[:3] in _MONTHS and (sm := _SYSLOG.match(text)) is not None:
-            syslog_ts = self.yearless(_MONTHS[text[:3]], int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
+        if text[:3] in MONTHS and (sm := _SYSLOG.match(text)) is not None:
+            syslog_ts = self.yearless(MONTHS[text[:3]], int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
         try:
@@ -343,7 +345,7 @@ class StreamParser:
                 if r.kind in found:
                     continue
                 m = self._search(r.pattern, msg)
-                if m is None:
+                if m is None or (r.unless is not None and self._search(r.unless, msg) is not None):
                     continue
                 fields = r.extract(m) if r.extract else {}
                 severity = r.severity_of(fields) if r.severity_of else r.severity

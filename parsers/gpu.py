@@ -77,7 +77,7 @@ OOM_RULES: tuple[Rule, ...] = (
     rule(EventKind.OOM, r"OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
          r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)|cudaMalloc failed: out of memory"
          r"|ggml_backend_\w+_buffer_type_alloc_buffer: allocating|failed to allocate \w+ buffer of size"
-         r"|NCCL WARN Cuda failure 'out of memory'|RuntimeError: CUDA out of memory",
+         r"|NCCL WARN Cuda failure 'out of memory'|\b(?:CUDA|HIP) out of memory|HIP error: out of memory|hipErrorOutOfMemory",
          Severity.ERROR, incident=True),
 )
 
@@ -94,7 +94,7 @@ NCCL_RULES: tuple[Rule, ...] = (
     rule(EventKind.NCCL_TIMEOUT, r"Watchdog caught collective operation timeout(?:: WorkNCCL\(SeqNum=\d+, "
          r"OpType=(?P<op>\w+)[^)]{0,200}Timeout\(ms\)=(?P<timeout_ms>\d+)\) ran for (?P<ran_ms>\d+) milliseconds)?"
          r"|Exception \(either an error or timeout\) detected by watchdog|Some NCCL operations have failed or timed out"
-         r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after",
+         r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after|got error: Socket Timeout",
          Severity.ERROR, Phase.RUNTIME, extract=_nccl, incident=True),
 )
 

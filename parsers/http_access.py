@@ -39,4 +39,19 @@ def _rules(kind: EventKind, status: str) -> tuple[Rule, ...]:
 
 
 HTTP_RULES: tuple[Rule, ...] = _rules(EventKind.HTTP_429, "429") + _rules(EventKind.HTTP_503, "503")
-HOT_WORDS = ("429", "503")
+
+
+def _tokens(m: regex.Match[str]) -> dict[str, FieldValue]:
+    tokens = m.group("tokens")
+    return {"tokens": int(tokens)} if tokens else {}
+
+
+# A request that ran out of time after work began (the seeds' "timeout": tokens were produced), in the
+# words gRPC, Go contexts and HTTP clients use; the token count is kept when the line has one.
+TIMEOUT_RULES: tuple[Rule, ...] = (
+    rule(EventKind.DEADLINE_EXCEEDED, r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)"
+         r"(?:[^\n]{0,200}?\b(?:generated_tokens|completion_tokens|output_tokens|n_decoded|tokens_generated)"
+         r"[=: ]{1,3}(?P<tokens>\d+))?", Severity.WARNING, Phase.GENERATION, _tokens,
+         unless=r"waiting for (?:llama runner|server) to start|load(?:ing)? model"),  # a load timeout is a start-up failure
+)
+HOT_WORDS = ("429", "503", "eadline", "DEADLINE")

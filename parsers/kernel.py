@@ -43,7 +43,8 @@ def _xid_fields(m: regex.Match[str]) -> dict[str, FieldValue]:
 
 
 _XID = r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>(?!79,)\d{1,4}),"  # 79 is gpu_lost
-_LOST = r"NVRM: The NVIDIA GPU (?P<bus>[0-9a-fA-F:.]{4,20})|GPU has fallen off the bus|GPU is lost"
+_LOST = (r"NVRM: The NVIDIA GPU (?P<bus>[0-9a-fA-F:.]{4,20})|GPU has fallen off the bus|GPU is lost"
+         r"|NVMLError_GpuIsLost|NVML_ERROR_GPU_IS_LOST")
 
 
 def _lost_fields(m: regex.Match[str]) -> dict[str, FieldValue]:

@@ -32,8 +32,9 @@ LLAMACPP_RULES: tuple[Rule, ...] = (
     rule(EventKind.ENGINE_DEAD, r"timed out waiting for llama runner to start|llama runner process has terminated"
          r"|llama runner process no longer running|GGML_ASSERT\(|error loading model|failed to load model"
          r"|Segmentation fault|core dumped", Severity.CRITICAL, incident=True),
-    rule(EventKind.DEADLINE_EXCEEDED, r"(?i)deadline exceeded|should_stop condition", Severity.WARNING,
-         Phase.GENERATION, lambda m: {"reason": "timeout"}),
+    rule(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
+         Phase.GENERATION, lambda m: {"reason": "server_timeout"}),
+    *http_access.TIMEOUT_RULES,
     *http_access.HTTP_RULES,
 )
 

@@ -41,6 +41,7 @@ SGLANG_RULES: tuple[Rule, ...] = (
          r"exception|Received sigquit from a child process|SIGQUIT received|[Ww]atchdog timeout \(|Health check failed"
          r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
     *http_access.HTTP_RULES,
+    *http_access.TIMEOUT_RULES,
 )
 
 _PREFIX = regex.compile(

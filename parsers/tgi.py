@@ -31,6 +31,7 @@ TGI_RULES: tuple[Rule, ...] = (
          r"|Shard process was signaled to shutdown|Unable to warmup the Python model shards", Severity.CRITICAL,
          incident=True),
     *http_access.HTTP_RULES,
+    *http_access.TIMEOUT_RULES,
 )
 
 _PREFIX = regex.compile(

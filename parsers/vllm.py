@@ -15,6 +15,7 @@ excess requests wait, which shows as `Waiting:` (V1) or `Pending:` (V0), never a
 from __future__ import annotations
 
 import ast
+import json
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timezone, tzinfo
 
@@ -159,6 +160,7 @@ VLLM_RULES: tuple[Rule, ...] = (
          r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running",
          Severity.CRITICAL, extract=_died, incident=True),
     *http_access.HTTP_RULES,
+    *http_access.TIMEOUT_RULES,
 )
 
 _PREEMPT_V0 = regex.compile(
@@ -200,6 +202,8 @@ class VllmParser(StreamParser):
         self._preempt_total: int | None = None
 
     def split(self, text: str) -> Split:
+        if text.startswith("{"):
+            return self._split_json(text)
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
             return Split(text)
@@ -214,6 +218,21 @@ class VllmParser(StreamParser):
                             int(m.group(15)), int(m.group(16)), m.group(10))
             return Split(msg, ts, m.group(17), tag, f"{tag}{m.group(17)}{m.group(10)}{m.group(18)}")
         return Split(msg, tag=tag)
+
+    def _split_json(self, text: str) -> Split:
+        """0.33's opt-in JSON formatter: `asctime levelname name processName process message` keys."""
+        try:
+            record = json.loads(text)
+        except ValueError:
+            return Split(text)
+        if not isinstance(record, dict) or not isinstance(record.get("message"), str):
+            return Split(text)
+        level = record.get("levelname")
+        stamp = record.get("asctime")
+        tag = f'{record.get("processName")} pid={record.get("process")}'
+        ts = self.rfc3339(stamp.replace(",", ".")) if isinstance(stamp, str) else None
+        return Split(record["message"], ts, level if isinstance(level, str) else None, tag,
+                     f"{tag}{level}{stamp}{record.get('name')}")
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
