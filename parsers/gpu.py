@@ -75,16 +75,20 @@ OOM_RULES: tuple[Rule, ...] = (
     rule(EventKind.OOM, r"allocating ([\d.]+) MiB on device (\d+): cudaMalloc failed: out of memory",
          Severity.ERROR, extract=_ggml_oom, incident=True),
     rule(EventKind.OOM, r"OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
-         r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)|cudaMalloc failed: out of memory"
+         r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)"
+         r"|cudaMalloc failed: out of memory"
          r"|ggml_backend_\w+_buffer_type_alloc_buffer: allocating|failed to allocate \w+ buffer of size"
-         r"|NCCL WARN Cuda failure 'out of memory'|\b(?:CUDA|HIP) out of memory|HIP error: out of memory|hipErrorOutOfMemory",
+         r"|NCCL WARN Cuda failure 'out of memory'|\b(?:CUDA|HIP) out of memory|HIP error: out of memory"
+         r"|hipErrorOutOfMemory",
          Severity.ERROR, incident=True),
 )
 
 CUDA_RULES: tuple[Rule, ...] = (
-    rule(EventKind.CUDA_ERROR, r"CUDA (?:driver )?error: (?!out of memory)([^.\n]{1,120})|cudaError(?!MemoryAllocation)(\w+)", Severity.ERROR,
+    rule(EventKind.CUDA_ERROR, r"CUDA (?:driver )?error: (?!out of memory)([^.\n]{1,120})"
+         r"|cudaError(?!MemoryAllocation)(\w+)", Severity.ERROR,
          extract=_cuda_error, incident=True),
-    rule(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+|CUDNN_STATUS_(?!ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)\w+|an illegal memory access was encountered"
+    rule(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+"
+         r"|CUDNN_STATUS_(?!ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)\w+|an illegal memory access was encountered"
          r"|device-side assert triggered|unspecified launch failure|misaligned address|NCCL error[^\n]{0,80}"
          r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError)", Severity.ERROR, extract=_cuda_error,
          incident=True),

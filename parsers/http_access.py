@@ -25,11 +25,13 @@ _PATTERNS = (
     # uvicorn and nginx/combined: "METHOD /path HTTP/1.1" STATUS
     r"\"(?P<method>[A-Z]{3,7}) (?P<path>\S{1,2000}) HTTP/[\d.]{1,3}\" " + _STATUS + r"\b",
     # Ollama / gin
-    r"\[GIN\] [\d/]{10} - [\d:]{8} \| " + _STATUS + r" \|[^|]{0,40}\|[^|]{0,80}\| (?P<method>[A-Z]{3,7}) +\"(?P<path>[^\"]{0,2000})\"",
+    r"\[GIN\] [\d/]{10} - [\d:]{8} \| " + _STATUS
+    + r" \|[^|]{0,40}\|[^|]{0,80}\| (?P<method>[A-Z]{3,7}) +\"(?P<path>[^\"]{0,2000})\"",
     # llama.cpp server, late 2024 on: "request: POST /v1/completions 10.0.0.1 503"
     r"log_server_r: (?:done )?request: (?P<method>[A-Z]{3,7}) (?P<path>\S{1,2000}) \S{1,200} " + _STATUS + r"\b",
     # llama.cpp server, mid-2024 text form: "request | … status=503 method=\"POST\" path=\"/completion\""
-    r"\brequest \|[^|]{0,400}\bstatus=" + _STATUS + r" method=\"(?P<method>[A-Z]{3,7})\" path=\"(?P<path>[^\"]{0,2000})\"",
+    r"\brequest \|[^|]{0,400}\bstatus=" + _STATUS
+    + r" method=\"(?P<method>[A-Z]{3,7})\" path=\"(?P<path>[^\"]{0,2000})\"",
 )
 
 
@@ -52,6 +54,7 @@ TIMEOUT_RULES: tuple[Rule, ...] = (
     rule(EventKind.DEADLINE_EXCEEDED, r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)"
          r"(?:[^\n]{0,200}?\b(?:generated_tokens|completion_tokens|output_tokens|n_decoded|tokens_generated)"
          r"[=: ]{1,3}(?P<tokens>\d+))?", Severity.WARNING, Phase.GENERATION, _tokens,
-         unless=r"waiting for (?:llama runner|server) to start|load(?:ing)? model"),  # a load timeout is a start-up failure
+         # a model that timed out loading is a start-up failure, not a request deadline
+         unless=r"waiting for (?:llama runner|server) to start|load(?:ing)? model"),
 )
 HOT_WORDS = ("429", "503", "eadline", "DEADLINE")

@@ -29,7 +29,7 @@ _REQUEST_LOG = regex.compile(
 
 _SECRET = regex.compile(
     r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+|\bsk-[A-Za-z0-9_-]{8,}|\bhf_[A-Za-z0-9]{8,}"
-    r"|\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|secret|password|authorization)\b[\"']?\s*[:=]\s*[\"']?[^\s,'\"}]+"
+    r"|\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|secret|password|authorization)\b[\"']?\s*[:=]\s*[\"']?(?:(?i:bearer|basic)\s+)?[^\s,'\"}]+"
 )
 # Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
 # characters it alone can consume, so matching is linear in the line length.

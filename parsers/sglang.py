@@ -67,7 +67,9 @@ _FACTS = (
     ("model", regex.compile(r"\bmodel_path='([^']{1,300})'"), str),
     ("kv_cache_tokens", regex.compile(r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (\d+)"), float),
 )
-_KV_SIZE = regex.compile(r"KV Cache is allocated\.[^\n]{0,80}?(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)")
+_KV_SIZE = regex.compile(
+    r"KV Cache is allocated\.[^\n]{0,80}?(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
+)
 _WEIGHTS = regex.compile(r"Load weight end\.[^\n]{0,200}mem usage=([\d.]+) GB")
 _GRAPHS = regex.compile(r"Capture cuda graph end\.[^\n]{0,100}mem usage=([\d.]+) GB")
 

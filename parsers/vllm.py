@@ -82,7 +82,8 @@ _ARG = regex.compile(
     r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
-_FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size", "estimated maximum",
+_FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
+               "estimated maximum",
                "with config: ", "args: ")
 _FACT_FILTER = hot(*_FACT_WORDS)
 
@@ -142,18 +143,21 @@ VLLM_RULES: tuple[Rule, ...] = (
     rule(EventKind.OOM, r"No available memory for the cache blocks", Severity.CRITICAL, Phase.STARTUP),
     rule(EventKind.OOM, r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
          r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len),
-    rule(EventKind.OOM, r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\)(?:, \((?P<need>"
-         r"[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory \((?P<avail>[\d.]+) GiB)?",
+    rule(EventKind.OOM, r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\)"
+         r"(?:, \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
+         r"\((?P<avail>[\d.]+) GiB)?",
          Severity.CRITICAL, Phase.STARTUP, _kv_needed),
     *gpu.GPU_RULES,
     *kernel.KERNEL_RULES,
-    rule(EventKind.QUEUE_FULL, r"engine is currently busy and cannot accept new requests|Request queue full - rejecting",
+    rule(EventKind.QUEUE_FULL,
+         r"engine is currently busy and cannot accept new requests|Request queue full - rejecting",
          Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_reqs")),
     rule(EventKind.QUEUE_FULL, r"reached its prefill token backlog limit|Max queued tokens reached - rejecting",
          Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_tokens")),
     rule(EventKind.ENGINE_DEAD, r"Worker \S{1,80} pid \d+ died, exit code: (?P<code>-?\d+)"
          r"|Worker proc \S{1,80} died unexpectedly(?: \(exit code: (?P<code2>-?\d+)\))?"
-         r"|Engine core proc(?:ess)? \S{1,80} died unexpectedly|Process \S{1,80} \(PID: \d+\) died with exit code (?P<code3>-?\d+)"
+         r"|Engine core proc(?:ess)? \S{1,80} died unexpectedly"
+         r"|Process \S{1,80} \(PID: \d+\) died with exit code (?P<code3>-?\d+)"
          r"|EngineCore encountered a fatal error|EngineCore failed to start|Engine core initialization failed"
          r"|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError|Engine background task failed"
          r"|AsyncLLM output_handler failed|Background loop (?:has errored|is not running|is stopped)"
@@ -176,7 +180,8 @@ _STATS = regex.compile(
 )
 _PREFIX = regex.compile(
     r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
-    r"(?:(DEBUG|INFO|WARNING|ERROR|CRITICAL) ((\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:\.\d{1,6})? \[?([^\]\s]{1,200}:\d{1,6})\] "
+    r"(?:(DEBUG|INFO|WARNING|ERROR|CRITICAL) ((\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:\.\d{1,6})? "
+    r"\[?([^\]\s]{1,200}:\d{1,6})\] "
     r"|((\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:[.,]\d{1,6})? (DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{1,9} "
     r"\[([^\]\s]{1,200}:\d{1,6})\] )?"
 )
