@@ -12,10 +12,9 @@ The daemon and `scan` use three things from here:
 
 from __future__ import annotations
 
+import re
 from datetime import timezone, tzinfo
 from typing import Protocol
-
-import regex
 
 from agent.records import Record, Server
 from parsers.base import StreamParser
@@ -47,8 +46,8 @@ REGISTRY: dict[Server, type[StreamParser]] = {
 }
 
 # Evidence per server: (pattern, weight). Weight 3 = unmistakable on its own.
-_SIGNS: dict[Server, tuple[tuple[regex.Pattern[str], int], ...]] = {
-    server: tuple((regex.compile(p), w) for p, w in signs)
+_SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
+    server: tuple((re.compile(p), w) for p, w in signs)
     for server, signs in {
         Server.VLLM: (
             (r"\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker_\w+|Worker) pid=\d+", 3),

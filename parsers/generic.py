@@ -7,15 +7,14 @@ time with the engine's own events.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta, timezone
-
-import regex
 
 from agent.records import Server
 from parsers import gpu, http_access, kernel
 from parsers.base import MONTHS, Split, StreamParser, hot
 
-_CLF_TIME = regex.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)\]")
+_CLF_TIME = re.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)\]")
 
 
 class GenericParser(StreamParser):
@@ -26,7 +25,7 @@ class GenericParser(StreamParser):
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
 
     def split(self, text: str) -> Split:
-        m = self._search(_CLF_TIME, text)
+        m = _CLF_TIME.search(text)
         if m is None or m.group(2) not in MONTHS:
             return Split(text)
         sign = -1 if m.group(7) == "-" else 1

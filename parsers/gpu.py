@@ -9,7 +9,7 @@ OOM is checked before the generic `CUDA error:` so an out-of-memory CUDA error i
 
 from __future__ import annotations
 
-import regex
+import re
 
 from agent.records import EventKind, FieldValue, Phase, Severity
 from parsers.base import Rule, rule, size_bytes
@@ -17,7 +17,7 @@ from parsers.base import Rule, rule, size_bytes
 _SIZE = r"([\d.,]+) ([KMGT]i?B)"
 
 
-def _oom_fields(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _oom_fields(m: re.Match[str]) -> dict[str, FieldValue]:
     out: dict[str, FieldValue] = {}
     g = m.groupdict()
     if g.get("req"):
@@ -40,7 +40,7 @@ _TORCH_OOM = (
 )
 
 
-def _torch_oom_fields(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _torch_oom_fields(m: re.Match[str]) -> dict[str, FieldValue]:
     out = _oom_fields(m)
     g = m.groupdict()
     if g.get("gpu2") is not None:
@@ -50,15 +50,15 @@ def _torch_oom_fields(m: regex.Match[str]) -> dict[str, FieldValue]:
     return out
 
 
-def _ggml_oom(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _ggml_oom(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"requested_bytes": size_bytes(m.group(1), "MiB"), "gpu": int(m.group(2))}
 
 
-def _cuda_error(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _cuda_error(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"error": next(g for g in m.groups() if g is not None).strip()[:80]}
 
 
-def _nccl(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _nccl(m: re.Match[str]) -> dict[str, FieldValue]:
     g = m.groupdict()
     out: dict[str, FieldValue] = {}
     if g.get("op"):

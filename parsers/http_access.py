@@ -8,7 +8,7 @@ seeds' "rejection at admission". Formats: shared/reference/server-formats.md §5
 
 from __future__ import annotations
 
-import regex
+import re
 
 from agent.records import EventKind, FieldValue, Phase, Severity
 from parsers.base import Rule, rule
@@ -17,7 +17,7 @@ from parsers.redact import route
 _STATUS = r"(?P<status>429|503)"
 
 
-def _fields(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _fields(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"status": int(m.group("status")), "method": m.group("method"), "route": route(m.group("path"))}
 
 
@@ -43,7 +43,7 @@ def _rules(kind: EventKind, status: str) -> tuple[Rule, ...]:
 HTTP_RULES: tuple[Rule, ...] = _rules(EventKind.HTTP_429, "429") + _rules(EventKind.HTTP_503, "503")
 
 
-def _tokens(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _tokens(m: re.Match[str]) -> dict[str, FieldValue]:
     tokens = m.group("tokens")
     return {"tokens": int(tokens)} if tokens else {}
 

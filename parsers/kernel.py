@@ -9,7 +9,7 @@ the code is kept in the fields either way. Meanings are paraphrased from NVIDIA'
 
 from __future__ import annotations
 
-import regex
+import re
 
 from agent.records import EventKind, FieldValue, Phase, Server, Severity
 from parsers.base import Rule, StreamParser, hot, rule
@@ -37,7 +37,7 @@ _CRITICAL = frozenset({48, 64, 74, 79, 95, 119, 120})
 _BENIGN = frozenset({43, 45})
 
 
-def _xid_fields(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _xid_fields(m: re.Match[str]) -> dict[str, FieldValue]:
     code = int(m.group("xid"))
     return {"xid": code, "pci_bus": m.group("bus"), "meaning": XID_MEANINGS.get(code, "")}
 
@@ -47,7 +47,7 @@ _LOST = (r"NVRM: The NVIDIA GPU (?P<bus>[0-9a-fA-F:.]{4,20})|GPU has fallen off 
          r"|NVMLError_GpuIsLost|NVML_ERROR_GPU_IS_LOST")
 
 
-def _lost_fields(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _lost_fields(m: re.Match[str]) -> dict[str, FieldValue]:
     bus = m.groupdict().get("bus")
     return {"pci_bus": bus} if bus else {}
 

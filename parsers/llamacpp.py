@@ -12,9 +12,8 @@ verbatim. llama-server never sends 429 (excess requests wait for a slot); Ollama
 from __future__ import annotations
 
 import json
+import re
 from datetime import timezone, tzinfo
-
-import regex
 
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import gpu, http_access, kernel
@@ -38,23 +37,23 @@ LLAMACPP_RULES: tuple[Rule, ...] = (
     *http_access.HTTP_RULES,
 )
 
-_SINCE_START = regex.compile(r"\d{1,6}\.\d\d\.\d{3}\.\d{3} ([IWED]) ")
-_TEXT_A = regex.compile(r"(INFO|WARN| ERR|ERR|VERB|DBUG|DEBUG) \[ {0,24}(\w{1,40})\] ")
-_SLOG = regex.compile(r"time=(\S{10,40}) level=(\w{1,8}) source=\S{1,200} msg=")
-_QUOTED_MSG = regex.compile(r"\"((?:[^\"\\\n]|\\.){0,2000})\"")
-_GOLOG = regex.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d) ")
-_GIN = regex.compile(r"\[GIN\] (\d{4})/(\d\d)/(\d\d) - (\d\d):(\d\d):(\d\d) ")
+_SINCE_START = re.compile(r"\d{1,6}\.\d\d\.\d{3}\.\d{3} ([IWED]) ")
+_TEXT_A = re.compile(r"(INFO|WARN| ERR|ERR|VERB|DBUG|DEBUG) \[ {0,24}(\w{1,40})\] ")
+_SLOG = re.compile(r"time=(\S{10,40}) level=(\w{1,8}) source=\S{1,200} msg=")
+_QUOTED_MSG = re.compile(r"\"((?:[^\"\\\n]|\\.){0,2000})\"")
+_GOLOG = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d) ")
+_GIN = re.compile(r"\[GIN\] (\d{4})/(\d\d)/(\d\d) - (\d\d):(\d\d):(\d\d) ")
 _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "ERR": "ERROR", "WARN": "WARNING"}
 _FACTS = (
-    ("kv_cache_tokens", regex.compile(r"\bn_ctx +(?:= )?(\d+)"), float),
-    ("kv_cache_tokens", regex.compile(r"\bsize = +[\d.]+ MiB \( *(\d+) cells"), float),
-    ("max_num_seqs", regex.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
-    ("max_model_len", regex.compile(r"\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
-    ("kv_cache_dtype", regex.compile(r"(?:KV self size|size) = +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
+    ("kv_cache_tokens", re.compile(r"\bn_ctx +(?:= )?(\d+)"), float),
+    ("kv_cache_tokens", re.compile(r"\bsize = +[\d.]+ MiB \( *(\d+) cells"), float),
+    ("max_num_seqs", re.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
+    ("max_model_len", re.compile(r"\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
+    ("kv_cache_dtype", re.compile(r"(?:KV self size|size) = +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
-_KV_MIB = regex.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) = +([\d.]+) MiB")
-_DEFER = regex.compile(r"no slot is available|defer task")
-_IDLE = regex.compile(r"all slots are idle|slot is processing task|processing task")
+_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) = +([\d.]+) MiB")
+_DEFER = re.compile(r"no slot is available|defer task")
+_IDLE = re.compile(r"all slots are idle|slot is processing task|processing task")
 
 
 class LlamaCppParser(StreamParser):
@@ -62,8 +61,8 @@ class LlamaCppParser(StreamParser):
 
     server = Server.LLAMACPP
     RULES = LLAMACPP_RULES
-    STARTING = regex.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+")
-    READY = regex.compile(r"server is listening|HTTP server listening|all slots are idle|llama runner started"
+    STARTING = re.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+")
+    READY = re.compile(r"server is listening|HTTP server listening|all slots are idle|llama runner started"
                           r"|model loaded")
     HOT = hot("allocate", "insufficient memory", "more system memory", "free space in the KV cache", "memory slot",
               "server busy", "pending requests", "llama runner", "GGML_ASSERT", "loading model", "load model",
@@ -120,18 +119,18 @@ class LlamaCppParser(StreamParser):
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
         out: list[Record] = []
-        if self._search(_DEFER, msg) is not None:
+        if _DEFER.search(msg) is not None:
             if not self._deferring:
                 self._deferring = True
                 out.append(self.event(split, EventKind.PENDING, Severity.INFO, Phase.QUEUE, {}, path, offset))
             return out
-        if self._search(_IDLE, msg) is not None:
+        if _IDLE.search(msg) is not None:
             self._deferring = False
         for name, pattern, conv in _FACTS:
-            m = self._search(pattern, msg)
+            m = pattern.search(msg)
             if m is not None:
                 value = next(g for g in m.groups() if g is not None)
                 out.append(self.fact(split, name, conv(value)))
-        if (m := self._search(_KV_MIB, msg)) is not None:
+        if (m := _KV_MIB.search(msg)) is not None:
             out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
         return out

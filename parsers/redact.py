@@ -13,31 +13,34 @@ Patterns here are linear (no nested quantifiers) so a hostile line cannot make t
 
 from __future__ import annotations
 
-import regex
+import re
 
 MAX_MESSAGE_CHARS = 400
+MAX_INPUT_CHARS = MAX_MESSAGE_CHARS * 4  # redaction works on this much of a message, never more
 REDACTED = "<redacted>"
 
 # Lines that exist to log a request's content: dropped whole, before classification, so a prompt that
 # happens to say "CUDA out of memory" cannot become an event either.
-_REQUEST_LOG = regex.compile(
-    r"Received request |Added request |\bprompt: |prompt_token_ids: |\bparams: SamplingParams|SamplingParams\("
-    r"|\bReceive: obj=|\bFinish: obj=|GenerateReqInput\(|ChatCompletionRequest\(|CompletionRequest\("
-    r"|log_server_r: request: +\{|\b(?:request|response): +\{\"|\"prompt\":|\"messages\":|\"inputs\":"
-    r"|\bprompt=\"|\bmsg=\"completion request\"|\bmsg=\"chat request\""
+_REQUEST_MARKERS = (
+    "Received request ", "Added request ", "prompt: ", "prompt_token_ids", "SamplingParams", "Receive: obj=",
+    "Finish: obj=", "ReqInput(", "CompletionRequest(", "log_server_r: request:  {", "request: {\"",
+    "response: {\"", "request:  {\"", "response:  {\"", '"prompt":', '"messages":', '"inputs":', 'prompt="',
+    'msg="completion request"', 'msg="chat request"',
 )
+# Literals only: an alternation of plain strings is one fast scan (a leading \b would make it ~20× slower).
+_REQUEST_LOG = re.compile("|".join(re.escape(m) for m in _REQUEST_MARKERS))
 
-_SECRET = regex.compile(
+_SECRET = re.compile(
     r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+|\bsk-[A-Za-z0-9_-]{8,}|\bhf_[A-Za-z0-9]{8,}"
     r"|\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|secret|password|authorization)\b[\"']?\s*[:=]\s*[\"']?(?:(?i:bearer|basic)\s+)?[^\s,'\"}]+"
 )
 # Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
 # characters it alone can consume, so matching is linear in the line length.
-_QUOTED = regex.compile(r"'(?:[^'\\\n]|\\.){0,4000}'|\"(?:[^\"\\\n]|\\.){0,4000}\"")
-_BODY = regex.compile(r"\{[^{}]{0,4000}\}")
-_QUERY = regex.compile(r"\?[^\s\"]+")
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
+_BODY = re.compile(r"\{[^{}]{0,1600}\}")
+_QUERY = re.compile(r"\?[^\s\"]+")
 # An opening quote left unmatched (its string ran past the cut): everything after it is dropped.
-_OPEN_QUOTE = regex.compile(r"(?:^|(?<=[\s=(\[:,{]))['\"]")
+_OPEN_QUOTE = re.compile(r"(?:^|(?<=[\s=(\[:,{]))['\"]")
 _HOLE = "\x00"
 
 
@@ -48,7 +51,7 @@ def is_request_log(text: str) -> bool:
 
 def redact(text: str) -> str:
     """What may be kept of a message: credentials, quoted strings, bodies and query strings removed."""
-    text = text[: MAX_MESSAGE_CHARS * 4]
+    text = text[:MAX_INPUT_CHARS]
     text = _SECRET.sub(REDACTED, text)
     text = _QUOTED.sub(lambda m: m.group(0)[0] + _HOLE + m.group(0)[0], text)
     text = _cut_at_unmatched_quote(text)

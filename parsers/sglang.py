@@ -11,14 +11,14 @@ rejection (`queue_full`, phase queue); a running timeout came after work began (
 
 from __future__ import annotations
 
-import regex
+import re
 
-from agent.records import EventKind, FieldValue, Phase, Record, Server, Severity
+from agent.records import EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import gpu, http_access, kernel
 from parsers.base import Rule, Split, StreamParser, hot, rule, size_bytes
 
 
-def _retract(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _retract(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"count": int(m.group(1))}
 
 
@@ -44,34 +44,34 @@ SGLANG_RULES: tuple[Rule, ...] = (
     *http_access.TIMEOUT_RULES,
 )
 
-_PREFIX = regex.compile(
+_PREFIX = re.compile(
     r"\[(?:(\d{4})-(\d\d)-(\d\d) )?(\d\d):(\d\d):(\d\d)(?:\.(\d{3}))?((?: [A-Z_]{1,12}\d{1,5}){0,6})\] "
 )
-_BATCH = regex.compile(r"(Prefill|Decode) batch(?: \[\d+\])?[.,] ")
-_INT = {name: regex.compile(pat) for name, pat in {
+_BATCH = re.compile(r"(Prefill|Decode) batch(?: \[\d+\])?[.,] ")
+_INT = {name: re.compile(pat) for name, pat in {
     "running": r"#running-req: (\d+)", "waiting": r"#queue-req: (\d+)", "kv_used_tokens": r"#(?:full )?token: (\d+)",
 }.items()}
-_FLOAT = {name: regex.compile(pat) for name, pat in {
+_FLOAT = {name: re.compile(pat) for name, pat in {
     "kv_usage_ratio": r"(?:^|, )(?:full )?token usage: ([\d.]+)", "gen_tps": r"gen throughput \(token/s\): ([\d.]+)",
     "prompt_tps": r"input throughput \(token/s\): ([\d.]+)", "prefix_hit_ratio": r"cache hit rate: ([\d.]+)%",
 }.items()}
 _FACTS = (
-    ("kv_cache_tokens", regex.compile(r"\bmax_total_num_tokens=(\d+)"), float),
-    ("max_num_seqs", regex.compile(r"\bmax_running_requests=(\d+)"), float),
-    ("max_model_len", regex.compile(r"\bcontext_len=(\d+)"), float),
-    ("max_batch_prefill_tokens", regex.compile(r"\bmax_prefill_tokens=(\d+)"), float),
-    ("gpu_memory_utilization", regex.compile(r"\bmem_fraction_static=([\d.]+)"), float),
-    ("tensor_parallel_size", regex.compile(r"\btp_size=(\d+)"), float),
-    ("kv_cache_dtype", regex.compile(r"\bkv_cache_dtype='([\w.]+)'"), str),
-    ("block_size", regex.compile(r"\bpage_size=(\d+)"), float),
-    ("model", regex.compile(r"\bmodel_path='([^']{1,300})'"), str),
-    ("kv_cache_tokens", regex.compile(r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (\d+)"), float),
+    ("kv_cache_tokens", re.compile(r"\bmax_total_num_tokens=(\d+)"), float),
+    ("max_num_seqs", re.compile(r"\bmax_running_requests=(\d+)"), float),
+    ("max_model_len", re.compile(r"\bcontext_len=(\d+)"), float),
+    ("max_batch_prefill_tokens", re.compile(r"\bmax_prefill_tokens=(\d+)"), float),
+    ("gpu_memory_utilization", re.compile(r"\bmem_fraction_static=([\d.]+)"), float),
+    ("tensor_parallel_size", re.compile(r"\btp_size=(\d+)"), float),
+    ("kv_cache_dtype", re.compile(r"\bkv_cache_dtype='([\w.]+)'"), str),
+    ("block_size", re.compile(r"\bpage_size=(\d+)"), float),
+    ("model", re.compile(r"\bmodel_path='([^']{1,300})'"), str),
+    ("kv_cache_tokens", re.compile(r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (\d+)"), float),
 )
-_KV_SIZE = regex.compile(
+_KV_SIZE = re.compile(
     r"KV Cache is allocated\.[^\n]{0,80}?(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
 )
-_WEIGHTS = regex.compile(r"Load weight end\.[^\n]{0,200}mem usage=([\d.]+) GB")
-_GRAPHS = regex.compile(r"Capture cuda graph end\.[^\n]{0,100}mem usage=([\d.]+) GB")
+_WEIGHTS = re.compile(r"Load weight end\.[^\n]{0,200}mem usage=([\d.]+) GB")
+_GRAPHS = re.compile(r"Capture cuda graph end\.[^\n]{0,100}mem usage=([\d.]+) GB")
 
 
 class SglangParser(StreamParser):
@@ -79,8 +79,9 @@ class SglangParser(StreamParser):
 
     server = Server.SGLANG
     RULES = SGLANG_RULES
-    STARTING = regex.compile(r"server_args=|Load weight begin")
-    READY = regex.compile(r"The server is fired up and ready to roll|Application startup complete")
+    STARTING = re.compile(r"server_args=|Load weight begin")
+    READY = re.compile(r"The server is fired up and ready to roll|Application startup complete")
+    STATS_WORD = "#running-req: "
     HOT = hot("batch", "retract", "Retract", "out of memory", "Not enough memory", "queue is full", "timeout reached",
               "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",
               "unexpectedly failed", "max_total_num_tokens", "server_args=", "KV Cache is allocated",
@@ -102,23 +103,24 @@ class SglangParser(StreamParser):
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
-        if self._search(_BATCH, msg) is not None:
-            ints = {k: int(m.group(1)) for k, p in _INT.items() if (m := self._search(p, msg)) is not None}
-            floats = {k: float(m.group(1)) for k, p in _FLOAT.items() if (m := self._search(p, msg)) is not None}
+        if _BATCH.match(msg) is not None:
+            ints = {k: int(m.group(1)) for k, p in _INT.items() if (m := p.search(msg)) is not None}
+            floats = {k: float(m.group(1)) for k, p in _FLOAT.items() if (m := p.search(msg)) is not None}
             if "prefix_hit_ratio" in floats:
                 floats["prefix_hit_ratio"] /= 100
-            return self.stats(split, path, offset, **ints, **floats)
+            return self.sample(ServerStats(split.ts, self.source, Server.SGLANG, path=path, offset=offset,
+                                           **ints, **floats), split.tag)  # type: ignore[arg-type]
         out: list[Record] = []
         for name, pattern, conv in _FACTS:
-            m = self._search(pattern, msg)
+            m = pattern.search(msg)
             if m is not None:
                 out.append(self.fact(split, name, conv(m.group(1))))
-        if (m := self._search(_KV_SIZE, msg)) is not None:
+        if (m := _KV_SIZE.search(msg)) is not None:
             total = size_bytes(m.group(3), "GB") if m.group(3) else size_bytes(m.group(1), "GB") + size_bytes(
                 m.group(2), "GB")
             out.append(self.fact(split, "kv_cache_bytes", total))
-        if (m := self._search(_WEIGHTS, msg)) is not None:
+        if (m := _WEIGHTS.search(msg)) is not None:
             out.append(self.fact(split, "weights_bytes", size_bytes(m.group(1), "GB")))
-        if (m := self._search(_GRAPHS, msg)) is not None:
+        if (m := _GRAPHS.search(msg)) is not None:
             out.append(self.fact(split, "cuda_graph_bytes", size_bytes(m.group(1), "GB")))
         return out

@@ -13,8 +13,7 @@ so it never reaches a record.
 from __future__ import annotations
 
 import json
-
-import regex
+import re
 
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import gpu, http_access, kernel
@@ -34,22 +33,22 @@ TGI_RULES: tuple[Rule, ...] = (
     *http_access.TIMEOUT_RULES,
 )
 
-_PREFIX = regex.compile(
+_PREFIX = re.compile(
     r"((\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?Z) {1,2}(TRACE|DEBUG|INFO|WARN|ERROR) "
 )
-_TARGET = regex.compile(r"(text_generation_\w{1,40}(?:::\w{1,40}){0,6}): (?:[\w/.-]{1,200}\.rs:\d{1,6}: )?")
+_TARGET = re.compile(r"(text_generation_\w{1,40}(?:::\w{1,40}){0,6}): (?:[\w/.-]{1,200}\.rs:\d{1,6}: )?")
 _FACTS = (
-    ("kv_cache_tokens", regex.compile(r"(?:Setting max batch total tokens to|Inferred max batch total tokens:) (\d+)")),
-    ("gpu_blocks", regex.compile(r"KV-cache blocks: (\d+)")),
-    ("block_size", regex.compile(r"KV-cache blocks: \d+, size: (\d+)")),
-    ("max_concurrent_requests", regex.compile(r"\bmax_concurrent_requests: (\d+)")),
-    ("max_num_seqs", regex.compile(r"\bmax_batch_size: Some\((\d+)\)")),
-    ("max_model_len", regex.compile(r"\bmax_total_tokens: (?:Some\()?(\d+)")),
-    ("max_batch_prefill_tokens", regex.compile(r"\bmax_batch_prefill_tokens: (?:Some\()?(\d+)")),
-    ("gpu_memory_utilization", regex.compile(r"\bcuda_memory_fraction: ([\d.]+)")),
-    ("tensor_parallel_size", regex.compile(r"\bnum_shard: Some\((\d+)\)")),
+    ("kv_cache_tokens", re.compile(r"(?:Setting max batch total tokens to|Inferred max batch total tokens:) (\d+)")),
+    ("gpu_blocks", re.compile(r"KV-cache blocks: (\d+)")),
+    ("block_size", re.compile(r"KV-cache blocks: \d+, size: (\d+)")),
+    ("max_concurrent_requests", re.compile(r"\bmax_concurrent_requests: (\d+)")),
+    ("max_num_seqs", re.compile(r"\bmax_batch_size: Some\((\d+)\)")),
+    ("max_model_len", re.compile(r"\bmax_total_tokens: (?:Some\()?(\d+)")),
+    ("max_batch_prefill_tokens", re.compile(r"\bmax_batch_prefill_tokens: (?:Some\()?(\d+)")),
+    ("gpu_memory_utilization", re.compile(r"\bcuda_memory_fraction: ([\d.]+)")),
+    ("tensor_parallel_size", re.compile(r"\bnum_shard: Some\((\d+)\)")),
 )
-_MODEL = regex.compile(r"\bmodel_id: \"([^\"]{1,300})\"")
+_MODEL = re.compile(r"\bmodel_id: \"([^\"]{1,300})\"")
 
 
 class TgiParser(StreamParser):
@@ -57,8 +56,8 @@ class TgiParser(StreamParser):
 
     server = Server.TGI
     RULES = TGI_RULES
-    STARTING = regex.compile(r"Args \{|Starting download process|Starting shard")
-    READY = regex.compile(r"\bConnected\b|Starting Webserver")
+    STARTING = re.compile(r"Args \{|Starting download process|Starting shard")
+    READY = re.compile(r"\bConnected\b|Starting Webserver")
     HOT = hot("Not enough", "overloaded", "Shard", "Webserver", "warmup", "max batch total tokens", "KV-cache blocks",
               "max_concurrent_requests", "max_batch_size", "max_total_tokens", "max_batch_prefill_tokens",
               "cuda_memory_fraction", "num_shard", "model_id", "Args {", "Starting download", "Connected",
@@ -74,7 +73,7 @@ class TgiParser(StreamParser):
         ts = self.local(int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)), int(m.group(6)),
                         int(m.group(7)) + fraction, m.group(1), self.UTC)
         rest = text[m.end():]
-        t = self._search(_TARGET, rest)
+        t = _TARGET.search(rest)
         target, msg = (t.group(1), rest[t.end():]) if t is not None else ("", rest)
         level = "ERROR" if m.group(9) == "ERROR" else m.group(9)
         return Split(msg, ts, level, target.split("::", 1)[0], m.group(1) + target)
@@ -97,10 +96,10 @@ class TgiParser(StreamParser):
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         out: list[Record] = []
         for name, pattern in _FACTS:
-            m = self._search(pattern, split.msg)
+            m = pattern.search(split.msg)
             if m is not None:
                 out.append(self.fact(split, name, float(m.group(1))))
-        m = self._search(_MODEL, split.msg)
+        m = _MODEL.search(split.msg)
         if m is not None:
             out.append(self.fact(split, "model", m.group(1)))
         return out

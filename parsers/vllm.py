@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timezone, tzinfo
 
-import regex
-
-from agent.records import CapacityFact, EventKind, FieldValue, Phase, Record, Server, Severity
+from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import gpu, http_access, kernel
-from parsers.base import Rule, Split, StreamParser, hot, rule
+from parsers.base import ANSI, Rule, Split, StreamParser, hot, rule
 
 GIB = 1024**3
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
@@ -37,8 +36,8 @@ def _gib(text: str) -> int:
 
 # (fact name, pattern, converter of group 1); several facts may come from one line.
 _Conv = Callable[[str], float | str]
-_PATTERNS: tuple[tuple[str, regex.Pattern[str], _Conv], ...] = tuple(
-    (name, regex.compile(pattern), conv)
+_PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
+    (name, re.compile(pattern), conv)
     for name, pattern, conv in (
         ("kv_cache_tokens", r"\b(?:GPU|CUDA|[XNHT]PU|CPU)(?: \+ host)? KV cache size: " + _NUM + " tokens", _num),
         ("tokens_per_request", r"Maximum concurrency for " + _NUM + r" tokens per request", _num),
@@ -77,8 +76,8 @@ _ARG_NAMES = {
     "kv_cache_dtype": "kv_cache_dtype", "tensor_parallel_size": "tensor_parallel_size",
     "quantization": "quantization", "model": "model",
 }
-_ARG_LINE = regex.compile(r"with config: |\bargs: Namespace\(|non-default args: \{")
-_ARG = regex.compile(
+_ARG_LINE = re.compile(r"with config: |\bargs: Namespace\(|non-default args: \{")
+_ARG = re.compile(
     r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
@@ -118,11 +117,11 @@ def startup_facts(lines: Iterable[str], source: str = "-") -> list[CapacityFact]
 
 
 # ---- events ---------------------------------------------------------------------------------------
-def _seq_len(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _seq_len(m: re.Match[str]) -> dict[str, FieldValue]:
     return {k: int(v.replace(",", "")) for k, v in m.groupdict().items() if v}
 
 
-def _kv_needed(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _kv_needed(m: re.Match[str]) -> dict[str, FieldValue]:
     out: dict[str, FieldValue] = {"max_model_len": int(m.group("len"))}
     if m.group("need"):
         out["required_kv_bytes"] = round(float(m.group("need")) * GIB)
@@ -130,11 +129,11 @@ def _kv_needed(m: regex.Match[str]) -> dict[str, FieldValue]:
     return out
 
 
-def _reason(reason: str) -> Callable[[regex.Match[str]], dict[str, FieldValue]]:
+def _reason(reason: str) -> Callable[[re.Match[str]], dict[str, FieldValue]]:
     return lambda m: {"reason": reason, "status": 503}
 
 
-def _died(m: regex.Match[str]) -> dict[str, FieldValue]:
+def _died(m: re.Match[str]) -> dict[str, FieldValue]:
     code = m.group("code") or m.group("code2") or m.group("code3")
     return {"exit_code": int(code)} if code else {}
 
@@ -167,18 +166,23 @@ VLLM_RULES: tuple[Rule, ...] = (
     *http_access.TIMEOUT_RULES,
 )
 
-_PREEMPT_V0 = regex.compile(
+_PREEMPT_V0 = re.compile(
     r"is preempted by PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
     r"[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+)"
 )
-_STATS = regex.compile(
-    r"Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, Avg generation throughput: (?P<gt>[\d.]+) tokens/s, "
+_STATS = re.compile(
+    r"(?:Engine \d{1,4}: |\d{1,4} Engines Aggregated: )?Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, "
+    r"Avg generation throughput: (?P<gt>[\d.]+) tokens/s, "
     r"Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs"
     r"|Waiting: (?P<waiting>\d+) reqs(?:, Deferred: \d+ reqs)?(?:, KV fetch: [^,]{0,60}, [^,]{0,60}, [^,]{0,60})?"
     r"(?:, Preemptions: (?P<preempt>\d+))?), [\w+ ]{0,20}KV cache usage: (?P<kv>[\d.]+)%"
     r"(?:, CPU KV cache usage: [\d.]+%)?(?:, Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
 )
-_PREFIX = regex.compile(
+_STATS_LINE = re.compile(
+    r"(?P<tag>(?:(?:\x1b\[[\d;]{0,10}m)?\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\)(?:\x1b\[[\d;]{0,10}m)? ){0,3})"
+    r"INFO (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) \[?[^\]\s]{1,200}:\d{1,6}\] " + _STATS.pattern
+)
+_PREFIX = re.compile(
     r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
     r"(?:(DEBUG|INFO|WARNING|ERROR|CRITICAL) ((\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:\.\d{1,6})? "
     r"\[?([^\]\s]{1,200}:\d{1,6})\] "
@@ -195,8 +199,9 @@ class VllmParser(StreamParser):
 
     server = Server.VLLM
     RULES = VLLM_RULES
-    STARTING = regex.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine")
-    READY = regex.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
+    STARTING = re.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine")
+    READY = re.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
+    STATS_WORD = "prompt throughput: "
     HOT = hot(_STATS_WORD, _PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
               "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
@@ -214,10 +219,14 @@ class VllmParser(StreamParser):
             return Split(text)
         tag = m.group(1).strip()
         msg = text[m.end():]
-        if m.group(2):
-            ts = self.yearless(int(m.group(4)), int(m.group(5)), int(m.group(6)), int(m.group(7)),
-                               int(m.group(8)), m.group(3))
-            return Split(msg, ts, m.group(2), tag, f"{tag}{m.group(2)}{m.group(3)}{m.group(9)}")
+        level = m.group(2)
+        if level:
+            stamp = m.group(3)
+            cached, ts = self._ts_cache
+            if stamp != cached:
+                ts = self.yearless(int(m.group(4)), int(m.group(5)), int(m.group(6)), int(m.group(7)),
+                                   int(m.group(8)), stamp)
+            return Split(msg, ts, level, tag, tag + level + stamp + m.group(9))
         if m.group(10):
             ts = self.local(int(m.group(11)), int(m.group(12)), int(m.group(13)), int(m.group(14)),
                             int(m.group(15)), int(m.group(16)), m.group(10))
@@ -242,39 +251,62 @@ class VllmParser(StreamParser):
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
         if _STATS_WORD in msg:
-            m = self._search(_STATS, msg)
+            m = _STATS.match(msg)
             if m is not None:
-                return self._stats(split, m, path, offset)
+                return self._stats(split.ts, split.tag, m, path, offset)
         if _PREEMPT_WORD in msg:
-            m = self._search(_PREEMPT_V0, msg)
+            m = _PREEMPT_V0.search(msg)
             if m is not None:
                 return [self._preempt_v0(split, m, path, offset)]
-        if self._search(_FACT_FILTER, msg) is None:
+        if _FACT_FILTER.search(msg) is None:
             return []
         out: list[Record] = []
         for name, pattern, conv in _PATTERNS:
-            fm = self._search(pattern, msg)
+            fm = pattern.search(msg)
             if fm is not None:
                 out.append(self.fact(split, name, conv(fm.group(1))))
-        if self._search(_ARG_LINE, msg) is not None:
+        if _ARG_LINE.search(msg) is not None:
             out.extend(self.fact(split, name, value) for name, value in _arg_facts(msg))
         return out
 
-    def _stats(self, split: Split, m: regex.Match[str], path: str | None, offset: int | None) -> list[Record]:
-        waiting = m.group("waiting") or m.group("pending")
-        preempt = int(m.group("preempt")) if m.group("preempt") else None
-        out = self.stats(split, path, offset, running=int(m.group("running")), waiting=int(waiting),
-                         swapped=int(m.group("swapped")) if m.group("swapped") else None,
-                         kv_usage_ratio=float(m.group("kv")) / 100, prompt_tps=float(m.group("pt")),
-                         gen_tps=float(m.group("gt")),
-                         prefix_hit_ratio=float(m.group("hit")) / 100 if m.group("hit") else None,
-                         preemptions=preempt)
-        if preempt:
-            out.append(self.event(split, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
-                                  {"count": preempt}, path, offset))
+    def _stats(self, ts: float | None, tag: str, m: re.Match[str], path: str | None,
+               offset: int | None) -> list[Record]:
+        waiting, swapped, preempt, hit = m.group("waiting", "swapped", "preempt", "hit")
+        stats = ServerStats(ts, self.source, Server.VLLM, int(m.group("running")),
+                            int(waiting if waiting is not None else m.group("pending")),
+                            int(swapped) if swapped is not None else None, float(m.group("kv")) / 100,
+                            float(m.group("pt")), float(m.group("gt")),
+                            float(hit) / 100 if hit is not None else None,
+                            int(preempt) if preempt is not None else None, None, path, offset)
+        out = self.sample(stats, tag)
+        if stats.preemptions:
+            out.append(Event(ts, self.source, Server.VLLM, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
+                             f"{stats.preemptions} preemptions in the last stats interval",
+                             {"count": stats.preemptions}, path, offset))
         return out
 
-    def _preempt_v0(self, split: Split, m: regex.Match[str], path: str | None, offset: int | None) -> Record:
+    def feed(self, text: str, ts: float | None = None, path: str | None = None,
+             offset: int | None = None) -> list[Record]:
+        """The stats line is most of a busy vLLM log: prefix and numbers in one match, no split, no rules."""
+        if not self._blocks and "prompt throughput: " in text:
+            m = _STATS_LINE.match(text)
+            if m is not None:
+                self.lines_seen += 1
+                tag = m.group("tag").strip()
+                if "\x1b" in tag:
+                    tag = ANSI.sub("", tag)
+                stamp = m.group("stamp")
+                if ts is None:
+                    cached, ts = self._ts_cache
+                    if stamp != cached:
+                        ts = self.yearless(int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]),
+                                           int(stamp[12:14]), stamp)
+                self._last_ts = ts
+                self._starting = False
+                return self._stats(ts, tag, m, path, offset)
+        return super().feed(text, ts, path, offset)
+
+    def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
         """V0 warns on the 1st, 51st, 101st… preemption with the running total: the increment since the
         last warning is the count (the first warning stands for itself: total 1 → 1)."""
         total = int(m.group("total"))

@@ -10,14 +10,17 @@ sequences, and exception messages that quote their argument.
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from dataclasses import asdict
 
+import regex
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from agent.records import Record, Server
-from parsers import REGISTRY, AutoParser, make_parser
+from parsers import REGISTRY, base, generic, gpu, http_access, kernel, llamacpp, make_parser, sglang, tgi, vllm
+from parsers import redact as redact_module
 from parsers.redact import redact
 
 from .conftest import REF_TIME, run
@@ -131,13 +134,51 @@ ADVERSARIAL = [
 ]
 
 
-def test_adversarial_lines_do_not_hit_the_regex_guard() -> None:
-    """Every pattern runs with the `regex` timeout as a guard; on these lines none may reach it."""
-    for server in REGISTRY:
-        parser = make_parser(server, "t", REF_TIME)
-        run(parser, ADVERSARIAL)
-        guard = parser.inner if isinstance(parser, AutoParser) else parser
-        assert guard is not None and guard.regex_timeouts == 0, server  # type: ignore[attr-defined]
+def _all_patterns() -> dict[str, re.Pattern[str]]:
+    """Every compiled pattern the parsers hold: module constants, class pre-filters and markers, rules."""
+    found: dict[str, re.Pattern[str]] = {}
+    for module in (base, generic, gpu, http_access, kernel, llamacpp, redact_module, sglang, tgi, vllm):
+        for name, value in vars(module).items():
+            if isinstance(value, re.Pattern):
+                found[f"{module.__name__}.{name}"] = value
+            elif isinstance(value, tuple):
+                for i, item in enumerate(value):
+                    if isinstance(item, base.Rule):
+                        found[f"{module.__name__}.{name}[{i}]"] = item.pattern
+                        if item.unless is not None:
+                            found[f"{module.__name__}.{name}[{i}].unless"] = item.unless
+                    elif isinstance(item, tuple):
+                        found.update({f"{module.__name__}.{name}[{i}]": x for x in item if isinstance(x, re.Pattern)})
+            elif isinstance(value, dict):
+                found.update({f"{module.__name__}.{name}[{k}]": v for k, v in value.items()
+                              if isinstance(v, re.Pattern)})
+    for cls in (*REGISTRY.values(), generic.GenericParser):
+        for attr in ("HOT", "STARTING", "READY"):
+            found[f"{cls.__name__}.{attr}"] = getattr(cls, attr)
+    return found
+
+
+def test_no_pattern_backtracks_catastrophically_on_adversarial_lines() -> None:
+    """Each pattern, recompiled with `regex`, must finish every adversarial line within `regex`'s
+    timeout (generous: linear patterns take microseconds; a catastrophic one takes forever)."""
+    patterns = _all_patterns()
+    assert len(patterns) > 60
+    for name, pattern in patterns.items():
+        guarded = regex.compile(pattern.pattern, pattern.flags & ~re.UNICODE)
+        # redaction patterns (but the request-log test) only ever see the first MAX_INPUT_CHARS of a message
+        cap = redact_module.MAX_INPUT_CHARS if name.startswith("parsers.redact._") and "REQUEST" not in name \
+            else base.MAX_LINE_CHARS
+        for line in ADVERSARIAL:
+            try:
+                guarded.search(line[:cap], timeout=5.0)
+            except TimeoutError:
+                raise AssertionError(f"{name} backtracks on {line[:40]!r}…") from None
+
+
+def test_parsers_survive_adversarial_lines_end_to_end() -> None:
+    for server in PARSERS:
+        records = run(make_parser(server, "t", REF_TIME), ADVERSARIAL)
+        assert all(r.source == "t" for r in records)
     for line in ADVERSARIAL:
         redact(line)
 
