@@ -326,10 +326,12 @@ class StreamParser:
                 block.last_line_no = self.lines_seen
                 return True
             out.extend(self._close(tag))
-        # A logger record is written whole, so another process's line means it is complete; raw
-        # tracebacks are written line by line and may interleave, so they wait for QUIET_LINES.
-        for tag in [t for t, b in self._blocks.items()
-                    if b.first.key is not None or self.lines_seen - b.last_line_no > QUIET_LINES]:
+        # A logger record is written in one go, so once another process logs at a later second the
+        # record is complete (pipes split writes over 4 KiB, so a line of the same second may still sit
+        # inside it). Raw tracebacks are written line by line and wait for QUIET_LINES.
+        for tag in [t for t, b in self._blocks.items() if self.lines_seen - b.last_line_no > QUIET_LINES
+                    or (b.first.key is not None and split.ts is not None and b.first.ts is not None
+                        and split.ts > b.first.ts)]:
             out.extend(self._close(tag))
         return False
 
