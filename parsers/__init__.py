@@ -101,11 +101,6 @@ class AutoParser:
         self._held: list[tuple[str, float | None, str | None, int | None]] = []
         self._score = 0
 
-    @property
-    def inner(self) -> StreamParser | None:
-        """The server parser once chosen (for its counters), else None."""
-        return self._inner
-
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
              offset: int | None = None) -> list[Record]:
         if self._inner is not None:

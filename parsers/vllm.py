@@ -271,11 +271,10 @@ class VllmParser(StreamParser):
 
     def _stats(self, ts: float | None, tag: str, m: re.Match[str], path: str | None,
                offset: int | None) -> list[Record]:
-        waiting, swapped, preempt, hit = m.group("waiting", "swapped", "preempt", "hit")
-        stats = ServerStats(ts, self.source, Server.VLLM, int(m.group("running")),
-                            int(waiting if waiting is not None else m.group("pending")),
-                            int(swapped) if swapped is not None else None, float(m.group("kv")) / 100,
-                            float(m.group("pt")), float(m.group("gt")),
+        pt, gt, running, waiting, pending, swapped, preempt, kv, hit = m.group(
+            "pt", "gt", "running", "waiting", "pending", "swapped", "preempt", "kv", "hit")
+        stats = ServerStats(ts, self.source, Server.VLLM, int(running), int(waiting or pending),
+                            int(swapped) if swapped is not None else None, float(kv) / 100, float(pt), float(gt),
                             float(hit) / 100 if hit is not None else None,
                             int(preempt) if preempt is not None else None, None, path, offset)
         out = self.sample(stats, tag)
