@@ -187,12 +187,12 @@ class StreamParser:
             if not self._worth_a_look(text):
                 return out
         if self.STATS_WORD in split.msg:
-            records = self.line_records(split, path, offset)
             # stats patterns are anchored at the message start, so a request log quoting one cannot pass
-            if records and isinstance(records[0], ServerStats):
+            sample = self.stats_line(split, path, offset)
+            if sample is not None:
                 if self._starting and self.READY.search(split.msg) is not None:
                     self._starting = False
-                return out + records  # a stats line is only that: no rules, no facts
+                return out + sample  # a stats line is only that: no rules, no facts
         if is_request_log(split.msg):
             return out
         self._track_phase(split.msg)
@@ -214,8 +214,13 @@ class StreamParser:
         """Cut the server's prefix off; the default keeps the whole line as the message."""
         return Split(text)
 
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        """The records of the server's periodic stats line, or None when this is not one."""
+        return None
+
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
-        """Stats and capacity facts of a single line (server-specific); events come from RULES."""
+        """Capacity facts and stateful events of a single line (server-specific); other events come from
+        RULES."""
         return []
 
     # ---- helpers for subclasses ---------------------------------------------------------------

@@ -63,7 +63,7 @@ class LlamaCppParser(StreamParser):
     RULES = LLAMACPP_RULES
     STARTING = re.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+")
     READY = re.compile(r"server is listening|HTTP server listening|all slots are idle|llama runner started"
-                          r"|model loaded")
+                       r"|model loaded")
     HOT = hot("allocate", "insufficient memory", "more system memory", "free space in the KV cache", "memory slot",
               "server busy", "pending requests", "llama runner", "GGML_ASSERT", "loading model", "load model",
               "Segmentation fault", "core dumped", "deadline", "should_stop", "n_ctx", "n_seq_max", "n_slots",

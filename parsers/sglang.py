@@ -85,6 +85,8 @@ class SglangParser(StreamParser):
     HOT = hot("batch", "retract", "Retract", "out of memory", "Not enough memory", "queue is full", "timeout reached",
               "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",
               "unexpectedly failed", "max_total_num_tokens", "server_args=", "KV Cache is allocated",
+              "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
+              "kv_cache_dtype=", "page_size=", "model_path=",
               "Load weight", "Capture cuda graph end", "fired up", "startup complete",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
 
@@ -101,15 +103,19 @@ class SglangParser(StreamParser):
             ts = None
         return Split(text[m.end():], ts, None, m.group(8).strip(), stamp)
 
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        msg = split.msg
+        if _BATCH.match(msg) is None:
+            return None
+        ints = {k: int(m.group(1)) for k, p in _INT.items() if (m := p.search(msg)) is not None}
+        floats = {k: float(m.group(1)) for k, p in _FLOAT.items() if (m := p.search(msg)) is not None}
+        if "prefix_hit_ratio" in floats:
+            floats["prefix_hit_ratio"] /= 100
+        return self.sample(ServerStats(split.ts, self.source, Server.SGLANG, path=path, offset=offset,
+                                       **ints, **floats), split.tag)  # type: ignore[arg-type]
+
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
-        if _BATCH.match(msg) is not None:
-            ints = {k: int(m.group(1)) for k, p in _INT.items() if (m := p.search(msg)) is not None}
-            floats = {k: float(m.group(1)) for k, p in _FLOAT.items() if (m := p.search(msg)) is not None}
-            if "prefix_hit_ratio" in floats:
-                floats["prefix_hit_ratio"] /= 100
-            return self.sample(ServerStats(split.ts, self.source, Server.SGLANG, path=path, offset=offset,
-                                           **ints, **floats), split.tag)  # type: ignore[arg-type]
         out: list[Record] = []
         for name, pattern, conv in _FACTS:
             m = pattern.search(msg)

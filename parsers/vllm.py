@@ -190,7 +190,6 @@ _PREFIX = re.compile(
     r"\[([^\]\s]{1,200}:\d{1,6})\] )?"
 )
 
-_STATS_WORD = "throughput:"
 _PREEMPT_WORD = "preempted by"
 
 
@@ -202,7 +201,7 @@ class VllmParser(StreamParser):
     STARTING = re.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine")
     READY = re.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
     STATS_WORD = "prompt throughput: "
-    HOT = hot(_STATS_WORD, _PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
+    HOT = hot(_PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
               "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
               "Starting vLLM", "Background loop", "Engine loop")
@@ -248,12 +247,12 @@ class VllmParser(StreamParser):
         return Split(record["message"], ts, level if isinstance(level, str) else None, tag,
                      f"{tag}{level}{stamp}{record.get('name')}")
 
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        m = _STATS.match(split.msg)
+        return self._stats(split.ts, split.tag, m, path, offset) if m is not None else None
+
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
-        if _STATS_WORD in msg:
-            m = _STATS.match(msg)
-            if m is not None:
-                return self._stats(split.ts, split.tag, m, path, offset)
         if _PREEMPT_WORD in msg:
             m = _PREEMPT_V0.search(msg)
             if m is not None:
