@@ -286,7 +286,7 @@ class VllmParser(StreamParser):
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
              offset: int | None = None) -> list[Record]:
         """The stats line is most of a busy vLLM log: prefix and numbers in one match, no split, no rules."""
-        if not self._blocks and "prompt throughput: " in text:
+        if "prompt throughput: " in text:
             m = _STATS_LINE.match(text)
             if m is not None:
                 self.lines_seen += 1
@@ -301,7 +301,10 @@ class VllmParser(StreamParser):
                                            int(stamp[12:14]), stamp)
                 self._last_ts = ts
                 self._starting = False
-                return self._stats(ts, tag, m, path, offset)
+                out: list[Record] = []
+                if self._blocks:  # a new record: it ends its own process's open one, and stale ones
+                    self._continue_block(Split("", ts, "INFO", tag, stamp), out)
+                return out + self._stats(ts, tag, m, path, offset)
         return super().feed(text, ts, path, offset)
 
     def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
