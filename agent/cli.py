@@ -32,7 +32,7 @@ from agent.models import PRESETS
 from agent.planner import Plan, plan
 from agent.reconcile import Reconciliation, latest, reconcile
 from agent.records import Server
-from agent.scan import FileScan, jsonl, render_text, scan_stream
+from agent.scan import FileScan, jsonl, parse_tz, render_text, scan_stream
 from agent.sizing import SizingRequest, resolve
 from parsers.vllm import startup_facts
 
@@ -198,19 +198,25 @@ def scan(
                                                "first lines).")] = ScanServer.AUTO,
     output: Annotated[ScanFormat, typer.Option("--format", help="text: a summary; jsonl: one JSON object per "
                                                "record.")] = ScanFormat.TEXT,
+    tz: Annotated[str, typer.Option(help="Zone of time stamps that carry none (vLLM, SGLang, syslog): UTC, "
+                                    "+08:00 or Asia/Shanghai.")] = "UTC",
 ) -> None:
     """Classify saved logs: OOM, preemption, queueing, refusals, timeouts, engine deaths, GPU faults.
 
     Exits 0 whether or not problems are found (it is a report, not a check); 1 when a file cannot be read.
     """
     scans: list[FileScan] = []
+    try:
+        zone = parse_tz(tz)
+    except AgentError as exc:
+        _fail(str(exc))
     for path in files:
         try:
             if str(path) == "-":
-                scans.append(scan_stream(sys.stdin.buffer, "-", Server(server.value), time.time()))
+                scans.append(scan_stream(sys.stdin.buffer, "-", Server(server.value), time.time(), zone))
                 continue
             with path.open("rb") as handle:
-                scans.append(scan_stream(handle, str(path), Server(server.value), path.stat().st_mtime))
+                scans.append(scan_stream(handle, str(path), Server(server.value), path.stat().st_mtime, zone))
         except OSError as exc:
             _fail(f"{path}: cannot read: {exc.strerror or exc}")
     if output is ScanFormat.JSONL:

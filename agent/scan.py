@@ -9,13 +9,16 @@ It is a report, not a check: finding problems is the normal outcome, not an erro
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone, tzinfo
+from datetime import datetime, timedelta, timezone, tzinfo
 from enum import Enum
 from typing import Any, BinaryIO
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from agent.errors import AgentError
 from agent.framing import PartialJoiner, unwrap
 from agent.records import CapacityFact, Event, Record, Server, ServerStats, Severity
 from parsers import make_parser
@@ -33,6 +36,22 @@ class FileScan:
     server: Server
     lines: int = 0
     records: list[Record] = field(default_factory=list)
+
+
+def parse_tz(text: str) -> tzinfo:
+    """`UTC`, an offset (`+08:00`, `-0500`) or an IANA name (`Asia/Shanghai`): the zone that log lines
+    without one were written in (vLLM, SGLang and syslog print local time)."""
+    m = re.fullmatch(r"([+-])(\d\d):?(\d\d)", text.strip())
+    if m is not None:
+        sign = -1 if m.group(1) == "-" else 1
+        return timezone(sign * timedelta(hours=int(m.group(2)), minutes=int(m.group(3))))
+    if text.strip().upper() in ("UTC", "Z"):
+        return timezone.utc
+    try:
+        return ZoneInfo(text.strip())
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise AgentError(f"--tz {text!r}: expected UTC, an offset like +08:00, or a zone name like "
+                         "Asia/Shanghai") from exc
 
 
 def detect_format(first_line: str) -> str:

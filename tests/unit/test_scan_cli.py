@@ -71,3 +71,16 @@ def test_unreadable_file_is_exit_1(tmp_path: Path) -> None:
     result = runner.invoke(app, ["scan", str(tmp_path / "missing.log")])
     assert result.exit_code == 1
     assert "cannot read" in result.output
+
+
+def test_tz_shifts_local_stamps_and_bad_zone_is_exit_1(tmp_path: Path) -> None:
+    log = tmp_path / "sglang.log"
+    log.write_text("[2026-04-05 20:00:21] max_total_num_tokens=433102, context_len=40960\n", encoding="utf-8")
+    utc = json.loads(runner.invoke(app, ["scan", "--format", "jsonl", str(log)]).output.splitlines()[0])
+    east = json.loads(runner.invoke(app, ["scan", "--format", "jsonl", "--tz", "+08:00", str(log)])
+                      .output.splitlines()[0])
+    named = json.loads(runner.invoke(app, ["scan", "--format", "jsonl", "--tz", "Asia/Shanghai", str(log)])
+                       .output.splitlines()[0])
+    assert utc["ts"] - east["ts"] == 8 * 3600 == utc["ts"] - named["ts"]
+    bad = runner.invoke(app, ["scan", "--tz", "Mars/Olympus", str(log)])
+    assert bad.exit_code == 1 and "expected UTC" in bad.output
