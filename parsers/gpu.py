@@ -79,7 +79,7 @@ OOM_RULES: tuple[Rule, ...] = (
          r"|cudaMalloc failed: out of memory"
          r"|ggml_backend_\w+_buffer_type_alloc_buffer: allocating|failed to allocate \w+ buffer of size"
          r"|NCCL WARN Cuda failure 'out of memory'|\b(?:CUDA|HIP) out of memory|HIP error: out of memory"
-         r"|hipErrorOutOfMemory",
+         r"|hipErrorOutOfMemory|would exceed allowed memory\. \(out of memory\)",
          Severity.ERROR, incident=True),
 )
 

@@ -22,6 +22,11 @@ def _retract(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"count": int(m.group(1))}
 
 
+def _kv_oom(m: re.Match[str]) -> dict[str, FieldValue]:
+    tokens = m.group("tokens")
+    return {"pool": "kv", **({"requested_tokens": int(tokens)} if tokens else {})}
+
+
 
 
 SGLANG_RULES: tuple[Rule, ...] = (
@@ -29,6 +34,10 @@ SGLANG_RULES: tuple[Rule, ...] = (
          r"#retracted_reqs: (\d+)", Severity.WARNING, Phase.RUNTIME, _retract),
     rule(EventKind.OOM, r"Not enough memory\. Please try to increase --mem-fraction-static", Severity.CRITICAL,
          Phase.STARTUP),
+    # the KV pool itself ran dry (no retraction possible): the scheduler raises and dies
+    rule(EventKind.OOM, r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size\.?"
+         r"(?:\s{0,4}Try to allocate (?P<tokens>\d+) tokens)?|alloc_req_slots runs out of memory", Severity.ERROR,
+         Phase.RUNTIME, _kv_oom, incident=True),
     *gpu.GPU_RULES,
     *kernel.KERNEL_RULES,
     rule(EventKind.QUEUE_FULL, r"The request queue is full", Severity.WARNING, Phase.ADMISSION,
@@ -44,9 +53,13 @@ SGLANG_RULES: tuple[Rule, ...] = (
     *http_access.TIMEOUT_RULES,
 )
 
+# `[date ranks] ` (ranks may be absent), or ranks alone (`[TP0] `).
 _PREFIX = re.compile(
-    r"\[(?:(\d{4})-(\d\d)-(\d\d) )?(\d\d):(\d\d):(\d\d)(?:\.(\d{3}))?((?: [A-Z_]{1,12}\d{1,5}){0,6})\] "
+    r"\[(?:(?:(\d{4})-(\d\d)-(\d\d) )?(\d\d):(\d\d):(\d\d)(?:\.(\d{3}))?((?: [A-Z_]{1,12}\d{1,5}){0,6})"
+    r"|((?:[A-Z_]{1,12}\d{1,5} ?){1,6}))\] "
 )
+# A Ray worker's tag, when SGLang runs as an RL rollout engine: `(WorkerDict pid=29239) `.
+_RAY_TAG = re.compile(r"\([\w.-]{1,60} pid=\d{1,9}(?:, ip=[\d.]{1,40})?\) ")
 _BATCH = re.compile(r"(Prefill|Decode) batch(?: \[\d+\])?[.,] ")
 _INT = {name: re.compile(pat) for name, pat in {
     "running": r"#running-req: (\d+)", "waiting": r"#queue-req: (\d+)", "kv_used_tokens": r"#(?:full )?token: (\d+)",
@@ -80,9 +93,10 @@ class SglangParser(StreamParser):
     server = Server.SGLANG
     RULES = SGLANG_RULES
     STARTING = re.compile(r"server_args=|Load weight begin")
-    READY = re.compile(r"The server is fired up and ready to roll|Application startup complete")
+    READY = re.compile(r"The server is fired up and ready to roll|Application startup complete|Decode batch")
     STATS_WORD = "#running-req: "
-    HOT = hot("batch", "retract", "Retract", "out of memory", "Not enough memory", "queue is full", "timeout reached",
+    HOT = hot("batch", "retract", "Retract", "out of memory", "Out of memory", "Not enough memory", "queue is full",
+              "timeout reached",
               "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",
               "unexpectedly failed", "max_total_num_tokens", "server_args=", "KV Cache is allocated",
               "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
@@ -91,17 +105,21 @@ class SglangParser(StreamParser):
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
 
     def split(self, text: str) -> Split:
+        ray = ""
+        if text.startswith("(") and (r := _RAY_TAG.match(text)) is not None:
+            ray, text = r.group(0).strip(), text[r.end():]
         m = _PREFIX.match(text)
         if m is None:
-            return Split(text)
+            return Split(text, tag=ray)
         stamp = m.group(0)
+        ranks = m.group(9) or m.group(8)
+        tag = f"{ray} {ranks.strip()}" if ray else ranks.strip()
+        ts = None
         if m.group(1):
             second = int(m.group(6)) + (int(m.group(7)) / 1000 if m.group(7) else 0.0)
             ts = self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
                             second, stamp)
-        else:
-            ts = None
-        return Split(text[m.end():], ts, None, m.group(8).strip(), stamp)
+        return Split(text[m.end():], ts, None, tag, ray + stamp)
 
     def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
         msg = split.msg
