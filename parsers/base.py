@@ -110,7 +110,7 @@ class _Block:
     last_line_no: int = 0
 
 
-_REFUSALS = ("429", "503")
+_REFUSALS = ("429", "503", "504")  # the statuses an access line is classified for
 MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 # syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
