@@ -290,10 +290,10 @@ class VllmParser(StreamParser):
             m = _STATS_LINE.match(text)
             if m is not None:
                 self.lines_seen += 1
-                tag = m.group("tag").strip()
+                tag, stamp = m.group("tag", "stamp")
+                tag = tag.strip()
                 if "\x1b" in tag:
                     tag = ANSI.sub("", tag)
-                stamp = m.group("stamp")
                 if ts is None:
                     cached, ts = self._ts_cache
                     if stamp != cached:
@@ -301,9 +301,10 @@ class VllmParser(StreamParser):
                                            int(stamp[12:14]), stamp)
                 self._last_ts = ts
                 self._starting = False
-                out: list[Record] = []
-                if self._blocks:  # a new record: it ends its own process's open one, and stale ones
-                    self._continue_block(Split("", ts, "INFO", tag, stamp), out)
+                if not self._blocks:
+                    return self._stats(ts, tag, m, path, offset)
+                out: list[Record] = []  # a new record: it ends its own process's open one, and stale ones
+                self._continue_block(Split("", ts, "INFO", tag, stamp), out)
                 return out + self._stats(ts, tag, m, path, offset)
         return super().feed(text, ts, path, offset)
 
