@@ -341,8 +341,15 @@ class StreamParser:
         return False
 
     def _close(self, tag: str) -> list[Record]:
+        """The block's events, then the facts its lines carry (a start-up failure states the sizes)."""
         block = self._blocks.pop(tag)
-        return self.events_for(block.first, block.lines, block.path, block.offset)
+        out = self.events_for(block.first, block.lines, block.path, block.offset)
+        first = block.first
+        for msg in block.lines:
+            if not is_request_log(msg):
+                out.extend(self.line_records(Split(msg, first.ts, first.level, first.tag, first.key),
+                                             block.path, block.offset))
+        return out
 
     def events_for(self, split: Split, lines: Iterable[str], path: str | None, offset: int | None) -> list[Record]:
         """Events of one occurrence: at most one per kind (a line may show several: "runner terminated:

@@ -114,6 +114,10 @@ def test_startup_facts_keeps_working_for_budget_from_log() -> None:
     facts = {f.name: f.value for f in startup_facts(lines, "x")}
     assert facts["gpu_blocks"] == 5691 and facts["max_concurrency"] == pytest.approx(11.12)
     assert facts["kv_cache_bytes"] == round(11.12 * 1024**3) and facts["max_num_seqs"] == 256
+    # a failed start-up states its sizes inside the traceback: they are facts too
+    failed = (LOGS / "vllm/v1_0.15_startup_oom.log").read_text(encoding="utf-8").splitlines()
+    facts = {f.name: f.value for f in startup_facts(failed, "x")}
+    assert facts["estimated_max_model_len"] == 34736 and facts["required_kv_bytes"] == 24 * 1024**3
 
 
 def test_request_logs_are_dropped_and_messages_redacted() -> None:
