@@ -28,9 +28,10 @@ LLAMACPP_RULES: tuple[Rule, ...] = (
          Severity.WARNING, Phase.RUNTIME, lambda m: {"reason": "kv_cache_full"}),
     rule(EventKind.QUEUE_FULL, r"server busy, please try again|maximum pending requests exceeded", Severity.WARNING,
          Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
-    rule(EventKind.ENGINE_DEAD, r"timed out waiting for llama runner to start|llama runner process has terminated"
-         r"|llama runner process no longer running|GGML_ASSERT\(|error loading model|failed to load model"
-         r"|Segmentation fault|core dumped", Severity.CRITICAL, incident=True),
+    rule(EventKind.ENGINE_DEAD, r"timed out waiting for llama runner to start|error loading model|failed to load model",
+         Severity.CRITICAL, Phase.STARTUP, incident=True),
+    rule(EventKind.ENGINE_DEAD, r"llama runner process has terminated|llama runner process no longer running"
+         r"|GGML_ASSERT\(|Segmentation fault|core dumped", Severity.CRITICAL, incident=True),
     rule(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
          Phase.GENERATION, lambda m: {"reason": "server_timeout"}),
     *http_access.TIMEOUT_RULES,

@@ -26,9 +26,10 @@ TGI_RULES: tuple[Rule, ...] = (
     *kernel.KERNEL_RULES,
     rule(EventKind.QUEUE_FULL, r"Model is overloaded", Severity.WARNING, Phase.ADMISSION,
          lambda m: {"reason": "max_concurrent_requests", "status": 429}),
-    rule(EventKind.ENGINE_DEAD, r"Shard \d+ crashed|Shard \d+ failed to start|Webserver Crashed"
-         r"|Shard process was signaled to shutdown|Unable to warmup the Python model shards", Severity.CRITICAL,
-         incident=True),
+    rule(EventKind.ENGINE_DEAD, r"Shard \d+ failed to start|Unable to warmup (?:the Python model shards|model)",
+         Severity.CRITICAL, Phase.STARTUP, incident=True),
+    rule(EventKind.ENGINE_DEAD, r"Shard \d+ crashed|Webserver Crashed|Shard process was signaled to shutdown",
+         Severity.CRITICAL, incident=True),
     *http_access.HTTP_RULES,
     *http_access.TIMEOUT_RULES,
 )

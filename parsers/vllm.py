@@ -153,12 +153,14 @@ VLLM_RULES: tuple[Rule, ...] = (
          Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_reqs")),
     rule(EventKind.QUEUE_FULL, r"reached its prefill token backlog limit|Max queued tokens reached - rejecting",
          Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_tokens")),
+    rule(EventKind.ENGINE_DEAD, r"EngineCore failed to start|Engine core initialization failed"
+         r"|Engine process failed to start", Severity.CRITICAL, Phase.STARTUP, incident=True),
     rule(EventKind.ENGINE_DEAD, r"Worker \S{1,80} pid \d+ died, exit code: (?P<code>-?\d+)"
          r"|Worker proc \S{1,80} died unexpectedly(?: \(exit code: (?P<code2>-?\d+)\))?"
          r"|Engine core proc(?:ess)? \S{1,80} died unexpectedly"
          r"|Process \S{1,80} \(PID: \d+\) died with exit code (?P<code3>-?\d+)"
-         r"|EngineCore encountered a fatal error|EngineCore failed to start|Engine core initialization failed"
-         r"|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError|Engine background task failed"
+         r"|EngineCore encountered a fatal error|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError"
+         r"|Engine background task failed"
          r"|AsyncLLM output_handler failed|Background loop (?:has errored|is not running|is stopped)"
          r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running",
          Severity.CRITICAL, extract=_died, incident=True),
@@ -168,7 +170,7 @@ VLLM_RULES: tuple[Rule, ...] = (
 
 _PREEMPT_V0 = re.compile(
     r"is preempted by PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
-    r"[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+)"
+    r"(?:[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+))?"  # the total arrived in 0.4
 )
 _STATS = re.compile(
     r"(?:Engine \d{1,4}: |\d{1,4} Engines Aggregated: )?Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, "
@@ -310,7 +312,11 @@ class VllmParser(StreamParser):
 
     def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
         """V0 warns on the 1st, 51st, 101st… preemption with the running total: the increment since the
-        last warning is the count (the first warning stands for itself: total 1 → 1)."""
+        last warning is the count (the first warning stands for itself: total 1 → 1). Versions before the
+        total (≤0.3) warn on every preemption: count 1."""
+        if m.group("total") is None:
+            return self.event(split, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
+                              {"count": 1, "mode": m.group("mode").lower()}, path, offset)
         total = int(m.group("total"))
         before = self._preempt_total
         count = total - before if before is not None and total > before else total

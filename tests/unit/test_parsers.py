@@ -65,6 +65,10 @@ def test_v0_preemption_count_is_the_increment_of_the_cumulative_total() -> None:
                              [line.format(n=1, t=1), line.format(n=2, t=51), line.format(n=3, t=101)])
               if isinstance(r, Event)]
     assert [(e.fields["count"], e.fields["total_preemptions"]) for e in events] == [(1, 1), (50, 51), (50, 101)]
+    old = ("WARNING 02-28 21:48:18 scheduler.py:682] Sequence group 9 is preempted by PreemptionMode.SWAP mode "
+           "because there is not enough KV cache space. This can affect the end-to-end performance.")
+    [event] = [r for r in run(make_parser(Server.VLLM, "t", REF_TIME), [old]) if isinstance(r, Event)]
+    assert event.fields == {"count": 1, "mode": "swap"}  # before 0.4 every preemption was logged
 
 
 def test_a_traceback_is_one_event_and_a_reraise_is_the_same_incident() -> None:
