@@ -115,6 +115,10 @@ MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 # syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
 _SYSLOG = re.compile(r"[A-Z][a-z]{2} +(\d{1,2}) (\d\d):(\d\d):(\d\d) \S{1,100} [^\s:]{1,100}: (?:\[ *\d+\.\d+\] )?")
+# `kubectl logs --prefix` / `docker logs --timestamps`: "[pod/name/container] 2025-09-14T03:11:15.5Z "
+_OUTER = re.compile(
+    r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) )?"
+)
 _RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
 _CONTINUATION = re.compile(
     r"\s|Traceback \(most recent call last\)|The above exception|During handling of the above|\^+$|$"
@@ -142,6 +146,7 @@ class StreamParser:
     STARTING: re.Pattern[str] = re.compile(r"(?!)")  # a (re)start began: failures are start-up
     READY: re.Pattern[str] = re.compile(r"(?!)")  # the server is serving
     STATS_WORD = "\x00"  # a literal only the server's periodic stats line contains (fast path)
+    OUTER_STAMP = True  # strip a leading runtime time stamp (`docker logs --timestamps`); TGI's own prefix is one
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         self.source = source
@@ -171,6 +176,13 @@ class StreamParser:
             syslog_ts = self.yearless(MONTHS[text[:3]], int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
+        elif self.OUTER_STAMP and (text[:1].isdigit() or text[:5] == "[pod/") and (
+                om := _OUTER.match(text)) is not None:
+            # `docker logs --timestamps` / `kubectl logs --timestamps --prefix`: the runtime's own time
+            # (UTC, with a year) is the better one, as an envelope's would be
+            if ts is None and om.group(1):
+                ts = self.rfc3339(om.group(1))
+            text = text[om.end():]
         split = self.split(text)
         if ts is not None:
             split.ts = ts

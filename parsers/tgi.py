@@ -56,6 +56,7 @@ class TgiParser(StreamParser):
     """One TGI container's output: launcher, router and re-emitted shard records."""
 
     server = Server.TGI
+    OUTER_STAMP = False  # a TGI line *starts* with its RFC 3339 time
     RULES = TGI_RULES
     STARTING = re.compile(r"Args \{|Starting download process|Starting shard")
     READY = re.compile(r"\bConnected\b|Starting Webserver")

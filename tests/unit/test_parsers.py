@@ -157,3 +157,17 @@ def test_the_prefilter_loses_nothing_on_the_fixtures(server: Server) -> None:
         lines = path.read_text(encoding="utf-8").splitlines()
         untimed = [replace(r, ts=None) for r in run(cls("t", REF_TIME), lines)]
         assert untimed == [replace(r, ts=None) for r in run(open_door("t", REF_TIME), lines)], path.name
+
+
+def test_runtime_time_stamp_and_pod_prefix_are_an_envelope() -> None:
+    """`docker logs --timestamps` and `kubectl logs --timestamps --prefix` put their own UTC time first."""
+    stats = ("2025-09-14T03:11:15.500000000Z (APIServer pid=851) INFO 09-14 03:11:15 [loggers.py:123] Engine 000: "
+             "Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 4 reqs, "
+             "Waiting: 0 reqs, GPU KV cache usage: 80.2%, Prefix cache hit rate: 0.0%")
+    refused = ('[pod/vllm-0/vllm] 2025-09-14T03:11:16Z (APIServer pid=851) INFO:     10.1.2.3:40000 - '
+               '"POST /v1/chat/completions HTTP/1.1" 503 Service Unavailable')
+    [sample, event] = run(make_parser(Server.AUTO, "t", REF_TIME), [stats, refused])
+    assert isinstance(sample, ServerStats) and sample.kv_usage_ratio == pytest.approx(0.802)
+    assert sample.ts == datetime(2025, 9, 14, 3, 11, 15, 500000, tzinfo=timezone.utc).timestamp()
+    assert isinstance(event, Event) and event.kind is EventKind.HTTP_503
+    assert event.ts == datetime(2025, 9, 14, 3, 11, 16, tzinfo=timezone.utc).timestamp()
