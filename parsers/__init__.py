@@ -7,6 +7,8 @@ The daemon and `scan` use three things from here:
 - `Parser.feed(text, ts, path, offset) -> list[Record]` per line (without its newline; `ts` is the
   envelope's time when there is one), and `Parser.flush() -> list[Record]` at end of stream or after a
   quiet spell (an open traceback is held until its end is seen).
+- `Parser.set_reference_time(now)`: the time yearless stamps (vLLM, syslog) are placed near; a daemon
+  moves it as its clock advances (the parsers never read a clock).
 - `detect(lines) -> Server | None`.
 """
 
@@ -35,6 +37,8 @@ class Parser(Protocol):
              offset: int | None = None) -> list[Record]: ...
 
     def flush(self) -> list[Record]: ...
+
+    def set_reference_time(self, ref_time: float) -> None: ...
 
 
 REGISTRY: dict[Server, type[StreamParser]] = {
@@ -113,6 +117,11 @@ class AutoParser:
         if self._score >= 6 or len(self._held) >= DETECT_LINES:
             return self._settle()
         return []
+
+    def set_reference_time(self, ref_time: float) -> None:
+        self.ref_time = ref_time
+        if self._inner is not None:
+            self._inner.set_reference_time(ref_time)
 
     def flush(self) -> list[Record]:
         out = self._settle() if self._inner is None else []

@@ -214,6 +214,12 @@ class StreamParser:
         out.extend(self.events_for(split, (split.msg,), path, offset))
         return out + self.line_records(split, path, offset)
 
+    def set_reference_time(self, ref_time: float) -> None:
+        """Move the time that yearless stamps are placed near (a daemon calls this as its clock advances;
+        the parser itself never reads a clock)."""
+        self.ref_time = ref_time
+        self._ts_cache = ("", None)
+
     def flush(self) -> list[Record]:
         """Close whatever is open (a truncated traceback is still an occurrence)."""
         out: list[Record] = []

@@ -44,6 +44,16 @@ def test_yearless_stamp_takes_the_reference_year_and_wraps_at_new_year() -> None
     assert datetime.fromtimestamp(jan.ts or 0, timezone.utc) == datetime(2027, 1, 2, 0, 0, 1, tzinfo=timezone.utc)
 
 
+def test_a_running_daemon_moves_the_reference_time_across_new_year() -> None:
+    parser = make_parser(Server.VLLM, "t", datetime(2026, 12, 31, 23, tzinfo=timezone.utc).timestamp())
+    line = "INFO {} [kv_cache_utils.py:833] GPU KV cache size: 1,000 tokens"
+    [before] = parser.feed(line.format("12-31 23:59:59"))
+    parser.set_reference_time(datetime(2027, 1, 1, 0, 1, tzinfo=timezone.utc).timestamp())
+    [after] = parser.feed(line.format("01-01 00:00:30"))
+    assert datetime.fromtimestamp(before.ts or 0, timezone.utc).year == 2026
+    assert datetime.fromtimestamp(after.ts or 0, timezone.utc).year == 2027
+
+
 def test_local_time_zone_is_applied_to_stamps_without_one() -> None:
     tz = timezone(timedelta(hours=8))
     [fact] = [r for r in run(make_parser(Server.SGLANG, "t", REF_TIME, tz), [
