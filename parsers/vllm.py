@@ -173,7 +173,7 @@ _PREEMPT_V0 = re.compile(
     r"(?:[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+))?"  # the total arrived in 0.4
 )
 _STATS = re.compile(
-    r"(?:Engine \d{1,4}: |\d{1,4} Engines Aggregated: )?Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, "
+    r"(?:Engine (?P<engine>\d{1,4}): |\d{1,4} Engines Aggregated: )?Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, "
     r"Avg generation throughput: (?P<gt>[\d.]+) tokens/s, "
     r"Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs"
     r"|Waiting: (?P<waiting>\d+) reqs(?:, Deferred: \d+ reqs)?(?:, KV fetch: [^,]{0,60}, [^,]{0,60}, [^,]{0,60})?"
@@ -278,7 +278,8 @@ class VllmParser(StreamParser):
                             int(swapped) if swapped is not None else None, float(kv) / 100, float(pt), float(gt),
                             float(hit) / 100 if hit is not None else None,
                             int(preempt) if preempt is not None else None, None, path, offset)
-        out = self.sample(stats, tag)
+        engine = m.group("engine")
+        out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)  # each DP engine has its own queue
         if stats.preemptions:
             out.append(Event(ts, self.source, Server.VLLM, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
                              f"{stats.preemptions} preemptions in the last stats interval",

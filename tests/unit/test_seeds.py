@@ -38,6 +38,13 @@ def test_pending_again_only_after_the_queue_drained() -> None:
     assert [e.kind for e in _events(Server.VLLM, lines)] == [EventKind.PENDING, EventKind.PENDING]
 
 
+def test_each_data_parallel_engine_has_its_own_queue() -> None:
+    engines = [STATS.format(s=s, w=w, kv=50.0).replace("Engine 000", f"Engine 00{e}")
+               for s, e, w in ((0, 0, 4), (0, 1, 0), (10, 0, 6), (10, 1, 0), (20, 0, 7), (20, 1, 2))]
+    events = _events(Server.VLLM, engines)
+    assert [(e.kind, e.fields["waiting"]) for e in events] == [(EventKind.PENDING, 4), (EventKind.PENDING, 2)]
+
+
 def test_out_of_memory_is_oom_not_queueing() -> None:
     lines = [
         STATS.format(s=0, w=0, kv=99.0),
