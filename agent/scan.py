@@ -49,7 +49,7 @@ def parse_tz(text: str) -> tzinfo:
         return timezone.utc
     try:
         return ZoneInfo(text.strip())
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise AgentError(f"--tz {text!r}: expected UTC, an offset like +08:00, or a zone name like "
                          "Asia/Shanghai") from exc
 
@@ -70,6 +70,7 @@ def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref
     joiner = PartialJoiner()
     result = FileScan(source, "plain", server)
     fmt: str | None = None
+    starts: dict[str | None, int] = {}
     offset = 0
     path = None if source == "-" else source
     for raw in handle:
@@ -86,11 +87,12 @@ def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref
         if frame is None:  # a malformed envelope line is still a line
             result.records.extend(parser.feed(text, None, path, line_offset))
             continue
+        starts.setdefault(frame.stream, line_offset)  # a split line is located by its first piece
         whole = joiner.feed(frame)
         if whole is not None:
-            result.records.extend(parser.feed(whole.text, whole.ts, path, line_offset))
+            result.records.extend(parser.feed(whole.text, whole.ts, path, starts.pop(frame.stream)))
     for held in joiner.flush():
-        result.records.extend(parser.feed(held.text, held.ts, path, offset))
+        result.records.extend(parser.feed(held.text, held.ts, path, starts.pop(held.stream, offset)))
     result.records.extend(parser.flush())
     result.server = parser.server
     return result
