@@ -132,6 +132,16 @@ _OPENS_BLOCK = re.compile(
 )
 
 
+def _boring_access(text: str) -> bool:
+    """An access line (uvicorn, nginx) whose status is not one we classify: the commonest boring line in a
+    busy log, settled by one `find`."""
+    i = text.find(" HTTP/1.")
+    if i < 0:
+        return False
+    j = text.find('" ', i)
+    return j >= 0 and text[j + 2:j + 5] not in _REFUSALS
+
+
 class StreamParser:
     """One log stream of one server. Subclasses give the prefix splitter, the rules and the ready markers.
 
@@ -169,7 +179,8 @@ class StreamParser:
             text = text[:MAX_LINE_CHARS]
         if "\x1b" in text:
             text = ANSI.sub("", text)
-        if not self._blocks and not self._worth_a_look(text):
+        # An access line that is not a refusal can neither carry a problem nor continue a traceback.
+        if _boring_access(text) or (not self._blocks and not self._hot(text)):
             return []
         syslog_ts = None
         if text[:3] in MONTHS and (sm := _SYSLOG.match(text)) is not None:
@@ -196,7 +207,7 @@ class StreamParser:
         if self._blocks:
             if self._continue_block(split, out):
                 return out
-            if not self._worth_a_look(text):
+            if not self._hot(text):
                 return out
         if self.STATS_WORD in split.msg:
             # stats patterns are anchored at the message start, so a request log quoting one cannot pass
@@ -242,13 +253,8 @@ class StreamParser:
         return []
 
     # ---- helpers for subclasses ---------------------------------------------------------------
-    def _worth_a_look(self, text: str) -> bool:
-        """The pre-filter. Access lines are the commonest boring line: one `find` settles them."""
-        i = text.find(' HTTP/1.')
-        if i >= 0:
-            j = text.find('" ', i)
-            if j >= 0 and text[j + 2:j + 5] not in _REFUSALS:
-                return False
+    def _hot(self, text: str) -> bool:
+        """The pre-filter: the stats line, or one of the literal keywords the rules and facts need."""
         return self.STATS_WORD in text or self.HOT.search(text) is not None
 
     def phase(self) -> Phase:
