@@ -163,6 +163,7 @@ class StreamParser:
         self.tz = tz
         self.ref_time = ref_time
         self.lines_seen = 0
+        self.parse_errors = 0
         self._starting = False
         self._blocks: dict[str, _Block] = {}
         self._last_incident: dict[str, tuple[float | None, int]] = {}
@@ -173,7 +174,15 @@ class StreamParser:
     # ---- the protocol -------------------------------------------------------------------------
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
              offset: int | None = None) -> list[Record]:
-        """Give one line (no newline); get the records it completes. Never raises on any input."""
+        """Give one line (no newline); get the records it completes. Never raises on any input: a line
+        whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`."""
+        try:
+            return self._feed(text, ts, path, offset)
+        except (ValueError, OverflowError):
+            self.parse_errors += 1
+            return []
+
+    def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
         if len(text) > MAX_LINE_CHARS:
             text = text[:MAX_LINE_CHARS]
@@ -235,7 +244,10 @@ class StreamParser:
         """Close whatever is open (a truncated traceback is still an occurrence)."""
         out: list[Record] = []
         for tag in list(self._blocks):
-            out.extend(self._close(tag))
+            try:
+                out.extend(self._close(tag))
+            except (ValueError, OverflowError):
+                self.parse_errors += 1
         return out
 
     # ---- hooks --------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ excess requests wait, which shows as `Waiting:` (V1) or `Pending:` (V0), never a
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -26,6 +25,8 @@ from parsers.base import ANSI, Rule, Split, StreamParser, hot, rule
 
 GIB = 1024**3
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
+
+
 def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
@@ -82,8 +83,7 @@ _ARG = re.compile(
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
 _FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
-               "estimated maximum",
-               "with config: ", "args: ")
+               "estimated maximum", "with config: ", "args: ")
 _FACT_FILTER = hot(*_FACT_WORDS)
 
 
@@ -92,7 +92,7 @@ def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
         name = _ARG_NAMES[match.group(1)]
         raw = match.group(2)
         if raw.startswith(("'", '"')):
-            raw = ast.literal_eval(raw)
+            raw = raw[1:-1]  # a repr'd string; the quotes bound it (no escapes in names and paths worth keeping)
         if raw in ("None", "", "null"):
             continue
         if name in _NUMERIC_ARGS:
@@ -102,8 +102,6 @@ def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
                 continue
         else:
             yield name, raw
-
-
 
 
 def startup_facts(lines: Iterable[str], source: str = "-") -> list[CapacityFact]:
@@ -286,8 +284,7 @@ class VllmParser(StreamParser):
                              {"count": stats.preemptions}, path, offset))
         return out
 
-    def feed(self, text: str, ts: float | None = None, path: str | None = None,
-             offset: int | None = None) -> list[Record]:
+    def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         """The stats line is most of a busy vLLM log: prefix and numbers in one match, no split, no rules."""
         if "prompt throughput: " in text:
             m = _STATS_LINE.match(text)
@@ -309,7 +306,7 @@ class VllmParser(StreamParser):
                 out: list[Record] = []  # a new record: it ends its own process's open one, and stale ones
                 self._continue_block(Split("", ts, "INFO", tag, stamp), out)
                 return out + self._stats(ts, tag, m, path, offset)
-        return super().feed(text, ts, path, offset)
+        return super()._feed(text, ts, path, offset)
 
     def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
         """V0 warns on the 1st, 51st, 101st… preemption with the running total: the increment since the

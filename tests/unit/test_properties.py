@@ -98,6 +98,25 @@ def test_arbitrary_bytes_never_raise(data: bytes, server: Server) -> None:
     run(parser, text.split("\n"))
 
 
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(max_size=200), server=st.sampled_from(PARSERS))
+def test_fact_and_stats_line_shapes_with_arbitrary_values_never_raise(text: str, server: Server) -> None:
+    shapes = [
+        f"INFO 09-14 03:10:01 [utils.py:326] non-default args: {{'model': {text!r}, 'max_num_seqs': {text}}}",
+        f"INFO 01-13 11:35:10 api_server.py:529] args: Namespace(model='{text}', block_size={text}, "
+        f"kv_cache_dtype=\"{text}\")",
+        f"[2026-04-05 20:00:00] server_args=ServerArgs(model_path='{text}', tp_size={text}, page_size={text})",
+        f"2025-05-01T01:30:00.123456Z  INFO text_generation_launcher: Args {{ model_id: \"{text}\", "
+        f"max_batch_size: Some({text}) }}",
+        f"llama_context: n_ctx = {text}",
+        f"(APIServer pid=1) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt throughput: {text} tokens/s",
+        f"[2025-02-27 04:46:39 TP0] Decode batch. #running-req: {text}, token usage: {text}, #queue-req: {text}",
+        f"NVRM: Xid (PCI:0000:3b:00): {text}, pid=1",
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {text} GiB. GPU {text} has a total capacity",
+    ]
+    run(make_parser(server, "t", REF_TIME), shapes)
+
+
 @SLOW
 @given(cut=st.integers(min_value=0, max_value=2000), server=st.sampled_from(PARSERS),
        junk=st.text(max_size=300))
@@ -106,6 +125,23 @@ def test_truncated_tracebacks_and_cut_lines_never_raise(cut: int, server: Server
     lines = (blob[:cut] + junk).split("\n")
     records = run(make_parser(server, "t", REF_TIME), lines)
     assert all(r.source == "t" for r in records)
+
+
+def test_absurd_numbers_are_counted_not_fatal() -> None:
+    big = "9" * 5000
+    lines = {
+        Server.SGLANG: f"[2025-02-27 04:46:39 TP0] Decode batch. #running-req: {big}, #queue-req: 1",
+        Server.VLLM: f"INFO 01-01 00:00:00 [x.py:1] Avg prompt throughput: 1.0 tokens/s, Avg generation throughput: "
+                     f"1.0 tokens/s, Running: {big} reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%",
+    }
+    for server, line in lines.items():
+        parser = make_parser(server, "t", REF_TIME)
+        assert parser.feed(line) == [] and parser.flush() == []
+        assert isinstance(parser, base.StreamParser) and parser.parse_errors == 1
+    preempt = ("WARNING 08-20 10:18:39 scheduler.py:1141] Sequence group 1 is preempted by PreemptionMode.SWAP mode "
+               f"because there is not enough KV cache space. total_num_cumulative_preemption={big}")
+    parser = make_parser(Server.VLLM, "t", REF_TIME)
+    assert parser.feed(preempt) == [] and isinstance(parser, base.StreamParser) and parser.parse_errors == 1
 
 
 def test_giant_lines_are_cut_not_fatal() -> None:
