@@ -35,6 +35,7 @@ class FileScan:
     fmt: str
     server: Server
     lines: int = 0
+    parse_errors: int = 0
     records: list[Record] = field(default_factory=list)
 
 
@@ -95,6 +96,7 @@ def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref
         result.records.extend(parser.feed(held.text, held.ts, path, starts.pop(held.stream, offset)))
     result.records.extend(parser.flush())
     result.server = parser.server
+    result.parse_errors = parser.parse_errors
     return result
 
 
@@ -160,7 +162,9 @@ def render_text(scans: list[FileScan]) -> str:
     records = [r for s in scans for r in s.records]
     summary = summarize(records)
     out = ["Inputs:"]
-    out += [f"  {s.source}: {s.lines:,} lines, {s.fmt}, read as {s.server.value}" for s in scans]
+    out += [f"  {s.source}: {s.lines:,} lines, {s.fmt}, read as {s.server.value}"
+            + (f", {s.parse_errors} skipped (numbers that cannot be numbers)" if s.parse_errors else "")
+            for s in scans]
     out.append(f"Time: {_when(summary.first_ts)} → {_when(summary.last_ts)}")
     out.append("Events by kind:" if summary.counts else "Events: none")
     for kind, n in sorted(summary.counts.items(), key=lambda kv: -kv[1]):

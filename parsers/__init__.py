@@ -33,6 +33,11 @@ class Parser(Protocol):
 
     server: Server
 
+    @property
+    def parse_errors(self) -> int:
+        """Lines skipped because a number in them could not be one (the daemon's parse-error metric)."""
+        ...
+
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
              offset: int | None = None) -> list[Record]: ...
 
@@ -117,6 +122,10 @@ class AutoParser:
         if self._score >= 6 or len(self._held) >= DETECT_LINES:
             return self._settle()
         return []
+
+    @property
+    def parse_errors(self) -> int:
+        return self._inner.parse_errors if self._inner is not None else 0
 
     def set_reference_time(self, ref_time: float) -> None:
         self.ref_time = ref_time

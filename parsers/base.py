@@ -163,7 +163,7 @@ class StreamParser:
         self.tz = tz
         self.ref_time = ref_time
         self.lines_seen = 0
-        self.parse_errors = 0
+        self._parse_errors = 0
         self._starting = False
         self._blocks: dict[str, _Block] = {}
         self._last_incident: dict[str, tuple[float | None, int]] = {}
@@ -179,7 +179,7 @@ class StreamParser:
         try:
             return self._feed(text, ts, path, offset)
         except (ValueError, OverflowError):
-            self.parse_errors += 1
+            self._parse_errors += 1
             return []
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
@@ -234,6 +234,11 @@ class StreamParser:
         out.extend(self.events_for(split, (split.msg,), path, offset))
         return out + self.line_records(split, path, offset)
 
+    @property
+    def parse_errors(self) -> int:
+        """Lines skipped because a number in them could not be one (a 5,000-digit count)."""
+        return self._parse_errors
+
     def set_reference_time(self, ref_time: float) -> None:
         """Move the time that yearless stamps are placed near (a daemon calls this as its clock advances;
         the parser itself never reads a clock)."""
@@ -247,7 +252,7 @@ class StreamParser:
             try:
                 out.extend(self._close(tag))
             except (ValueError, OverflowError):
-                self.parse_errors += 1
+                self._parse_errors += 1
         return out
 
     # ---- hooks --------------------------------------------------------------------------------
