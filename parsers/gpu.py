@@ -98,12 +98,18 @@ NCCL_RULES: tuple[Rule, ...] = (
     rule(EventKind.NCCL_TIMEOUT, r"Watchdog caught collective operation timeout(?:: WorkNCCL\(SeqNum=\d+, "
          r"OpType=(?P<op>\w+)[^)]{0,200}Timeout\(ms\)=(?P<timeout_ms>\d+)\) ran for (?P<ran_ms>\d+) milliseconds)?"
          r"|Exception \(either an error or timeout\) detected by watchdog|Some NCCL operations have failed or timed out"
-         r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after|got error: Socket Timeout",
+         r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after|got error: Socket Timeout"
+         r"|DistStoreError: Timed out|Timed out after \d{1,9} seconds waiting for clients",
          Severity.ERROR, Phase.RUNTIME, extract=_nccl, incident=True),
+    # vLLM's shared-memory broadcast between ranks stalled: a rank hangs (or compiles); often precedes the above
+    rule(EventKind.NCCL_TIMEOUT, r"No available shared memory broadcast block found in (\d{1,9}) seconds",
+         Severity.WARNING, Phase.RUNTIME, extract=lambda m: {"mechanism": "shm_broadcast",
+                                                             "waited_seconds": int(m.group(1))}, incident=True),
 )
 
 GPU_RULES: tuple[Rule, ...] = OOM_RULES + NCCL_RULES + CUDA_RULES
 
 HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "NCCL", "Nccl", "nccl", "CUBLAS", "CUDNN",
              "Watchdog", "watchdog", "Barrier timed out", "illegal memory", "device-side assert",
-             "launch failure", "failed to allocate", "Traceback", "Error", "error", "Exception")
+             "launch failure", "failed to allocate", "Traceback", "Error", "error", "Exception",
+             "shared memory broadcast", "Timed out")

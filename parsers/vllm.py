@@ -160,7 +160,8 @@ VLLM_RULES: tuple[Rule, ...] = (
          r"|EngineCore encountered a fatal error|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError"
          r"|Engine background task failed"
          r"|AsyncLLM output_handler failed|Background loop (?:has errored|is not running|is stopped)"
-         r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running",
+         r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running"
+         r"|RayActorError|The actor died unexpectedly",
          Severity.CRITICAL, extract=_died, incident=True),
     *http_access.HTTP_RULES,
     *http_access.TIMEOUT_RULES,
