@@ -78,6 +78,7 @@ def hot(*literals: str) -> re.Pattern[str]:
 def rule(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,
          extract: Extract | None = None, incident: bool = False,
          severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None, unless: str | None = None) -> Rule:
+    """A Rule from a pattern string (compiled once, at import)."""
     return Rule(kind, re.compile(pattern), severity, phase, extract, incident, severity_of,
                 re.compile(unless) if unless else None)
 
@@ -275,9 +276,11 @@ class StreamParser:
         return self.STATS_WORD in text or self.HOT.search(text) is not None
 
     def phase(self) -> Phase:
+        """The phase of an event whose line does not say: start-up until the server said it is serving."""
         return Phase.STARTUP if self._starting else Phase.RUNTIME
 
     def fact(self, split: Split, name: str, value: float | str) -> CapacityFact:
+        """A capacity fact stamped with the line's time and this stream's source."""
         return CapacityFact(split.ts, self.source, name, value)
 
     def sample(self, stats: ServerStats, tag: str) -> list[Record]:
@@ -297,6 +300,7 @@ class StreamParser:
     def event(self, split: Split, kind: EventKind, severity: Severity, phase: Phase | None,
               fields: Mapping[str, FieldValue], path: str | None, offset: int | None,
               message: str | None = None) -> Event:
+        """An event whose message is the (redacted) line: the only way a line's text reaches a record."""
         return Event(split.ts, self.source, self.server, kind, severity, phase or self.phase(),
                      redact(split.msg if message is None else message), dict(fields), path, offset)
 
