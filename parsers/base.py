@@ -300,7 +300,8 @@ class StreamParser:
     def event(self, split: Split, kind: EventKind, severity: Severity, phase: Phase | None,
               fields: Mapping[str, FieldValue], path: str | None, offset: int | None,
               message: str | None = None) -> Event:
-        """An event whose message is the (redacted) line: the only way a line's text reaches a record."""
+        """An event whose message is the redacted line: the only way free text reaches a record (facts keep
+        single values such as a model name)."""
         return Event(split.ts, self.source, self.server, kind, severity, phase or self.phase(),
                      redact(split.msg if message is None else message), dict(fields), path, offset)
 
