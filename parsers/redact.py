@@ -22,7 +22,8 @@ REDACTED = "<redacted>"
 # Lines that exist to log a request's content: dropped whole, before classification, so a prompt that
 # happens to say "CUDA out of memory" cannot become an event either.
 _REQUEST_MARKERS = (
-    "Received request ", "Added request ", "prompt: ", "prompt_token_ids", "SamplingParams", "Receive: obj=",
+    "Received request ", "Added request ", "Generated response ", "prompt: ", "prompt_token_ids",
+    "output_token_ids", "SamplingParams", "Receive: obj=",
     "Finish: obj=", "ReqInput(", "CompletionRequest(", "log_server_r: request:  {", "request: {\"",
     "response: {\"", "request:  {\"", "response:  {\"", '"prompt":', '"messages":', '"inputs":', 'prompt="',
     'msg="completion request"', 'msg="chat request"',

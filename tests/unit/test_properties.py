@@ -54,6 +54,8 @@ def _shapes(p: str) -> list[str]:
         f"stop=[{p!r}]), prompt_token_ids: [1, 2], lora_request: None.",
         f"(APIServer pid=1) INFO 05-08 14:46:12 [logger.py:39] Received request chatcmpl-9: prompt: {p!r}, "
         f"params: SamplingParams(n=1), prompt_token_ids: None, prompt_embeds shape: None, lora_request: None.",
+        f"(APIServer pid=1) INFO 05-08 14:46:13 [logger.py:71] Generated response chatcmpl-9: output: {p!r}, "
+        "output_token_ids: [1, 2], finish_reason: stop",
         f"[2026-04-05 20:02:59] Receive: obj=GenerateReqInput(text={p!r}, sampling_params={{'max_new_tokens': 9}})",
         f"srv  log_server_r: request:  {json.dumps({'prompt': p, 'n_predict': 8})}",
         "time=2026-01-01T10:00:00.000Z level=DEBUG source=server.go:1 msg=\"completion request\" "
