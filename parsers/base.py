@@ -20,10 +20,12 @@ catastrophically fails the build rather than a node.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Any
 
 from agent.records import (
     CapacityFact,
@@ -68,6 +70,16 @@ class Rule:
     incident: bool = False  # one occurrence may be reported many times (ranks, re-raise): de-duplicate
     severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None  # when the numbers decide
     unless: re.Pattern[str] | None = None  # the same words in a line that means something else
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """The object of a JSON-formatted log line (TGI `--json-output`, vLLM's JSON formatter, llama.cpp
+    `--log-format json`), or None when the line is not one."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def hot(*literals: str) -> re.Pattern[str]:

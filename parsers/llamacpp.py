@@ -11,13 +11,12 @@ verbatim. llama-server never sends 429 (excess requests wait for a slot); Ollama
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import timezone, tzinfo
 
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import gpu, http_access, kernel
-from parsers.base import Rule, Split, StreamParser, hot, rule, size_bytes
+from parsers.base import Rule, Split, StreamParser, hot, json_object, rule, size_bytes
 
 LLAMACPP_RULES: tuple[Rule, ...] = (
     *gpu.GPU_RULES,
@@ -103,11 +102,8 @@ class LlamaCppParser(StreamParser):
 
     def _split_json(self, text: str) -> Split:
         """Mid-2024 `--log-format json`: the message plus the request fields an access line needs."""
-        try:
-            record = json.loads(text)
-        except ValueError:
-            return Split(text)
-        if not isinstance(record, dict) or not isinstance(record.get("msg"), str):
+        record = json_object(text)
+        if record is None or not isinstance(record.get("msg"), str):
             return Split(text)
         msg: str = record["msg"]
         if msg == "request" and isinstance(record.get("status"), int):

@@ -12,12 +12,11 @@ so it never reaches a record.
 
 from __future__ import annotations
 
-import json
 import re
 
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import gpu, http_access, kernel
-from parsers.base import Rule, Split, StreamParser, hot, rule
+from parsers.base import Rule, Split, StreamParser, hot, json_object, rule
 
 TGI_RULES: tuple[Rule, ...] = (
     rule(EventKind.OOM, r"Not enough memory to handle (?:\d+ prefill tokens|`max_total_tokens)"
@@ -81,11 +80,8 @@ class TgiParser(StreamParser):
         return Split(msg, ts, level, target.split("::", 1)[0], m.group(1) + target)
 
     def _split_json(self, text: str) -> Split:
-        try:
-            record = json.loads(text)
-        except ValueError:
-            return Split(text)
-        if not isinstance(record, dict) or not isinstance(record.get("fields"), dict):
+        record = json_object(text)
+        if record is None or not isinstance(record.get("fields"), dict):
             return Split(text)
         msg = record["fields"].get("message")
         level = record.get("level")

@@ -14,14 +14,13 @@ excess requests wait, which shows as `Waiting:` (V1) or `Pending:` (V0), never a
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import gpu, http_access, kernel
-from parsers.base import ANSI, Rule, Split, StreamParser, hot, rule
+from parsers.base import ANSI, Rule, Split, StreamParser, hot, json_object, rule
 
 GIB = 1024**3
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
@@ -235,11 +234,8 @@ class VllmParser(StreamParser):
 
     def _split_json(self, text: str) -> Split:
         """0.33's opt-in JSON formatter: `asctime levelname name processName process message` keys."""
-        try:
-            record = json.loads(text)
-        except ValueError:
-            return Split(text)
-        if not isinstance(record, dict) or not isinstance(record.get("message"), str):
+        record = json_object(text)
+        if record is None or not isinstance(record.get("message"), str):
             return Split(text)
         level = record.get("levelname")
         stamp = record.get("asctime")
