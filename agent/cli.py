@@ -7,6 +7,9 @@ Each command gathers its options, calls one core function, and renders the resul
 from __future__ import annotations
 
 import json
+import sys
+import time
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -21,6 +24,8 @@ from agent.framing import unwrap_cri, unwrap_docker
 from agent.models import PRESETS
 from agent.planner import plan
 from agent.reconcile import latest, reconcile
+from agent.records import Server
+from agent.scan import FileScan, jsonl, parse_tz, render_text, scan_stream
 from agent.sizing import SizingRequest, resolve
 from parsers.vllm import startup_facts
 
@@ -151,3 +156,55 @@ def _read_lines(path: Path | None) -> list[str]:
 def _unwrapped(line: str) -> str:
     frame = unwrap_docker(line) if line.startswith("{") else unwrap_cri(line) if line[:1].isdigit() else None
     return frame.text if frame is not None else line
+
+
+class ScanServer(str, Enum):
+    """Servers `scan` can be told to read a log as."""
+
+    AUTO = "auto"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+    LLAMACPP = "llamacpp"
+    KERNEL = "kernel"
+
+
+class ScanFormat(str, Enum):
+    TEXT = "text"
+    JSONL = "jsonl"
+
+
+@app.command()
+def scan(
+    files: Annotated[list[Path], typer.Argument(help="Log files (plain, Docker json-file or CRI, detected per "
+                                                "file); '-' reads stdin.")],
+    server: Annotated[ScanServer, typer.Option(help="Read the logs as this server's (auto: detect from the "
+                                               "first lines).")] = ScanServer.AUTO,
+    output: Annotated[ScanFormat, typer.Option("--format", help="text: a summary; jsonl: one JSON object per "
+                                               "record.")] = ScanFormat.TEXT,
+    tz: Annotated[str, typer.Option(help="Zone of time stamps that carry none (vLLM, SGLang, syslog): UTC, "
+                                    "+08:00 or Asia/Shanghai.")] = "UTC",
+) -> None:
+    """Classify saved logs: OOM, preemption, queueing, refusals, timeouts, engine deaths, GPU faults.
+
+    Exits 0 whether or not problems are found (it is a report, not a check); 1 when a file cannot be read.
+    """
+    scans: list[FileScan] = []
+    try:
+        zone = parse_tz(tz)
+    except AgentError as exc:
+        _fail(str(exc))
+    for path in files:
+        try:
+            if str(path) == "-":
+                scans.append(scan_stream(sys.stdin.buffer, "-", Server(server.value), time.time(), zone))
+                continue
+            with path.open("rb") as handle:
+                scans.append(scan_stream(handle, str(path), Server(server.value), path.stat().st_mtime, zone))
+        except OSError as exc:
+            _fail(f"{path}: cannot read: {exc.strerror or exc}")
+    if output is ScanFormat.JSONL:
+        for line in jsonl(scans):
+            typer.echo(line)
+        return
+    typer.echo(render_text(scans))
