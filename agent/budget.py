@@ -70,7 +70,7 @@ def estimate_weights_bytes(shape: ModelShape, dtype: WeightsDtype) -> int:
     """Weights from the parameter count: quantized layers at `dtype`, embeddings/LM head at 16 bit."""
     if shape.params is None:
         raise BudgetError(
-            f"the weights of {shape.name} cannot be estimated (no parameter count): pass --weights-gib"
+            f"the weights of {shape.name} cannot be estimated (no parameter count): pass --weights-gib or --params-b"
         )
     embedding = shape.embedding_params or 0
     if dtype in (WeightsDtype.BF16, WeightsDtype.FP16):
@@ -163,13 +163,7 @@ def compute(inputs: BudgetInputs) -> Budget:
             f"exceed util × VRAM = {inputs.util:g} × {inputs.vram_bytes / GIB:.2f} GiB = {memory / GIB:.2f} GiB "
             f"by {-usable / GIB:.2f} GiB. Quantize the weights, raise util, or add tensor parallelism."
         )
-    dtype_bytes = inputs.kv_dtype.bytes
-    if shape.is_mla:
-        kv_heads_per_gpu = 1  # the latent is replicated on every rank, not split
-        per_layer = shape.head_dim * dtype_bytes
-    else:
-        kv_heads_per_gpu = max(1, shape.kv_heads // tp)
-        per_layer = 2 * kv_heads_per_gpu * shape.head_dim * dtype_bytes
+    per_layer = shape.kv_bytes_per_token_layer(inputs.kv_dtype.bytes, tp)
     per_token = shape.layers * per_layer
     block = inputs.block_size
     tokens = inputs.tokens_per_request
@@ -186,7 +180,7 @@ def compute(inputs: BudgetInputs) -> Budget:
         memory_for_instance_bytes=memory,
         weights_per_gpu_bytes=weights_per_gpu,
         usable_kv_bytes=usable,
-        kv_heads_per_gpu=kv_heads_per_gpu,
+        kv_heads_per_gpu=shape.kv_heads_per_gpu(tp),
         kv_bytes_per_token_layer=per_layer,
         kv_bytes_per_token=per_token,
         block_bytes=per_token * block,

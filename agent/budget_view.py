@@ -35,9 +35,11 @@ def size(value: float) -> str:
 
 
 def _kv_dtype_name(budget: Budget) -> str:
+    """`auto` spelled out: the model's 16-bit activation dtype (fp16 models stay fp16, all else bf16)."""
     kv = budget.inputs.kv_dtype
-    return budget.inputs.shape.native_dtype if kv is KvDtype.AUTO and budget.inputs.shape.native_dtype in (
-        "bf16", "fp16") else ("bf16" if kv is KvDtype.AUTO else kv.value)
+    if kv is not KvDtype.AUTO:
+        return str(kv.value)
+    return "fp16" if budget.inputs.shape.native_dtype == "fp16" else "bf16"
 
 
 def describe_model(budget: Budget) -> str:
@@ -177,6 +179,22 @@ def render_reconciliation(rec: Reconciliation) -> str:
     lines.append("")
     lines.extend(f"  - {note}" for note in rec.explanations)
     return "\n".join(["Computed vs engine-reported:", *lines])
+
+
+def render_report(budget: Budget, sizing: Sizing, config: Config | None, plan: Plan | None,
+                  rec: Reconciliation | None) -> str:
+    """The whole `budget` text: arithmetic, engine comparison, plan, config snippet and vLLM flags."""
+    parts = [render_budget(budget, sizing)]
+    if rec is not None:
+        parts.append(render_reconciliation(rec))
+    if plan is not None:
+        parts.append(render_plan(plan))
+    parts.append("Config (the seed's skeleton, max_num_seqs from this budget):\n" + config_snippet(budget, config))
+    parts.append("Equivalent vLLM flags:\n" + vllm_flags(budget))
+    if sizing.origin.get("overhead") == "default":
+        parts.append(f"Note: overhead {budget.inputs.overhead_bytes / GIB:.1f} GiB is a default; measure it with "
+                     "--from-log on the engine's start-up log.")
+    return "\n\n".join(parts)
 
 
 def to_json(budget: Budget, sizing: Sizing, plan: Plan | None, rec: Reconciliation | None) -> dict[str, Any]:

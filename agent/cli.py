@@ -7,27 +7,25 @@ Each command gathers its options, calls one core function, and renders the resul
 from __future__ import annotations
 
 import json
+import sys
+import time
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
 
 from agent import __version__
-from agent.budget import GIB, Budget, KvDtype, WeightsDtype, compute
-from agent.budget_view import (
-    config_snippet,
-    render_budget,
-    render_plan,
-    render_reconciliation,
-    size,
-    to_json,
-    vllm_flags,
-)
-from agent.config import DEFAULT_CONFIG_PATH, Config, load_config
+from agent.budget import KvDtype, WeightsDtype, compute
+from agent.budget_view import render_report, size, to_json
+from agent.config import DEFAULT_CONFIG_PATH, load_config
 from agent.errors import AgentError, ConfigError
+from agent.framing import unwrap_cri, unwrap_docker
 from agent.models import PRESETS
-from agent.planner import Plan, plan
-from agent.reconcile import Reconciliation, latest, reconcile
+from agent.planner import plan
+from agent.reconcile import latest, reconcile
+from agent.records import Server
+from agent.scan import FileScan, jsonl, parse_tz, render_text, scan_stream
 from agent.sizing import SizingRequest, resolve
 from parsers.vllm import startup_facts
 
@@ -78,12 +76,12 @@ def check(
 def models() -> None:
     """List the model presets with the per-token KV size (bf16) each implies."""
     for preset in PRESETS.values():
-        per_layer = (preset.head_dim if preset.is_mla else 2 * preset.kv_heads * preset.head_dim) * 2
+        per_token = preset.layers * preset.kv_bytes_per_token_layer(dtype_bytes=2)
         params = f"{preset.params / 1e9:.1f}B" if preset.params else "?"
         kind = "MLA" if preset.is_mla else f"{preset.kv_heads} KV heads × {preset.head_dim}"
         swa = f", {preset.sliding_layers} SWA layers" if preset.sliding_layers else ""
         typer.echo(f"{preset.name:<18} {params:>7}  {preset.layers:>3} layers, {kind}{swa}: "
-                   f"{size(per_layer * preset.layers)}/token  ({preset.hf_id})")
+                   f"{size(per_token)}/token  ({preset.hf_id})")
 
 
 @app.command()
@@ -141,29 +139,72 @@ def budget(
     if as_json:
         typer.echo(json.dumps(to_json(result, sizing, the_plan, rec), indent=2, default=str))
         return
-    typer.echo(_budget_report(result, sizing.origin, cfg, the_plan, rec, render_budget(result, sizing)))
-
-
-def _budget_report(result: Budget, origin: dict[str, str], cfg: Config | None, the_plan: Plan | None,
-                   rec: Reconciliation | None, table: str) -> str:
-    parts = [table]
-    if rec is not None:
-        parts.append(render_reconciliation(rec))
-    if the_plan is not None:
-        parts.append(render_plan(the_plan))
-    parts.append("Config (the seed's skeleton, max_num_seqs from this budget):\n" + config_snippet(result, cfg))
-    parts.append("Equivalent vLLM flags:\n" + vllm_flags(result))
-    if origin.get("overhead") == "default":
-        parts.append(f"Note: overhead {result.inputs.overhead_bytes / GIB:.1f} GiB is a default; measure it with "
-                     "--from-log on the engine's start-up log.")
-    return "\n\n".join(parts)
+    typer.echo(render_report(result, sizing, cfg, the_plan, rec))
 
 
 def _read_lines(path: Path | None) -> list[str]:
+    """A saved log's lines, unwrapped from Docker json-file or CRI envelopes where they have one."""
     if path is None:
         return []
     try:
         with path.open(encoding="utf-8", errors="replace") as handle:
-            return [line for line in handle]
+            return [_unwrapped(line.rstrip("\n")) for line in handle]
     except OSError as exc:
         _fail(f"{path}: cannot read: {exc.strerror or exc}")
+
+
+def _unwrapped(line: str) -> str:
+    frame = unwrap_docker(line) if line.startswith("{") else unwrap_cri(line) if line[:1].isdigit() else None
+    return frame.text if frame is not None else line
+
+
+class ScanServer(str, Enum):
+    """Servers `scan` can be told to read a log as."""
+
+    AUTO = "auto"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+    LLAMACPP = "llamacpp"
+    KERNEL = "kernel"
+
+
+class ScanFormat(str, Enum):
+    TEXT = "text"
+    JSONL = "jsonl"
+
+
+@app.command()
+def scan(
+    files: Annotated[list[Path], typer.Argument(help="Log files (plain, Docker json-file or CRI, detected per "
+                                                "file); '-' reads stdin.")],
+    server: Annotated[ScanServer, typer.Option(help="Read the logs as this server's (auto: detect from the "
+                                               "first lines).")] = ScanServer.AUTO,
+    output: Annotated[ScanFormat, typer.Option("--format", help="text: a summary; jsonl: one JSON object per "
+                                               "record.")] = ScanFormat.TEXT,
+    tz: Annotated[str, typer.Option(help="Zone of time stamps that carry none (vLLM, SGLang, syslog): UTC, "
+                                    "+08:00 or Asia/Shanghai.")] = "UTC",
+) -> None:
+    """Classify saved logs: OOM, preemption, queueing, refusals, timeouts, engine deaths, GPU faults.
+
+    Exits 0 whether or not problems are found (it is a report, not a check); 1 when a file cannot be read.
+    """
+    scans: list[FileScan] = []
+    try:
+        zone = parse_tz(tz)
+    except AgentError as exc:
+        _fail(str(exc))
+    for path in files:
+        try:
+            if str(path) == "-":
+                scans.append(scan_stream(sys.stdin.buffer, "-", Server(server.value), time.time(), zone))
+                continue
+            with path.open("rb") as handle:
+                scans.append(scan_stream(handle, str(path), Server(server.value), path.stat().st_mtime, zone))
+        except OSError as exc:
+            _fail(f"{path}: cannot read: {exc.strerror or exc}")
+    if output is ScanFormat.JSONL:
+        for line in jsonl(scans):
+            typer.echo(line)
+        return
+    typer.echo(render_text(scans))

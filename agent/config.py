@@ -208,6 +208,12 @@ class Config(_Section):
                 f"{self.metrics.listen}:{self.metrics.port}, store {self.store.path}")
 
 
+def shipped_rules_dir() -> Path:
+    """The rule files shipped with the package: `agent/rules` in a wheel, `rules/` in a source checkout."""
+    packaged = Path(__file__).parent / "rules"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "rules"
+
+
 # --- loading -----------------------------------------------------------------------------------------
 
 def _line_index(node: yaml.Node, path: tuple[str | int, ...], out: dict[tuple[str | int, ...], int]) -> None:

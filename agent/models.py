@@ -51,6 +51,16 @@ class ModelShape:
     def full_layers(self) -> int:
         return self.layers - self.sliding_layers
 
+    def kv_heads_per_gpu(self, tp: int) -> int:
+        """KV heads each tensor-parallel rank holds: split, but at least one (replicated past kv_heads)."""
+        return 1 if self.is_mla else max(1, self.kv_heads // tp)
+
+    def kv_bytes_per_token_layer(self, dtype_bytes: int, tp: int = 1) -> int:
+        """One token's KV in one layer on one GPU: K and V per head, or MLA's single shared latent."""
+        if self.is_mla:
+            return self.head_dim * dtype_bytes
+        return 2 * self.kv_heads_per_gpu(tp) * self.head_dim * dtype_bytes
+
 
 def _emb(vocab: int, hidden: int, tied: bool) -> int:
     """Embedding + LM-head parameters: quantization schemes (AWQ, GPTQ, FP8) leave these in 16 bit."""

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from agent.budget import GIB, Budget
 from agent.records import CapacityFact
 
-SIGNIFICANT = 0.03  # differences under 3 % are rounding in the engine's two-decimal GiB lines
+SIGNIFICANT = 0.03  # relative: under 3 % is rounding in the engine's two-decimal GiB lines
+MEMORY_FLOOR = 0.1 * GIB  # absolute: memory differences under 0.1 GiB are noise, however small the total
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,10 @@ def _num(facts: dict[str, float | str], name: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-def _off(a: float | None, b: float | None) -> bool:
-    return a is not None and b is not None and abs(a - b) > SIGNIFICANT * max(abs(a), abs(b), 1e-9)
+def _off(a: float | None, b: float | None, floor: float = MEMORY_FLOOR) -> bool:
+    if a is None or b is None:
+        return False
+    return abs(a - b) > max(SIGNIFICANT * max(abs(a), abs(b)), floor)
 
 
 def reconcile(budget: Budget, facts: dict[str, float | str]) -> Reconciliation:
@@ -71,8 +74,10 @@ def reconcile(budget: Budget, facts: dict[str, float | str]) -> Reconciliation:
     graphs = _num(facts, "cuda_graph_bytes")
     measured = [v for v in (activation, non_torch) if v is not None]
     overhead: float | None = sum(measured) if measured else None
-    if overhead is None and None not in (requested, weights, kv_bytes):
-        overhead = requested - weights - kv_bytes  # type: ignore[operator]
+    if overhead is None and weights is not None and kv_bytes is not None:
+        # V1 prints no breakdown: what is neither weights nor KV cache is overhead. Without the engine's
+        # own util × VRAM line, the one assumed here stands in (the note says so).
+        overhead = (requested if requested is not None else budget.memory_for_instance_bytes) - weights - kv_bytes
     tokens = _num(facts, "kv_cache_tokens")
     blocks = _num(facts, "gpu_blocks")
     if tokens is None and blocks is not None:
@@ -119,13 +124,14 @@ def _explain(budget: Budget, rows: tuple[Row, ...], activation: float | None, no
         if non_torch is not None:
             parts.append(f"non-torch memory {_gib(non_torch)} (CUDA context, NCCL and allocator buffers)")
         if not parts:
-            parts.append("derived as util × VRAM − weights − KV cache")
+            parts.append(f"{_gib(over.engine)} as util × VRAM − loaded weights − KV cache (V1 prints no breakdown; "
+                         "activation peak, non-torch memory and CUDA graphs together)")
         notes.append(f"overhead differs by {_delta(over)}: the engine measured "
                      f"{'; '.join(parts)}, against the {_gib(over.computed)} assumed here.")
     if graphs is not None:
         notes.append(f"CUDA graphs took {_gib(graphs)} after profiling; vLLM before 0.21 does not subtract "
                      "it from the KV budget, so the real headroom is that much smaller.")
-    if _off(per_token.computed, per_token.engine):
+    if _off(per_token.computed, per_token.engine, floor=0):
         notes.append(f"KV bytes per token differ ({_fmt_bytes(per_token.computed)} computed, "
                      f"{_fmt_bytes(per_token.engine)} implied by the engine): the model shape, kv_cache_dtype "
                      f"({facts.get('kv_cache_dtype', inputs.kv_dtype.value)}) or tensor parallel size here "
@@ -134,7 +140,7 @@ def _explain(budget: Budget, rows: tuple[Row, ...], activation: float | None, no
         notes.append(f"usable KV cache differs by {_delta(kv)}; from now on the agent compares live "
                      "usage with the engine's own figure.")
     if not notes:
-        notes.append("computed and engine-reported budgets agree within 3 %.")
+        notes.append("computed and engine-reported budgets agree (within 3 % or 0.1 GiB).")
     return notes
 
 

@@ -6,7 +6,8 @@ they arrive, so nothing here is unused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -18,6 +19,7 @@ class Server(str, Enum):
     SGLANG = "sglang"
     TGI = "tgi"
     LLAMACPP = "llamacpp"
+    KERNEL = "kernel"  # the kernel log (NVRM Xid lines), not an inference server
 
 
 # The closed vocabulary of capacity facts an engine reports at start-up. Sizes in bytes, ratios 0–1.
@@ -26,7 +28,7 @@ FACT_NAMES = frozenset({
     "max_num_seqs", "gpu_memory_utilization", "total_gpu_memory_bytes", "requested_memory_bytes",
     "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes", "non_kv_cache_bytes",
     "kv_cache_bytes", "kv_cache_tokens", "gpu_blocks", "cpu_blocks", "max_concurrency", "tokens_per_request",
-    "required_kv_bytes", "estimated_max_model_len",
+    "required_kv_bytes", "estimated_max_model_len", "max_concurrent_requests", "max_batch_prefill_tokens",
 })
 
 
@@ -46,6 +48,98 @@ class CapacityFact:
     def __post_init__(self) -> None:
         if self.name not in FACT_NAMES:
             raise ValueError(f"unknown capacity fact {self.name!r}")
+
+
+class EventKind(str, Enum):
+    """The closed vocabulary of things that happened (DESIGN.md §Event kinds); values are the stored strings."""
+
+    OOM = "oom"
+    PREEMPTION = "preemption"
+    PENDING = "pending"
+    QUEUE_FULL = "queue_full"
+    DEADLINE_EXCEEDED = "deadline_exceeded"
+    HTTP_429 = "http_429"
+    HTTP_503 = "http_503"
+    ENGINE_DEAD = "engine_dead"
+    CUDA_ERROR = "cuda_error"
+    NCCL_TIMEOUT = "nccl_timeout"
+    XID = "xid"
+    GPU_LOST = "gpu_lost"
+
+
+class Severity(str, Enum):
+    """How loud an event is: `critical` means the server (or the GPU) stopped serving."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+    CRITICAL = "critical"
+
+
+class Phase(str, Enum):
+    """Where in a request's or the server's life an event happened — the seeds' distinctions hinge on it.
+
+    `startup`: before the server served (KV cache could not be allocated); `admission`: rejected at the
+    door, no token produced; `queue`: accepted but waiting for a slot; `generation`: after work began
+    (tokens produced); `runtime`: while serving, stage not known from the line.
+    """
+
+    STARTUP = "startup"
+    ADMISSION = "admission"
+    QUEUE = "queue"
+    GENERATION = "generation"
+    RUNTIME = "runtime"
+
+
+FieldValue = float | int | str | bool | None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One occurrence of a classified problem: a multi-line traceback is one Event, not one per line.
+
+    `message` is already redacted (parsers/redact.py); `fields` holds the numbers the line carried
+    (e.g. `requested_bytes`, `free_bytes`, `total_preemptions`, `status`, `route`, `xid`). `path` and
+    `offset` locate the first line of the occurrence, so the store can key on them (exactly once).
+    """
+
+    ts: float | None
+    source: str
+    server: Server
+    kind: EventKind
+    severity: Severity
+    phase: Phase
+    message: str
+    fields: Mapping[str, FieldValue] = field(default_factory=dict)
+    path: str | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True)
+class ServerStats:
+    """One periodic load sample an engine printed (vLLM stats line, SGLang batch line).
+
+    Counts are requests; `*_tps` tokens per second; ratios 0–1; `preemptions` is the count the line
+    reports for its interval (vLLM V1 0.12+), not a running total. Missing values are None.
+    """
+
+    ts: float | None
+    source: str
+    server: Server
+    running: int | None = None
+    waiting: int | None = None
+    swapped: int | None = None
+    kv_usage_ratio: float | None = None
+    prompt_tps: float | None = None
+    gen_tps: float | None = None
+    prefix_hit_ratio: float | None = None
+    preemptions: int | None = None
+    kv_used_tokens: int | None = None
+    path: str | None = None
+    offset: int | None = None
+
+
+Record = Event | ServerStats | CapacityFact
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,9 @@ number came from. Estimates (weights from the parameter count) are labelled as e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from agent.budget import GIB, BudgetInputs, KvDtype, WeightsDtype, estimate_weights_bytes
 from agent.config import Config
@@ -49,8 +50,25 @@ class Sizing:
     workload_tokens: int | None = None
 
 
-def _first(*candidates: tuple[object, str]) -> tuple[object, str]:
+T = TypeVar("T")
+
+
+def _first(*candidates: tuple[T | None, str]) -> tuple[T | None, str]:
+    """The first value that was given, with the name of the place it came from."""
     return next(((v, o) for v, o in candidates if v is not None), (None, ""))
+
+
+def _first_or(default: tuple[T, str], *candidates: tuple[T | None, str]) -> tuple[T, str]:
+    """The first value given, else the documented default."""
+    value, origin = _first(*candidates)
+    return (value, origin) if value is not None else default
+
+
+def _required(found: tuple[T | None, str], problem: str) -> tuple[T, str]:
+    value, origin = found
+    if value is None:
+        raise BudgetError(problem)
+    return value, origin
 
 
 def _shape(req: SizingRequest, config: Config | None, served_model: str | None) -> tuple[ModelShape, str]:
@@ -103,7 +121,7 @@ def resolve(req: SizingRequest, config: Config | None = None,
     if req.params_b is not None or cfg.model.params_b is not None:
         params_b = req.params_b if req.params_b is not None else cfg.model.params_b
         assert params_b is not None
-        shape = ModelShape(**{**shape.__dict__, "params": int(params_b * 1e9)})
+        shape = replace(shape, params=int(params_b * 1e9))
     origin = {"model": shape_origin}
 
     def log_num(name: str) -> float | None:
@@ -111,55 +129,52 @@ def resolve(req: SizingRequest, config: Config | None = None,
         return float(value) if isinstance(value, int | float) else None
 
     total = log_num("total_gpu_memory_bytes")
-    vram, origin["vram"] = _first((req.vram_gib, "flag"), (cfg.gpu.vram_gib, "config"),
-                                  (total / GIB if total else None, "log"))
-    if vram is None:
-        raise BudgetError("the GPU's memory is unknown: pass --vram-gib (or gpu.vram_gib in the config); "
-                          "V1 vLLM logs do not print the card's total")
-    util, origin["util"] = _first((req.util, "flag"), (cfg.server.gpu_memory_fraction, "config"),
-                                  (log_num("gpu_memory_utilization"), "log"), (DEFAULT_UTIL, "default"))
-    kv_dtype, origin["kv_dtype"] = _first(
+    vram, origin["vram"] = _required(
+        _first((req.vram_gib, "flag"), (cfg.gpu.vram_gib, "config"), (total / GIB if total else None, "log")),
+        "the GPU's memory is unknown: pass --vram-gib (or gpu.vram_gib in the config); V1 vLLM logs do not "
+        "print the card's total")
+    util, origin["util"] = _first_or((DEFAULT_UTIL, "default"),
+        (req.util, "flag"), (cfg.server.gpu_memory_fraction, "config"), (log_num("gpu_memory_utilization"), "log"))
+    kv_dtype, origin["kv_dtype"] = _first_or((KvDtype.AUTO, "default"),
         (req.kv_dtype, "flag"), (cfg.server.kv_cache_dtype, "config"),
-        (_kv_dtype_from_log(facts.get("kv_cache_dtype")), "log"), (KvDtype.AUTO, "default"))
-    block, origin["block_size"] = _first((req.block_size, "flag"), (cfg.server.block_size, "config"),
-                                         (log_num("block_size"), "log"), (DEFAULT_BLOCK_SIZE, "default"))
-    tp, origin["tp"] = _first((req.tp, "flag"), (cfg.server.tensor_parallel_size, "config"),
-                              (log_num("tensor_parallel_size"), "log"), (1, "default"))
-    overhead, origin["overhead"] = _first((req.overhead_gib, "flag"), (cfg.gpu.overhead_gib, "config"),
-                                          (DEFAULT_OVERHEAD_GIB, "default"))
-    wdtype, wdtype_origin = _first(
+        (_kv_dtype_from_log(facts.get("kv_cache_dtype")), "log"))
+    block, origin["block_size"] = _first_or((DEFAULT_BLOCK_SIZE, "default"),
+        (req.block_size, "flag"), (cfg.server.block_size, "config"), (_int_or_none(log_num("block_size")), "log"))
+    tp, origin["tp"] = _first_or((1, "default"),
+        (req.tp, "flag"), (cfg.server.tensor_parallel_size, "config"),
+        (_int_or_none(log_num("tensor_parallel_size")), "log"))
+    overhead, origin["overhead"] = _first_or((DEFAULT_OVERHEAD_GIB, "default"),
+        (req.overhead_gib, "flag"), (cfg.gpu.overhead_gib, "config"))
+    native = WeightsDtype(shape.native_dtype) if shape.native_dtype in {d.value for d in WeightsDtype} else None
+    wdtype, origin["weights_dtype"] = _first(
         (req.weights_dtype, "flag"), (cfg.model.weights_dtype, "config"),
-        (_weights_dtype_from_log(facts.get("quantization")), "log"),
-        (WeightsDtype(shape.native_dtype) if shape.native_dtype in WeightsDtype._value2member_map_ else None,
-         "model"))
+        (_weights_dtype_from_log(facts.get("quantization")), "log"), (native, "model"))
     weights_gib, origin["weights"] = _first((req.weights_gib, "flag"), (cfg.model.weights_gib, "config"))
-    estimated = weights_gib is None
-    if estimated:
-        dtype = wdtype if isinstance(wdtype, WeightsDtype) else WeightsDtype.BF16
-        weights_bytes = estimate_weights_bytes(shape, dtype)
-        origin["weights"] = f"estimated from {(shape.params or 0) / 1e9:.2f} B parameters at {dtype.value}"
-        wdtype = dtype
+    if weights_gib is None:
+        wdtype = wdtype or WeightsDtype.BF16
+        weights_bytes = estimate_weights_bytes(shape, wdtype)
+        origin["weights"] = f"estimated from {(shape.params or 0) / 1e9:.2f} B parameters at {wdtype.value}"
     else:
-        weights_bytes = int(float(weights_gib) * GIB)  # type: ignore[arg-type]
+        weights_bytes = int(weights_gib * GIB)
     input_p95 = req.input_p95 if req.input_p95 is not None else cfg.workload.input_p95_tokens
     max_output = req.max_output if req.max_output is not None else cfg.limits.max_output_tokens
     workload = input_p95 + max_output if input_p95 is not None and max_output is not None else None
-    tokens, origin["tokens"] = _first(
+    tokens, origin["tokens"] = _required(_first(
         (req.max_model_len, "flag --max-model-len"), (cfg.server.max_model_len, "config server.max_model_len"),
-        (log_num("max_model_len") or log_num("tokens_per_request"), "log max_model_len"),
+        (_int_or_none(log_num("max_model_len") or log_num("tokens_per_request")), "log max_model_len"),
         (workload, "P95 input + max output"),
-        (shape.max_position_embeddings, "the model's max_position_embeddings (vLLM's default max_model_len)"))
-    if tokens is None:
-        raise BudgetError("tokens per request unknown: pass --max-model-len, or --input-p95 and --max-output")
-    origin["weights_dtype"] = wdtype_origin
+        (shape.max_position_embeddings, "the model's max_position_embeddings (vLLM's default max_model_len)")),
+        "tokens per request unknown: pass --max-model-len, or --input-p95 and --max-output")
     inputs = BudgetInputs(
-        shape=shape, vram_bytes=int(float(vram) * GIB), util=float(util),  # type: ignore[arg-type]
-        weights_bytes=weights_bytes, overhead_bytes=int(float(overhead) * GIB),  # type: ignore[arg-type]
-        tokens_per_request=int(tokens), kv_dtype=kv_dtype,  # type: ignore[call-overload, arg-type]
-        block_size=int(block), tp=int(tp),  # type: ignore[call-overload]
-        weights_dtype=wdtype if isinstance(wdtype, WeightsDtype) else None, weights_estimated=estimated,
+        shape=shape, vram_bytes=int(vram * GIB), util=util, weights_bytes=weights_bytes,
+        overhead_bytes=int(overhead * GIB), tokens_per_request=tokens, kv_dtype=kv_dtype, block_size=block, tp=tp,
+        weights_dtype=wdtype, weights_estimated=weights_gib is None,
     )
     return Sizing(inputs, origin, workload)
+
+
+def _int_or_none(value: float | None) -> int | None:
+    return int(value) if value is not None else None
 
 
 def _kv_dtype_from_log(value: object) -> KvDtype | None:

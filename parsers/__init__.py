@@ -1,1 +1,158 @@
-"""Pure log parsers, one module per inference server: text in, records out, no I/O and no clock."""
+"""Pure log parsers, one module per inference server: text in, records out, no I/O and no clock.
+
+The daemon and `scan` use three things from here:
+
+- `make_parser(server, source, ref_time, tz)` → a `Parser` for one stream; `Server.AUTO` gives an
+  `AutoParser` that detects the server from the first lines and then behaves as that server's parser.
+- `Parser.feed(text, ts, path, offset) -> list[Record]` per line (without its newline; `ts` is the
+  envelope's time when there is one), and `Parser.flush() -> list[Record]` at end of stream or after a
+  quiet spell (an open traceback is held until its end is seen).
+- `Parser.set_reference_time(now)`: the time yearless stamps (vLLM, syslog) are placed near; a daemon
+  moves it as its clock advances (the parsers never read a clock).
+- `detect(lines) -> Server | None`.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timezone, tzinfo
+from typing import Protocol
+
+from agent.records import Record, Server
+from parsers.base import StreamParser
+from parsers.generic import GenericParser
+from parsers.kernel import KernelParser
+from parsers.llamacpp import LlamaCppParser
+from parsers.sglang import SglangParser
+from parsers.tgi import TgiParser
+from parsers.vllm import VllmParser
+
+
+class Parser(Protocol):
+    """A stateful parser of one log stream."""
+
+    server: Server
+
+    @property
+    def parse_errors(self) -> int:
+        """Lines skipped because a number in them could not be one (the daemon's parse-error metric)."""
+        ...
+
+    def feed(self, text: str, ts: float | None = None, path: str | None = None,
+             offset: int | None = None) -> list[Record]: ...
+
+    def flush(self) -> list[Record]: ...
+
+    def set_reference_time(self, ref_time: float) -> None: ...
+
+
+REGISTRY: dict[Server, type[StreamParser]] = {
+    Server.VLLM: VllmParser,
+    Server.SGLANG: SglangParser,
+    Server.TGI: TgiParser,
+    Server.LLAMACPP: LlamaCppParser,
+    Server.KERNEL: KernelParser,
+}
+
+# Evidence per server: (pattern, weight). Weight 3 = unmistakable on its own.
+_SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
+    server: tuple((re.compile(p), w) for p, w in signs)
+    for server, signs in {
+        Server.VLLM: (
+            (r"\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker_\w+|Worker) pid=\d+", 3),
+            (r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine|vllm\.\w", 3),
+            (r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?\w+\.py:\d+\] ", 2),
+            (r"Avg prompt throughput: [\d.]+ tokens/s", 3),
+        ),
+        Server.SGLANG: (
+            (r"server_args=ServerArgs\(|sglang", 3),
+            (r"(?:Prefill|Decode) batch[.,] #", 3),
+            (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:TP|DP|PP|EP)\d+)*\] ", 1),
+        ),
+        Server.TGI: (
+            (r"text_generation_(?:launcher|router|server)", 3),
+            (r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z +(?:INFO|WARN|ERROR|DEBUG) ", 1),
+        ),
+        Server.LLAMACPP: (
+            (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),
+            (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,12}: ", 3),
+            (r"level=\w+ source=\w+\.go:\d+", 3),
+        ),
+        Server.KERNEL: ((r"NVRM: ", 2), (r"kernel: \[ *\d+\.\d+\]", 1)),
+    }.items()
+}
+DETECT_LINES = 200  # how many lines `AutoParser` looks at before settling on the best guess
+
+
+def detect(lines: list[str]) -> Server | None:
+    """The server whose signatures these lines show most; None when none shows any."""
+    scores = dict.fromkeys(_SIGNS, 0)
+    for line in lines:
+        for server, signs in _SIGNS.items():
+            for pattern, weight in signs:
+                if pattern.search(line[:4096]) is not None:
+                    scores[server] += weight
+    best = max(scores, key=lambda s: scores[s])
+    return best if scores[best] > 0 else None
+
+
+class AutoParser:
+    """Holds the first lines until the server is recognised (evidence ≥ 6, or `DETECT_LINES` lines),
+    then replays them through that server's parser. Unrecognised streams get `GenericParser` (CUDA,
+    NCCL, Xid, HTTP status and deadline lines only)."""
+
+    def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
+        self.source = source
+        self.ref_time = ref_time
+        self.tz = tz
+        self.server = Server.AUTO
+        self._inner: StreamParser | None = None
+        self._held: list[tuple[str, float | None, str | None, int | None]] = []
+        self._score = 0
+
+    def feed(self, text: str, ts: float | None = None, path: str | None = None,
+             offset: int | None = None) -> list[Record]:
+        if self._inner is not None:
+            return self._inner.feed(text, ts, path, offset)
+        self._held.append((text, ts, path, offset))
+        for signs in _SIGNS.values():
+            for pattern, weight in signs:
+                if pattern.search(text[:4096]) is not None:
+                    self._score += weight
+        if self._score >= 6 or len(self._held) >= DETECT_LINES:
+            return self._settle()
+        return []
+
+    @property
+    def parse_errors(self) -> int:
+        return self._inner.parse_errors if self._inner is not None else 0
+
+    def set_reference_time(self, ref_time: float) -> None:
+        self.ref_time = ref_time
+        if self._inner is not None:
+            self._inner.set_reference_time(ref_time)
+
+    def flush(self) -> list[Record]:
+        out = self._settle() if self._inner is None else []
+        return out + (self._inner.flush() if self._inner is not None else [])
+
+    def _settle(self) -> list[Record]:
+        server = detect([held[0] for held in self._held])
+        self.server = server or Server.AUTO
+        self._inner = (REGISTRY[server] if server else GenericParser)(self.source, self.ref_time, self.tz)
+        out: list[Record] = []
+        for text, ts, path, offset in self._held:
+            out.extend(self._inner.feed(text, ts, path, offset))
+        self._held.clear()
+        return out
+
+
+def make_parser(server: Server, source: str = "-", ref_time: float | None = None,
+                tz: tzinfo = timezone.utc) -> Parser:
+    """A parser for one stream of `server` (`Server.AUTO`: detected from the first lines)."""
+    if server is Server.AUTO:
+        return AutoParser(source, ref_time, tz)
+    return REGISTRY[server](source, ref_time, tz)
+
+
+__all__ = ["DETECT_LINES", "REGISTRY", "AutoParser", "Parser", "detect", "make_parser"]

@@ -1,22 +1,28 @@
-"""vLLM: start-up capacity facts (0.4 → 0.33, V0 and V1 engines).
+"""vLLM (0.4 → 0.33, V0 and V1 engines): events, load samples and start-up capacity facts.
 
-The formats are quoted in shared/reference/server-formats.md §1.2. vLLM prints sizes in GiB with two
-to four decimals ("GB" in 0.4–0.7 is GiB too: it divides by 2**30), so sizes here are rebuilt as
-bytes and carry that rounding. Patterns match anywhere in the line, so every prefix era, process tag
-and ANSI colour works without a prefix parser.
+Formats: shared/reference/server-formats.md §1. The prefix has changed in every era (`LEVEL date
+file:line]`, then `[file:line]`, process tags `(APIServer pid=…)` written by a stdout wrapper with ANSI
+colour in 0.10–0.30 and by the formatter from 0.31); lines without a logger prefix (raw tracebacks,
+uvicorn) still carry the tag. vLLM prints sizes in GiB ("GB" in 0.4–0.7 divides by 2**30 too), so
+sizes are rebuilt as bytes and carry that rounding. Facts match anywhere in the message, so every era
+works without knowing which one it is.
+
+What vLLM does *not* log matters as much: V1 has no preemption line (0.12+ adds `Preemptions: N` to
+the stats line, otherwise only `/metrics` knows), no request deadline, and before 0.29 no queue cap —
+excess requests wait, which shows as `Waiting:` (V1) or `Pending:` (V0), never as a 429.
 """
 
 from __future__ import annotations
 
-import ast
+import re
 from collections.abc import Callable, Iterable, Iterator
+from datetime import timezone, tzinfo
 
-import regex
-
-from agent.records import CapacityFact
+from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
+from parsers import gpu, http_access, kernel
+from parsers.base import ANSI, Rule, Split, StreamParser, hot, json_object, rule
 
 GIB = 1024**3
-_ANSI = regex.compile(r"\x1b\[[0-9;]*m")
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
 
 
@@ -30,8 +36,8 @@ def _gib(text: str) -> int:
 
 # (fact name, pattern, converter of group 1); several facts may come from one line.
 _Conv = Callable[[str], float | str]
-_PATTERNS: tuple[tuple[str, regex.Pattern[str], _Conv], ...] = tuple(
-    (name, regex.compile(pattern), conv)
+_PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
+    (name, re.compile(pattern), conv)
     for name, pattern, conv in (
         ("kv_cache_tokens", r"\b(?:GPU|CUDA|[XNHT]PU|CPU)(?: \+ host)? KV cache size: " + _NUM + " tokens", _num),
         ("tokens_per_request", r"Maximum concurrency for " + _NUM + r" tokens per request", _num),
@@ -70,14 +76,14 @@ _ARG_NAMES = {
     "kv_cache_dtype": "kv_cache_dtype", "tensor_parallel_size": "tensor_parallel_size",
     "quantization": "quantization", "model": "model",
 }
-_ARG_LINE = regex.compile(r"with config: |\bargs: Namespace\(|non-default args: \{")
-_ARG = regex.compile(
+_ARG_LINE = re.compile(r"with config: |\bargs: Namespace\(|non-default args: \{")
+_ARG = re.compile(
     r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
-_PREFILTER = regex.compile(
-    r"KV cache|blocks:|took|memory|max seq len|block size|estimated maximum|with config: |args: "
-)
+_FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
+               "estimated maximum", "with config: ", "args: ")
+_FACT_FILTER = hot(*_FACT_WORDS)
 
 
 def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
@@ -85,7 +91,7 @@ def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
         name = _ARG_NAMES[match.group(1)]
         raw = match.group(2)
         if raw.startswith(("'", '"')):
-            raw = ast.literal_eval(raw)
+            raw = raw[1:-1]  # a repr'd string; the quotes bound it (no escapes in names and paths worth keeping)
         if raw in ("None", "", "null"):
             continue
         if name in _NUMERIC_ARGS:
@@ -99,15 +105,217 @@ def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
 
 def startup_facts(lines: Iterable[str], source: str = "-") -> list[CapacityFact]:
     """Every capacity fact in a vLLM log, in line order (later lines restate earlier ones after restarts)."""
-    facts: list[CapacityFact] = []
-    for raw_line in lines:
-        if not _PREFILTER.search(raw_line):
-            continue
-        line = _ANSI.sub("", raw_line)
+    parser = VllmParser(source)
+    records: list[Record] = []
+    for line in lines:
+        records.extend(parser.feed(line.rstrip("\r\n")))
+    records.extend(parser.flush())
+    return [r for r in records if isinstance(r, CapacityFact)]
+
+
+# ---- events ---------------------------------------------------------------------------------------
+def _seq_len(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {k: int(v.replace(",", "")) for k, v in m.groupdict().items() if v}
+
+
+def _kv_needed(m: re.Match[str]) -> dict[str, FieldValue]:
+    out: dict[str, FieldValue] = {"max_model_len": int(m.group("len"))}
+    if m.group("need"):
+        out["required_kv_bytes"] = round(float(m.group("need")) * GIB)
+        out["kv_cache_bytes"] = round(float(m.group("avail")) * GIB)
+    return out
+
+
+def _reason(reason: str) -> Callable[[re.Match[str]], dict[str, FieldValue]]:
+    return lambda m: {"reason": reason, "status": 503}
+
+
+def _died(m: re.Match[str]) -> dict[str, FieldValue]:
+    code = m.group("code") or m.group("code2") or m.group("code3")
+    return {"exit_code": int(code)} if code else {}
+
+
+VLLM_RULES: tuple[Rule, ...] = (
+    rule(EventKind.OOM, r"No available memory for the cache blocks", Severity.CRITICAL, Phase.STARTUP),
+    rule(EventKind.OOM, r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
+         r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len),
+    rule(EventKind.OOM, r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\)"
+         r"(?:, \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
+         r"\((?P<avail>[\d.]+) GiB)?",
+         Severity.CRITICAL, Phase.STARTUP, _kv_needed),
+    *gpu.GPU_RULES,
+    *kernel.KERNEL_RULES,
+    rule(EventKind.QUEUE_FULL,
+         r"engine is currently busy and cannot accept new requests|Request queue full - rejecting",
+         Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_reqs")),
+    rule(EventKind.QUEUE_FULL, r"reached its prefill token backlog limit|Max queued tokens reached - rejecting",
+         Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_tokens")),
+    rule(EventKind.ENGINE_DEAD, r"EngineCore failed to start|Engine core initialization failed"
+         r"|Engine process failed to start", Severity.CRITICAL, Phase.STARTUP, incident=True),
+    rule(EventKind.ENGINE_DEAD, r"Worker \S{1,80} pid \d+ died, exit code: (?P<code>-?\d+)"
+         r"|Worker proc \S{1,80} died unexpectedly(?: \(exit code: (?P<code2>-?\d+)\))?"
+         r"|Engine core proc(?:ess)? \S{1,80} died unexpectedly"
+         r"|Process \S{1,80} \(PID: \d+\) died with exit code (?P<code3>-?\d+)"
+         r"|EngineCore encountered a fatal error|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError"
+         r"|Engine background task failed"
+         r"|AsyncLLM output_handler failed|Background loop (?:has errored|is not running|is stopped)"
+         r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running"
+         r"|RayActorError|The actor died unexpectedly",
+         Severity.CRITICAL, extract=_died, incident=True),
+    *http_access.HTTP_RULES,
+    *http_access.TIMEOUT_RULES,
+)
+
+_PREEMPT_V0 = re.compile(
+    r"is preempted by PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
+    r"(?:[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+))?"  # the total arrived in 0.4
+)
+_STATS = re.compile(
+    r"(?:Engine (?P<engine>\d{1,4}): |\d{1,4} Engines Aggregated: )?Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, "
+    r"Avg generation throughput: (?P<gt>[\d.]+) tokens/s, "
+    r"Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs"
+    r"|Waiting: (?P<waiting>\d+) reqs(?:, Deferred: \d+ reqs)?(?:, KV fetch: [^,]{0,60}, [^,]{0,60}, [^,]{0,60})?"
+    r"(?:, Preemptions: (?P<preempt>\d+))?), [\w+ ]{0,20}KV cache usage: (?P<kv>[\d.]+)%"
+    r"(?:, CPU KV cache usage: [\d.]+%)?(?:, Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
+)
+_STATS_LINE = re.compile(
+    r"(?P<tag>(?:(?:\x1b\[[\d;]{0,10}m)?\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\)(?:\x1b\[[\d;]{0,10}m)? ){0,3})"
+    r"INFO (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) \[?[^\]\s]{1,200}:\d{1,6}\] " + _STATS.pattern
+)
+_PREFIX = re.compile(
+    r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
+    r"(?:(DEBUG|INFO|WARNING|ERROR|CRITICAL) ((\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:\.\d{1,6})? "
+    r"\[?([^\]\s]{1,200}:\d{1,6})\] "
+    r"|((\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:[.,]\d{1,6})? (DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{1,9} "
+    r"\[([^\]\s]{1,200}:\d{1,6})\] )?"
+)
+
+_PREEMPT_WORD = "preempted by"
+
+
+class VllmParser(StreamParser):
+    """One vLLM log stream (API server and engine processes interleaved, any era)."""
+
+    server = Server.VLLM
+    RULES = VLLM_RULES
+    STARTING = re.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine")
+    READY = re.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
+    STATS_WORD = "prompt throughput: "
+    HOT = hot(_PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
+              "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
+              "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
+              "Starting vLLM", "Background loop", "Engine loop")
+
+    def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
+        super().__init__(source, ref_time, tz)
+        self._preempt_total: int | None = None
+
+    def split(self, text: str) -> Split:
+        if text.startswith("{"):
+            return self._split_json(text)
+        m = _PREFIX.match(text)
+        if m is None or m.end() == 0:
+            return Split(text)
+        tag = m.group(1).strip()
+        msg = text[m.end():]
+        level = m.group(2)
+        if level:
+            stamp = m.group(3)
+            cached, ts = self._ts_cache
+            if stamp != cached:
+                ts = self.yearless(int(m.group(4)), int(m.group(5)), int(m.group(6)), int(m.group(7)),
+                                   int(m.group(8)), stamp)
+            return Split(msg, ts, level, tag, tag + level + stamp + m.group(9))
+        if m.group(10):
+            ts = self.local(int(m.group(11)), int(m.group(12)), int(m.group(13)), int(m.group(14)),
+                            int(m.group(15)), int(m.group(16)), m.group(10))
+            return Split(msg, ts, m.group(17), tag, f"{tag}{m.group(17)}{m.group(10)}{m.group(18)}")
+        return Split(msg, tag=tag)
+
+    def _split_json(self, text: str) -> Split:
+        """0.33's opt-in JSON formatter: `asctime levelname name processName process message` keys."""
+        record = json_object(text)
+        if record is None or not isinstance(record.get("message"), str):
+            return Split(text)
+        level = record.get("levelname")
+        stamp = record.get("asctime")
+        tag = f'{record.get("processName")} pid={record.get("process")}'
+        ts = self.rfc3339(stamp.replace(",", ".")) if isinstance(stamp, str) else None
+        return Split(record["message"], ts, level if isinstance(level, str) else None, tag,
+                     f"{tag}{level}{stamp}{record.get('name')}")
+
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        m = _STATS.match(split.msg)
+        return self._stats(split.ts, split.tag, m, path, offset) if m is not None else None
+
+    def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
+        msg = split.msg
+        if _PREEMPT_WORD in msg:
+            m = _PREEMPT_V0.search(msg)
+            if m is not None:
+                return [self._preempt_v0(split, m, path, offset)]
+        if _FACT_FILTER.search(msg) is None:
+            return []
+        out: list[Record] = []
         for name, pattern, conv in _PATTERNS:
-            match = pattern.search(line)
-            if match:
-                facts.append(CapacityFact(None, source, name, conv(match.group(1))))
-        if _ARG_LINE.search(line):
-            facts.extend(CapacityFact(None, source, name, value) for name, value in _arg_facts(line))
-    return facts
+            fm = pattern.search(msg)
+            if fm is not None:
+                out.append(self.fact(split, name, conv(fm.group(1))))
+        if _ARG_LINE.search(msg) is not None:
+            out.extend(self.fact(split, name, value) for name, value in _arg_facts(msg))
+        return out
+
+    def _stats(self, ts: float | None, tag: str, m: re.Match[str], path: str | None,
+               offset: int | None) -> list[Record]:
+        pt, gt, running, waiting, pending, swapped, preempt, kv, hit = m.group(
+            "pt", "gt", "running", "waiting", "pending", "swapped", "preempt", "kv", "hit")
+        stats = ServerStats(ts, self.source, Server.VLLM, int(running), int(waiting or pending),
+                            int(swapped) if swapped is not None else None, float(kv) / 100, float(pt), float(gt),
+                            float(hit) / 100 if hit is not None else None,
+                            int(preempt) if preempt is not None else None, None, path, offset)
+        engine = m.group("engine")
+        out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)  # each DP engine has its own queue
+        if stats.preemptions:
+            out.append(Event(ts, self.source, Server.VLLM, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
+                             f"{stats.preemptions} preemptions in the last stats interval",
+                             {"count": stats.preemptions}, path, offset))
+        return out
+
+    def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
+        """The stats line is most of a busy vLLM log: prefix and numbers in one match, no split, no rules."""
+        if "prompt throughput: " in text:
+            m = _STATS_LINE.match(text)
+            if m is not None:
+                self.lines_seen += 1
+                tag, stamp = m.group("tag", "stamp")
+                tag = tag.strip()
+                if "\x1b" in tag:
+                    tag = ANSI.sub("", tag)
+                if ts is None:
+                    cached, ts = self._ts_cache
+                    if stamp != cached:
+                        ts = self.yearless(int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]),
+                                           int(stamp[12:14]), stamp)
+                self._last_ts = ts
+                self._starting = False
+                if not self._blocks:
+                    return self._stats(ts, tag, m, path, offset)
+                out: list[Record] = []  # a new record: it ends its own process's open one, and stale ones
+                self._continue_block(Split("", ts, "INFO", tag, stamp), out)
+                return out + self._stats(ts, tag, m, path, offset)
+        return super()._feed(text, ts, path, offset)
+
+    def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
+        """V0 warns on the 1st, 51st, 101st… preemption with the running total: the increment since the
+        last warning is the count (the first warning stands for itself: total 1 → 1). Versions before the
+        total (≤0.3) warn on every preemption: count 1."""
+        if m.group("total") is None:
+            return self.event(split, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
+                              {"count": 1, "mode": m.group("mode").lower()}, path, offset)
+        total = int(m.group("total"))
+        before = self._preempt_total
+        count = total - before if before is not None and total > before else total
+        self._preempt_total = total
+        return self.event(split, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
+                          {"count": count, "total_preemptions": total, "mode": m.group("mode").lower()},
+                          path, offset)

@@ -1,0 +1,446 @@
+"""The machinery every server parser shares: one stateful pass per line, rules, multi-line incidents.
+
+A parser is fed one line at a time (`feed`) and returns the records that line completes; `flush`
+returns what is still held (an open traceback) at the end of a stream or after a quiet spell. State
+is per stream, which is why a parser is an object and not a function: a Python traceback spans many
+lines but is one occurrence; vLLM re-prefixes every line of a multi-line message with the same
+`LEVEL date [file:line]`; `pending` means "the queue became non-empty", which needs the previous
+sample; vLLM V0 reports preemptions as a cumulative total every 50th time, so the increment needs the
+previous total.
+
+Cost model: most lines are boring. An access line whose status is not 429/503 is dropped after one
+`find`; the server's stats line goes straight to its parser; anything else must match one pre-filter
+of literal keywords; only then is a line split and matched against rules (or when a traceback is
+open). Patterns use the standard `re` module, which runs these patterns about twice as fast as
+`regex`; safety comes from the patterns themselves: bounded repeats, no nested quantifiers, and
+lines cut at `MAX_LINE_CHARS`. tests/unit/test_properties.py recompiles every pattern with `regex`
+and runs it on adversarial lines under `regex`'s timeout, so a pattern that could backtrack
+catastrophically fails the build rather than a node.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Any
+
+from agent.records import (
+    CapacityFact,
+    Event,
+    EventKind,
+    FieldValue,
+    Phase,
+    Record,
+    Server,
+    ServerStats,
+    Severity,
+)
+from parsers.redact import is_request_log, redact
+
+MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
+MAX_BLOCK_LINES = 400  # a traceback longer than this is still one event; the rest is not kept
+DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised by the API server
+DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
+QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
+
+ANSI = re.compile(r"\x1b\[[0-9;]{0,20}[A-Za-z]")
+_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
+          "KB": 1024, "MB": 1024**2, "GB": 1024**3}
+
+Extract = Callable[["re.Match[str]"], dict[str, FieldValue]]
+
+
+def size_bytes(number: str, unit: str) -> int:
+    """`1.50` + `GiB` → bytes. PyTorch, vLLM and SGLang print binary units (SGLang's "GB" is 2**30)."""
+    return round(float(number.replace(",", "")) * _UNITS.get(unit, 1))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A line pattern that means one event kind; `phase` None means "ask the parser's state"."""
+
+    kind: EventKind
+    pattern: re.Pattern[str]
+    severity: Severity
+    phase: Phase | None = None
+    extract: Extract | None = None
+    incident: bool = False  # one occurrence may be reported many times (ranks, re-raise): de-duplicate
+    severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None  # when the numbers decide
+    unless: re.Pattern[str] | None = None  # the same words in a line that means something else
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """The object of a JSON-formatted log line (TGI `--json-output`, vLLM's JSON formatter, llama.cpp
+    `--log-format json`), or None when the line is not one."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def hot(*literals: str) -> re.Pattern[str]:
+    """The pre-filter: one alternation of escaped literals (a line must contain one to be looked at)."""
+    return re.compile("|".join(re.escape(x) for x in literals))
+
+
+def rule(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,
+         extract: Extract | None = None, incident: bool = False,
+         severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None, unless: str | None = None) -> Rule:
+    """A Rule from a pattern string (compiled once, at import)."""
+    return Rule(kind, re.compile(pattern), severity, phase, extract, incident, severity_of,
+                re.compile(unless) if unless else None)
+
+
+@dataclass
+class Split:
+    """A line cut into its prefix parts and message. `tag` names the emitting process (traceback lines
+    of different processes interleave); `key` is the whole logger prefix (same key = same record)."""
+
+    msg: str
+    ts: float | None = None
+    level: str | None = None
+    tag: str = ""
+    key: str | None = None
+
+    @property
+    def bare(self) -> bool:
+        """No prefix at all: raw stderr (a traceback line) that belongs to whichever block is open."""
+        return self.key is None and not self.tag and self.level is None
+
+
+@dataclass
+class _Block:
+    """An open multi-line occurrence (traceback or re-prefixed message) of one process."""
+
+    first: Split
+    path: str | None
+    offset: int | None
+    lines: list[str] = field(default_factory=list)
+    last_line_no: int = 0
+
+
+_REFUSALS = ("429", "503", "504")  # the statuses an access line is classified for
+MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+# syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
+_SYSLOG = re.compile(r"[A-Z][a-z]{2} +(\d{1,2}) (\d\d):(\d\d):(\d\d) \S{1,100} [^\s:]{1,100}: (?:\[ *\d+\.\d+\] )?")
+# `kubectl logs --prefix` / `docker logs --timestamps`: "[pod/name/container] 2025-09-14T03:11:15.5Z "
+_OUTER = re.compile(
+    r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) )?"
+)
+_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
+_CONTINUATION = re.compile(
+    r"\s|Traceback \(most recent call last\)|The above exception|During handling of the above|\^+$|$"
+    r"|[\w.]{1,120}(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b|File \""
+    r"|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`"
+    r"|Exception raised from |frame #\d|\[rank\d+\]:|terminate called|what\(\):|Process \w+[-:]|\.\.\.$"
+)
+_OPENS_BLOCK = re.compile(
+    r"Traceback \(most recent call last\)|hit an exception|encountered a fatal error|failed to start"
+    r"|output_handler failed|background task failed|encountered an error|:$"
+)
+
+
+def _boring_access(text: str) -> bool:
+    """An access line (uvicorn, nginx) whose status is not one we classify: the commonest boring line in a
+    busy log, settled by one `find`."""
+    i = text.find(" HTTP/1.")
+    if i < 0:
+        return False
+    j = text.find('" ', i)
+    return j >= 0 and text[j + 2:j + 5] not in _REFUSALS
+
+
+class StreamParser:
+    """One log stream of one server. Subclasses give the prefix splitter, the rules and the ready markers.
+
+    `ref_time` (epoch seconds: the envelope time, or the file's mtime) supplies the year to time
+    stamps that have none (vLLM's `%m-%d %H:%M:%S`, syslog); `tz` is the zone of local-time stamps.
+    """
+
+    server: Server = Server.AUTO
+    UTC: tzinfo = timezone.utc
+    HOT: re.Pattern[str] = re.compile(r"(?!)")  # literal keywords that make a line worth a look
+    RULES: tuple[Rule, ...] = ()
+    STARTING: re.Pattern[str] = re.compile(r"(?!)")  # a (re)start began: failures are start-up
+    READY: re.Pattern[str] = re.compile(r"(?!)")  # the server is serving
+    STATS_WORD = "\x00"  # a literal only the server's periodic stats line contains (fast path)
+    OUTER_STAMP = True  # strip a leading runtime time stamp (`docker logs --timestamps`); TGI's own prefix is one
+
+    def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
+        self.source = source
+        self.tz = tz
+        self.ref_time = ref_time
+        self.lines_seen = 0
+        self._parse_errors = 0
+        self._starting = False
+        self._blocks: dict[str, _Block] = {}
+        self._last_incident: dict[str, tuple[float | None, int]] = {}
+        self._waiting: dict[str, int] = {}
+        self._ts_cache: tuple[str, float | None] = ("", None)
+        self._last_ts: float | None = None
+
+    # ---- the protocol -------------------------------------------------------------------------
+    def feed(self, text: str, ts: float | None = None, path: str | None = None,
+             offset: int | None = None) -> list[Record]:
+        """Give one line (no newline); get the records it completes. Never raises on any input: a line
+        whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`."""
+        try:
+            return self._feed(text, ts, path, offset)
+        except (ValueError, OverflowError):
+            self._parse_errors += 1
+            return []
+
+    def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
+        self.lines_seen += 1
+        if len(text) > MAX_LINE_CHARS:
+            text = text[:MAX_LINE_CHARS]
+        if "\x1b" in text:
+            text = ANSI.sub("", text)
+        # An access line that is not a refusal can neither carry a problem nor continue a traceback.
+        if _boring_access(text) or (not self._blocks and not self._hot(text)):
+            return []
+        syslog_ts = None
+        if text[:3] in MONTHS and (sm := _SYSLOG.match(text)) is not None:
+            syslog_ts = self.yearless(MONTHS[text[:3]], int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
+                                      int(sm.group(4)), sm.group(0))
+            text = text[sm.end():]
+        elif self.OUTER_STAMP and (text[:1].isdigit() or text[:5] == "[pod/") and (
+                om := _OUTER.match(text)) is not None:
+            # `docker logs --timestamps` / `kubectl logs --timestamps --prefix`: the runtime's own time
+            # (UTC, with a year) is the better one, as an envelope's would be
+            if ts is None and om.group(1):
+                ts = self.rfc3339(om.group(1))
+            text = text[om.end():]
+        split = self.split(text)
+        if ts is not None:
+            split.ts = ts
+        elif split.ts is None:
+            split.ts = syslog_ts
+        if split.ts is None:
+            split.ts = self._last_ts  # lines without a time (uvicorn, raw tracebacks) get their neighbour's
+        else:
+            self._last_ts = split.ts
+        out: list[Record] = []
+        if self._blocks:
+            if self._continue_block(split, out):
+                return out
+            if not self._hot(text):
+                return out
+        if self.STATS_WORD in split.msg:
+            # stats patterns are anchored at the message start, so a request log quoting one cannot pass
+            sample = self.stats_line(split, path, offset)
+            if sample is not None:
+                if self._starting and self.READY.search(split.msg) is not None:
+                    self._starting = False
+                return out + sample  # a stats line is only that: no rules, no facts
+        if is_request_log(split.msg):
+            return out
+        self._track_phase(split.msg)
+        if split.level in ("ERROR", "CRITICAL", "E") or _OPENS_BLOCK.search(split.msg[:2000]) is not None:
+            self._blocks[split.tag] = _Block(split, path, offset, [split.msg], self.lines_seen)
+            return out
+        out.extend(self.events_for(split, (split.msg,), path, offset))
+        return out + self.line_records(split, path, offset)
+
+    @property
+    def parse_errors(self) -> int:
+        """Lines skipped because a number in them could not be one (a 5,000-digit count)."""
+        return self._parse_errors
+
+    def set_reference_time(self, ref_time: float) -> None:
+        """Move the time that yearless stamps are placed near (a daemon calls this as its clock advances;
+        the parser itself never reads a clock)."""
+        self.ref_time = ref_time
+        self._ts_cache = ("", None)
+
+    def flush(self) -> list[Record]:
+        """Close whatever is open (a truncated traceback is still an occurrence)."""
+        out: list[Record] = []
+        for tag in list(self._blocks):
+            try:
+                out.extend(self._close(tag))
+            except (ValueError, OverflowError):
+                self._parse_errors += 1
+        return out
+
+    # ---- hooks --------------------------------------------------------------------------------
+    def split(self, text: str) -> Split:
+        """Cut the server's prefix off; the default keeps the whole line as the message."""
+        return Split(text)
+
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        """The records of the server's periodic stats line, or None when this is not one."""
+        return None
+
+    def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
+        """Capacity facts and stateful events of a single line (server-specific); other events come from
+        RULES."""
+        return []
+
+    # ---- helpers for subclasses ---------------------------------------------------------------
+    def _hot(self, text: str) -> bool:
+        """The pre-filter: the stats line, or one of the literal keywords the rules and facts need."""
+        return self.STATS_WORD in text or self.HOT.search(text) is not None
+
+    def phase(self) -> Phase:
+        """The phase of an event whose line does not say: start-up until the server said it is serving."""
+        return Phase.STARTUP if self._starting else Phase.RUNTIME
+
+    def fact(self, split: Split, name: str, value: float | str) -> CapacityFact:
+        """A capacity fact stamped with the line's time and this stream's source."""
+        return CapacityFact(split.ts, self.source, name, value)
+
+    def sample(self, stats: ServerStats, tag: str) -> list[Record]:
+        """A load sample, plus a `pending` event when this process's queue has just become non-empty
+        (not on every sample of a long queue: the event marks the transition)."""
+        waiting = stats.waiting
+        if waiting is None:
+            return [stats]
+        before = self._waiting.get(tag, 0)
+        self._waiting[tag] = waiting
+        if waiting == 0 or before != 0:
+            return [stats]
+        return [stats, Event(stats.ts, self.source, self.server, EventKind.PENDING, Severity.INFO, Phase.QUEUE,
+                             f"queue became non-empty: {waiting} waiting, {stats.running} running",
+                             {"waiting": waiting, "running": stats.running}, stats.path, stats.offset)]
+
+    def event(self, split: Split, kind: EventKind, severity: Severity, phase: Phase | None,
+              fields: Mapping[str, FieldValue], path: str | None, offset: int | None,
+              message: str | None = None) -> Event:
+        """An event whose message is the redacted line: the only way free text reaches a record (facts keep
+        single values such as a model name)."""
+        return Event(split.ts, self.source, self.server, kind, severity, phase or self.phase(),
+                     redact(split.msg if message is None else message), dict(fields), path, offset)
+
+    def yearless(self, month: int, day: int, hour: int, minute: int, second: int, key: str) -> float | None:
+        """Epoch seconds of a stamp without a year: the year of `ref_time`, or the one before when the
+        stamp would otherwise lie more than a day after `ref_time` (a December line read in January)."""
+        if self._ts_cache[0] == key:
+            return self._ts_cache[1]
+        value: float | None = None
+        if self.ref_time is not None:
+            ref = datetime.fromtimestamp(self.ref_time, self.tz)
+            try:
+                moment = datetime(ref.year, month, day, hour, minute, second, tzinfo=self.tz)
+                if moment - ref > timedelta(days=1):
+                    moment = moment.replace(year=ref.year - 1)
+                value = moment.timestamp()
+            except ValueError:
+                value = None
+        self._ts_cache = (key, value)
+        return value
+
+    def local(self, year: int, month: int, day: int, hour: int, minute: int, second: float,
+              key: str, tz: tzinfo | None = None) -> float | None:
+        """Epoch seconds of a full local stamp in `tz` (default: the parser's zone), cached per string."""
+        if self._ts_cache[0] == key:
+            return self._ts_cache[1]
+        try:
+            whole = int(second)
+            value: float | None = datetime(year, month, day, hour, minute, whole,
+                                           tzinfo=tz or self.tz).timestamp() + (second - whole)
+        except ValueError:
+            value = None
+        self._ts_cache = (key, value)
+        return value
+
+    def rfc3339(self, text: str) -> float | None:
+        """`2024-08-19T14:09:56.520+08:00` / `…Z` → epoch seconds (None when it is not one)."""
+        m = _RFC3339.match(text)
+        if m is None:
+            return None
+        zone = m.group(8)
+        tz: tzinfo = self.UTC
+        if zone and zone != "Z":
+            sign = -1 if zone[0] == "-" else 1
+            digits = zone[1:].replace(":", "")
+            tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
+        fraction = float("0." + m.group(7)) if m.group(7) else 0.0
+        return self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+                          int(m.group(6)) + fraction, text, tz)
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _track_phase(self, msg: str) -> None:
+        if self.STARTING.search(msg):
+            self._starting = True
+        elif self._starting and self.READY.search(msg):
+            self._starting = False
+
+    def _continue_block(self, split: Split, out: list[Record]) -> bool:
+        """Add the line to its process's open block if it continues it; close blocks it ends.
+
+        A line continues a block when it is the same logger record re-prefixed (same `key`), or when it
+        has no logger prefix and looks like traceback text (frames, source, carets, exception lines).
+        """
+        tag = split.tag
+        if split.bare and tag not in self._blocks:
+            tag = max(self._blocks, key=lambda t: self._blocks[t].last_line_no)
+        block = self._blocks.get(tag)
+        if block is not None:
+            same_record = split.key is not None and split.key == block.first.key
+            if same_record or (split.key is None and _CONTINUATION.match(split.msg) is not None):
+                if len(block.lines) < MAX_BLOCK_LINES:
+                    block.lines.append(split.msg)
+                block.last_line_no = self.lines_seen
+                return True
+            out.extend(self._close(tag))
+        # A logger record is written in one go, so once another process logs at a later second the
+        # record is complete (pipes split writes over 4 KiB, so a line of the same second may still sit
+        # inside it). Raw tracebacks are written line by line and wait for QUIET_LINES.
+        for tag in [t for t, b in self._blocks.items() if self.lines_seen - b.last_line_no > QUIET_LINES
+                    or (b.first.key is not None and split.ts is not None and b.first.ts is not None
+                        and split.ts > b.first.ts)]:
+            out.extend(self._close(tag))
+        return False
+
+    def _close(self, tag: str) -> list[Record]:
+        """The block's events, then the facts its lines carry (a start-up failure states the sizes)."""
+        block = self._blocks.pop(tag)
+        out = self.events_for(block.first, block.lines, block.path, block.offset)
+        first = block.first
+        for msg in block.lines:
+            if not is_request_log(msg):
+                out.extend(self.line_records(Split(msg, first.ts, first.level, first.tag, first.key),
+                                             block.path, block.offset))
+        return out
+
+    def events_for(self, split: Split, lines: Iterable[str], path: str | None, offset: int | None) -> list[Record]:
+        """Events of one occurrence: at most one per kind (a line may show several: "runner terminated:
+        unable to allocate buffer" is a death *and* an OOM), the first line that shows a kind supplying
+        its message; an incident kind already reported moments ago (by another rank, or re-raised
+        through the API server) is not repeated."""
+        found: dict[EventKind, Event | None] = {}
+        for msg in lines:
+            if is_request_log(msg):
+                continue
+            for r in self.RULES:
+                if r.kind in found:
+                    continue
+                m = r.pattern.search(msg)
+                if m is None or (r.unless is not None and r.unless.search(msg) is not None):
+                    continue
+                fields = r.extract(m) if r.extract else {}
+                severity = r.severity_of(fields) if r.severity_of else r.severity
+                repeat = r.incident and self._repeat(r.kind, split.ts)
+                found[r.kind] = None if repeat else self.event(split, r.kind, severity, r.phase, fields, path,
+                                                               offset, msg)
+        return [e for e in found.values() if e is not None]
+
+    def _repeat(self, kind: EventKind, ts: float | None) -> bool:
+        """True when the same kind of incident was reported within the window (which does not slide:
+        a storm still yields one event per window, so counts stay meaningful)."""
+        last = self._last_incident.get(kind.value)
+        if last is not None:
+            last_ts, last_line = last
+            if ts is not None and last_ts is not None:
+                if abs(ts - last_ts) <= DEDUP_WINDOW_S:
+                    return True
+            elif self.lines_seen - last_line <= DEDUP_WINDOW_LINES:
+                return True
+        self._last_incident[kind.value] = (ts, self.lines_seen)
+        return False

@@ -1,0 +1,35 @@
+"""Lines of a stream no server parser claimed (a proxy's access log, a wrapper's stderr): only the
+server-independent rules apply — CUDA/NCCL failures, Xid, HTTP 429/503, request deadlines.
+
+The nginx/Apache time stamp (`[29/Nov/2026:09:00:00 +0000]`) is read so proxy refusals line up in
+time with the engine's own events.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta, timezone
+
+from agent.records import Server
+from parsers import gpu, http_access, kernel
+from parsers.base import MONTHS, Split, StreamParser, hot
+
+_CLF_TIME = re.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)\]")
+
+
+class GenericParser(StreamParser):
+    """Server-independent rules only; `server` stays `auto` (not recognised)."""
+
+    server = Server.AUTO
+    RULES = (*gpu.GPU_RULES, *kernel.KERNEL_RULES, *http_access.HTTP_RULES, *http_access.TIMEOUT_RULES)
+    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+
+    def split(self, text: str) -> Split:
+        m = _CLF_TIME.search(text)
+        if m is None or m.group(2) not in MONTHS:
+            return Split(text)
+        sign = -1 if m.group(7) == "-" else 1
+        tz = timezone(sign * timedelta(hours=int(m.group(8)), minutes=int(m.group(9))))
+        ts = self.local(int(m.group(3)), MONTHS[m.group(2)], int(m.group(1)), int(m.group(4)), int(m.group(5)),
+                        int(m.group(6)), m.group(0), tz)
+        return Split(text, ts)

@@ -1,0 +1,64 @@
+"""HTTP status lines → `http_429` / `http_503`: uvicorn (vLLM, SGLang), nginx-style, Ollama's GIN, llama.cpp.
+
+Only the status, method and route (query string dropped) are kept. uvicorn logs when the response
+*starts*, so a stream that fails later shows 200; 429/503 here are refusals before any token — the
+seeds' "rejection at admission". A 504 from a proxy is a `deadline_exceeded` (TIMEOUT_RULES).
+Formats: shared/reference/server-formats.md §5 and §4.3; GIN:
+`[GIN] 2024/12/11 - 09:58:58 | 503 |  1.2ms |  10.0.0.1 | POST     "/api/chat"`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.records import EventKind, FieldValue, Phase, Severity
+from parsers.base import Rule, rule
+from parsers.redact import route
+
+_STATUS = r"(?P<status>429|503)"
+
+
+def _fields(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {"status": int(m.group("status")), "method": m.group("method"), "route": route(m.group("path"))}
+
+
+_PATTERNS = (
+    # uvicorn and nginx/combined: "METHOD /path HTTP/1.1" STATUS
+    r"\"(?P<method>[A-Z]{3,7}) (?P<path>\S{1,2000}) HTTP/[\d.]{1,3}\" " + _STATUS + r"\b",
+    # Ollama / gin
+    r"\[GIN\] [\d/]{10} - [\d:]{8} \| " + _STATUS
+    + r" \|[^|]{0,40}\|[^|]{0,80}\| (?P<method>[A-Z]{3,7}) +\"(?P<path>[^\"]{0,2000})\"",
+    # llama.cpp server, late 2024 on: "request: POST /v1/completions 10.0.0.1 503"
+    r"log_server_r: (?:done )?request: (?P<method>[A-Z]{3,7}) (?P<path>\S{1,2000}) \S{1,200} " + _STATUS + r"\b",
+    # llama.cpp server, mid-2024 text form: "request | … status=503 method=\"POST\" path=\"/completion\""
+    r"\brequest \|[^|]{0,400}\bstatus=" + _STATUS
+    + r" method=\"(?P<method>[A-Z]{3,7})\" path=\"(?P<path>[^\"]{0,2000})\"",
+)
+
+
+def _rules(kind: EventKind, status: str, phase: Phase) -> tuple[Rule, ...]:
+    return tuple(rule(kind, p.replace(_STATUS, f"(?P<status>{status})"), Severity.WARNING, phase, _fields)
+                 for p in _PATTERNS)
+
+
+HTTP_RULES: tuple[Rule, ...] = (_rules(EventKind.HTTP_429, "429", Phase.ADMISSION)
+                                + _rules(EventKind.HTTP_503, "503", Phase.ADMISSION))
+
+
+def _tokens(m: re.Match[str]) -> dict[str, FieldValue]:
+    tokens = m.group("tokens")
+    return {"tokens": int(tokens)} if tokens else {}
+
+
+# A request that ran out of time after work began (the seeds' "timeout": tokens were produced), in the
+# words gRPC, Go contexts and HTTP clients use; the token count is kept when the line has one. A proxy's
+# 504 Gateway Timeout is a timeout too, but the line cannot say whether tokens had been produced.
+TIMEOUT_RULES: tuple[Rule, ...] = (
+    *_rules(EventKind.DEADLINE_EXCEEDED, "504", Phase.RUNTIME),
+    rule(EventKind.DEADLINE_EXCEEDED, r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)"
+         r"(?:[^\n]{0,200}?\b(?:generated_tokens|completion_tokens|output_tokens|n_decoded|tokens_generated)"
+         r"[=: ]{1,3}(?P<tokens>\d+))?", Severity.WARNING, Phase.GENERATION, _tokens,
+         # a model that timed out loading is a start-up failure, not a request deadline
+         unless=r"waiting for (?:llama runner|server) to start|load(?:ing)? model"),
+)
+HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE")

@@ -1,0 +1,80 @@
+"""NVIDIA driver lines from the kernel log (dmesg, `journalctl -k`, syslog): `xid` and `gpu_lost`.
+
+`NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, GPU has fallen off the bus.` — older drivers omit
+`PCI:`. Xid 79 and the multi-line "has fallen off the bus" notice (newer drivers, sometimes without an
+Xid) mean the GPU is gone until the node reboots, so they are `gpu_lost` rather than a plain `xid`;
+the code is kept in the fields either way. Meanings are paraphrased from NVIDIA's Xid catalog
+(shared/reference/server-formats.md §6.4); unknown codes keep their number and an empty meaning.
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.records import EventKind, FieldValue, Phase, Server, Severity
+from parsers.base import Rule, StreamParser, hot, rule
+
+XID_MEANINGS: dict[int, str] = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remap recorded",
+    64: "ECC page retirement or row remap failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained uncorrectable ECC error",
+    95: "uncontained uncorrectable ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+# Codes after which the GPU needs a reset or the node a reboot (or the memory is failing).
+_CRITICAL = frozenset({48, 64, 74, 79, 95, 119, 120})
+_BENIGN = frozenset({43, 45})
+
+
+def _xid_fields(m: re.Match[str]) -> dict[str, FieldValue]:
+    code = int(m.group("xid"))
+    return {"xid": code, "pci_bus": m.group("bus"), "meaning": XID_MEANINGS.get(code, "")}
+
+
+_XID = r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>(?!79,)\d{1,4}),"  # 79 is gpu_lost
+_LOST = (r"NVRM: The NVIDIA GPU (?P<bus>[0-9a-fA-F:.]{4,20})|GPU has fallen off the bus|GPU is lost"
+         r"|NVMLError_GpuIsLost|NVML_ERROR_GPU_IS_LOST")
+
+
+def _lost_fields(m: re.Match[str]) -> dict[str, FieldValue]:
+    bus = m.groupdict().get("bus")
+    return {"pci_bus": bus} if bus else {}
+
+
+KERNEL_RULES: tuple[Rule, ...] = (
+    rule(EventKind.GPU_LOST, r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>79),", Severity.CRITICAL,
+         Phase.RUNTIME, _xid_fields, incident=True),
+    rule(EventKind.GPU_LOST, _LOST, Severity.CRITICAL, Phase.RUNTIME, _lost_fields, incident=True),
+    rule(EventKind.XID, _XID, Severity.ERROR, Phase.RUNTIME, _xid_fields, severity_of=lambda f: xid_severity(
+        int(f["xid"] or 0))),
+)
+
+HOT_WORDS = ("NVRM", "fallen off the bus", "GPU is lost")
+
+
+def xid_severity(code: int) -> Severity:
+    """Critical when the GPU needs a reset or the memory is failing; warning for teardown noise."""
+    if code in _CRITICAL:
+        return Severity.CRITICAL
+    if code in _BENIGN:
+        return Severity.WARNING
+    return Severity.ERROR
+
+
+class KernelParser(StreamParser):
+    """kern.log / `journalctl -k` / dmesg: only the NVIDIA driver's lines matter."""
+
+    server = Server.KERNEL
+    HOT = hot(*HOT_WORDS)
+    RULES = KERNEL_RULES

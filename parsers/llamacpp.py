@@ -1,0 +1,133 @@
+"""llama.cpp `llama-server` (mid-2024 → newest), also as embedded in Ollama: failures, KV pressure, capacity.
+
+Formats: shared/reference/server-formats.md §4. Three prefix eras: mid-2024 `INFO [function] msg |
+k=v` or JSON; late 2024 no prefix at all (`srv  update_slots: …`, `slot launch_slot_: id 0 | task 3 |
+…`); newest `0.13.678.564 I srv …` — minutes.seconds.ms.µs *since start*, not a wall clock, so those
+lines get the envelope time or none. Ollama wraps the same engine: its own lines are Go `slog`
+(`time=… level=… source=… msg="…"`) and GIN access lines, and it prints the runner's llama.cpp lines
+verbatim. llama-server never sends 429 (excess requests wait for a slot); Ollama refuses with 503
+"server busy … maximum pending requests exceeded" once `OLLAMA_MAX_QUEUE` is full.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timezone, tzinfo
+
+from agent.records import EventKind, Phase, Record, Server, Severity
+from parsers import gpu, http_access, kernel
+from parsers.base import Rule, Split, StreamParser, hot, json_object, rule, size_bytes
+
+LLAMACPP_RULES: tuple[Rule, ...] = (
+    *gpu.GPU_RULES,
+    rule(EventKind.OOM, r"unable to allocate \w{1,20} buffer|failed to allocate (?:compute|KV) buffers?"
+         r"|insufficient memory|model requires more system memory", Severity.ERROR, incident=True),
+    *kernel.KERNEL_RULES,
+    rule(EventKind.PREEMPTION, r"failed to find free space in the KV cache|failed to find a memory slot for batch",
+         Severity.WARNING, Phase.RUNTIME, lambda m: {"reason": "kv_cache_full"}),
+    rule(EventKind.QUEUE_FULL, r"server busy, please try again|maximum pending requests exceeded", Severity.WARNING,
+         Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
+    rule(EventKind.ENGINE_DEAD, r"timed out waiting for llama runner to start|error loading model|failed to load model",
+         Severity.CRITICAL, Phase.STARTUP, incident=True),
+    rule(EventKind.ENGINE_DEAD, r"llama runner process has terminated|llama runner process no longer running"
+         r"|GGML_ASSERT\(|Segmentation fault|core dumped", Severity.CRITICAL, incident=True),
+    rule(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
+         Phase.GENERATION, lambda m: {"reason": "server_timeout"}),
+    *http_access.TIMEOUT_RULES,
+    *http_access.HTTP_RULES,
+)
+
+_SINCE_START = re.compile(r"\d{1,6}\.\d\d\.\d{3}\.\d{3} ([IWED]) ")
+_TEXT_A = re.compile(r"(INFO|WARN| ERR|ERR|VERB|DBUG|DEBUG) \[ {0,24}(\w{1,40})\] ")
+_SLOG = re.compile(r"time=(\S{10,40}) level=(\w{1,8}) source=\S{1,200} msg=")
+_QUOTED_MSG = re.compile(r"\"((?:[^\"\\\n]|\\.){0,2000})\"")
+_GOLOG = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d) ")
+_GIN = re.compile(r"\[GIN\] (\d{4})/(\d\d)/(\d\d) - (\d\d):(\d\d):(\d\d) ")
+_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "ERR": "ERROR", "WARN": "WARNING"}
+_FACTS = (
+    ("kv_cache_tokens", re.compile(r"\bn_ctx +(?:= )?(\d+)"), float),
+    ("kv_cache_tokens", re.compile(r"\bsize = +[\d.]+ MiB \( *(\d+) cells"), float),
+    ("max_num_seqs", re.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
+    ("max_model_len", re.compile(r"\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
+    ("kv_cache_dtype", re.compile(r"(?:KV self size|size) = +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
+)
+_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) = +([\d.]+) MiB")
+_DEFER = re.compile(r"no slot is available|defer task")
+_IDLE = re.compile(r"all slots are idle|slot is processing task|processing task")
+
+
+class LlamaCppParser(StreamParser):
+    """One llama-server (or Ollama) log stream."""
+
+    server = Server.LLAMACPP
+    RULES = LLAMACPP_RULES
+    STARTING = re.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+")
+    READY = re.compile(r"server is listening|HTTP server listening|all slots are idle|llama runner started"
+                       r"|model loaded")
+    HOT = hot("allocate", "insufficient memory", "more system memory", "free space in the KV cache", "memory slot",
+              "server busy", "pending requests", "llama runner", "GGML_ASSERT", "loading model", "load model",
+              "Segmentation fault", "core dumped", "deadline", "should_stop", "n_ctx", "n_seq_max", "n_slots",
+              "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
+              "server is listening", "HTTP server listening", "model loaded", "loaded meta data",
+              "starting llama server", "build: ", *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+
+    def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
+        super().__init__(source, ref_time, tz)
+        self._deferring = False
+
+    def split(self, text: str) -> Split:
+        if text.startswith("{"):
+            return self._split_json(text)
+        if (m := _SINCE_START.match(text)) is not None:
+            level = _LEVELS[m.group(1)]
+            return Split(text[m.end():], None, level, "", None)
+        if (m := _SLOG.match(text)) is not None:
+            level = m.group(2).upper()
+            rest = text[m.end():]
+            q = _QUOTED_MSG.match(rest)  # Ollama's own message is kept; other quoted values are redacted
+            msg = q.group(1) + rest[q.end():] if q is not None else rest
+            return Split(msg, self.rfc3339(m.group(1)), level, "", None)
+        if (m := _GIN.match(text)) is not None:
+            ts = self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+                            int(m.group(6)), m.group(0))
+            return Split(text, ts, "INFO", "gin", None)
+        if (m := _GOLOG.match(text)) is not None:
+            ts = self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+                            int(m.group(6)), m.group(0))
+            return Split(text[m.end():], ts, None, "", None)
+        if (m := _TEXT_A.match(text)) is not None:
+            level = _LEVELS.get(m.group(1).strip(), m.group(1).strip())
+            return Split(text[m.end():], None, level, "", None)
+        return Split(text)
+
+    def _split_json(self, text: str) -> Split:
+        """Mid-2024 `--log-format json`: the message plus the request fields an access line needs."""
+        record = json_object(text)
+        if record is None or not isinstance(record.get("msg"), str):
+            return Split(text)
+        msg: str = record["msg"]
+        if msg == "request" and isinstance(record.get("status"), int):
+            msg = f'request | status={record["status"]} method="{record.get("method")}" path="{record.get("path")}"'
+        stamp = record.get("timestamp")
+        ts = float(stamp) if isinstance(stamp, int | float) and not isinstance(stamp, bool) else None
+        level = record.get("level")
+        return Split(msg, ts, _LEVELS.get(level, level) if isinstance(level, str) else None, "", None)
+
+    def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
+        msg = split.msg
+        out: list[Record] = []
+        if _DEFER.search(msg) is not None:
+            if not self._deferring:
+                self._deferring = True
+                out.append(self.event(split, EventKind.PENDING, Severity.INFO, Phase.QUEUE, {}, path, offset))
+            return out
+        if _IDLE.search(msg) is not None:
+            self._deferring = False
+        for name, pattern, conv in _FACTS:
+            m = pattern.search(msg)
+            if m is not None:
+                value = next(g for g in m.groups() if g is not None)
+                out.append(self.fact(split, name, conv(value)))
+        if (m := _KV_MIB.search(msg)) is not None:
+            out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
+        return out

@@ -1,0 +1,84 @@
+"""The one place that decides what of a log line may be kept in a record.
+
+Engines log user data: vLLM prints every prompt and its sampling parameters at INFO
+(`Received request … prompt: '…', params: SamplingParams(…)`) unless `--disable-log-requests`;
+SGLang prints whole request objects with `--log-requests`; llama.cpp's verbose mode prints request and
+response bodies; access lines carry query strings; exceptions quote their arguments. Records go to
+SQLite, Prometheus and reports that more people can read than the inference logs, so the rule is
+strict: request-log lines produce no record at all, and what is kept of any other line has every
+quoted string, bracketed body, query string and credential replaced before it leaves the parser.
+
+Patterns here are linear (no nested quantifiers) so a hostile line cannot make them backtrack.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_MESSAGE_CHARS = 400
+MAX_INPUT_CHARS = MAX_MESSAGE_CHARS * 4  # redaction works on this much of a message, never more
+REDACTED = "<redacted>"
+
+# Lines that exist to log a request's content: dropped whole, before classification, so a prompt that
+# happens to say "CUDA out of memory" cannot become an event either.
+_REQUEST_MARKERS = (
+    "Received request ", "Added request ", "Generated response ", "prompt: ", "prompt_token_ids",
+    "output_token_ids", "SamplingParams", "Receive: obj=",
+    "Finish: obj=", "ReqInput(", "CompletionRequest(", "log_server_r: request:  {", "request: {\"",
+    "response: {\"", "request:  {\"", "response:  {\"", '"prompt":', '"messages":', '"inputs":', 'prompt="',
+    'msg="completion request"', 'msg="chat request"',
+)
+# Literals only: an alternation of plain strings is one fast scan (a leading \b would make it ~20× slower).
+_REQUEST_LOG = re.compile("|".join(re.escape(m) for m in _REQUEST_MARKERS))
+
+_SECRET = re.compile(
+    r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+|\bsk-[A-Za-z0-9_-]{8,}|\bhf_[A-Za-z0-9]{8,}"
+    r"|\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|secret|password|authorization)\b[\"']?\s*[:=]\s*[\"']?(?:(?i:bearer|basic)\s+)?[^\s,'\"}]+"
+)
+# Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
+# characters it alone can consume, so matching is linear in the line length.
+_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
+_BODY = re.compile(r"\{[^{}]{0,1600}\}")
+_QUERY = re.compile(r"\?[^\s\"]+")
+# An opening quote left unmatched (its string ran past the cut): everything after it is dropped.
+_OPEN_QUOTE = re.compile(r"(?:^|(?<=[\s=(\[:,{]))['\"]")
+_HOLE = "\x00"
+
+
+def is_request_log(text: str) -> bool:
+    """True for lines whose purpose is to log a request's content; they must produce no record."""
+    return _REQUEST_LOG.search(text) is not None
+
+
+def redact(text: str) -> str:
+    """What may be kept of a message: credentials, quoted strings, bodies and query strings removed."""
+    text = text[:MAX_INPUT_CHARS]
+    text = _SECRET.sub(REDACTED, text)
+    text = _QUOTED.sub(lambda m: m.group(0)[0] + _HOLE + m.group(0)[0], text)
+    text = _cut_at_unmatched_quote(text)
+    text = text.replace(_HOLE, REDACTED)
+    text = _BODY.sub("{" + REDACTED + "}", text)
+    text = _QUERY.sub("?" + REDACTED, text)
+    text = " ".join(text.split())
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 1] + "…"
+    return text
+
+
+def _cut_at_unmatched_quote(text: str) -> str:
+    """Cut before the first opening quote that is not one of the already-emptied strings."""
+    i = 0
+    while True:
+        m = _OPEN_QUOTE.search(text, i)
+        if m is None:
+            return text
+        start = m.start()
+        if text.startswith(_HOLE, start + 1):
+            i = start + 3
+            continue
+        return text[:start] + REDACTED
+
+
+def route(path: str) -> str:
+    """An HTTP request path fit for a record and a label: the query string dropped, length bounded."""
+    return path.split("?", 1)[0][:120]

@@ -1,0 +1,150 @@
+"""SGLang (0.2 → 0.5): batch lines as load samples, retraction, queue limits, scheduler crashes, capacity.
+
+Formats: shared/reference/server-formats.md §2. No level is printed; the prefix is `[date TPn]`
+(0.2.15: `[HH:MM:SS TPn]`), local time. The Prefill/Decode lines are the stats line: `#queue-req` is the
+waiting queue, `token usage` the KV usage (evictable radix-cache entries count as free). SGLang's
+preemption is called retraction ("Decode out of memory happened" ≤0.4.6, "KV cache pool is full.
+Retract requests." after) — it is KV pressure, not a CUDA OOM, and is matched before the OOM rules.
+A queue wait that runs out (`Request waiting timeout reached.`) produced no token, so it is a
+rejection (`queue_full`, phase queue); a running timeout came after work began (`deadline_exceeded`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from agent.records import EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
+from parsers import gpu, http_access, kernel
+from parsers.base import Rule, Split, StreamParser, hot, rule, size_bytes
+
+
+def _retract(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {"count": int(m.group(1))}
+
+
+def _kv_oom(m: re.Match[str]) -> dict[str, FieldValue]:
+    tokens = m.group("tokens")
+    return {"pool": "kv", **({"requested_tokens": int(tokens)} if tokens else {})}
+
+
+
+
+SGLANG_RULES: tuple[Rule, ...] = (
+    rule(EventKind.PREEMPTION, r"(?:Decode out of memory happened|KV cache pool is full\. Retract requests)\. "
+         r"#retracted_reqs: (\d+)", Severity.WARNING, Phase.RUNTIME, _retract),
+    rule(EventKind.OOM, r"Not enough memory\. Please try to increase --mem-fraction-static", Severity.CRITICAL,
+         Phase.STARTUP),
+    # the KV pool itself ran dry (no retraction possible): the scheduler raises and dies
+    rule(EventKind.OOM, r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size\.?"
+         r"(?:\s{0,4}Try to allocate (?P<tokens>\d+) tokens)?|alloc_req_slots runs out of memory", Severity.ERROR,
+         Phase.RUNTIME, _kv_oom, incident=True),
+    *gpu.GPU_RULES,
+    *kernel.KERNEL_RULES,
+    rule(EventKind.QUEUE_FULL, r"The request queue is full", Severity.WARNING, Phase.ADMISSION,
+         lambda m: {"reason": "max_queued_requests", "status": 503}),
+    rule(EventKind.QUEUE_FULL, r"Request waiting timeout reached", Severity.WARNING, Phase.QUEUE,
+         lambda m: {"reason": "queue_timeout", "status": 503}),
+    rule(EventKind.DEADLINE_EXCEEDED, r"Request running timeout reached", Severity.WARNING, Phase.GENERATION,
+         lambda m: {"reason": "running_timeout"}),
+    rule(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an "
+         r"exception|Received sigquit from a child process|SIGQUIT received|[Ww]atchdog timeout \(|Health check failed"
+         r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
+    *http_access.HTTP_RULES,
+    *http_access.TIMEOUT_RULES,
+)
+
+# `[date ranks] ` (ranks may be absent), or ranks alone (`[TP0] `).
+_PREFIX = re.compile(
+    r"\[(?:(?:(\d{4})-(\d\d)-(\d\d) )?(\d\d):(\d\d):(\d\d)(?:\.(\d{3}))?((?: [A-Z_]{1,12}\d{1,5}){0,6})"
+    r"|((?:[A-Z_]{1,12}\d{1,5} ?){1,6}))\] "
+)
+# A Ray worker's tag, when SGLang runs as an RL rollout engine: `(WorkerDict pid=29239) `.
+_RAY_TAG = re.compile(r"\([\w.-]{1,60} pid=\d{1,9}(?:, ip=[\d.]{1,40})?\) ")
+_BATCH = re.compile(r"(Prefill|Decode) batch(?: \[\d+\])?[.,] ")
+_INT = {name: re.compile(pat) for name, pat in {
+    "running": r"#running-req: (\d+)", "waiting": r"#queue-req: (\d+)", "kv_used_tokens": r"#(?:full )?token: (\d+)",
+}.items()}
+_FLOAT = {name: re.compile(pat) for name, pat in {
+    "kv_usage_ratio": r"(?:^|, )(?:full )?token usage: ([\d.]+)", "gen_tps": r"gen throughput \(token/s\): ([\d.]+)",
+    "prompt_tps": r"input throughput \(token/s\): ([\d.]+)", "prefix_hit_ratio": r"cache hit rate: ([\d.]+)%",
+}.items()}
+_FACTS = (
+    ("kv_cache_tokens", re.compile(r"\bmax_total_num_tokens=(\d+)"), float),
+    ("max_num_seqs", re.compile(r"\bmax_running_requests=(\d+)"), float),
+    ("max_model_len", re.compile(r"\bcontext_len=(\d+)"), float),
+    ("max_batch_prefill_tokens", re.compile(r"\bmax_prefill_tokens=(\d+)"), float),
+    ("gpu_memory_utilization", re.compile(r"\bmem_fraction_static=([\d.]+)"), float),
+    ("tensor_parallel_size", re.compile(r"\btp_size=(\d+)"), float),
+    ("kv_cache_dtype", re.compile(r"\bkv_cache_dtype='([\w.]+)'"), str),
+    ("block_size", re.compile(r"\bpage_size=(\d+)"), float),
+    ("model", re.compile(r"\bmodel_path='([^']{1,300})'"), str),
+    ("kv_cache_tokens", re.compile(r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (\d+)"), float),
+)
+_KV_SIZE = re.compile(
+    r"KV Cache is allocated\.[^\n]{0,80}?(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
+)
+_WEIGHTS = re.compile(r"Load weight end\.[^\n]{0,200}mem usage=([\d.]+) GB")
+_GRAPHS = re.compile(r"Capture cuda graph end\.[^\n]{0,100}mem usage=([\d.]+) GB")
+
+
+class SglangParser(StreamParser):
+    """One SGLang log stream (scheduler ranks, tokenizer and HTTP server interleaved)."""
+
+    server = Server.SGLANG
+    RULES = SGLANG_RULES
+    STARTING = re.compile(r"server_args=|Load weight begin")
+    READY = re.compile(r"The server is fired up and ready to roll|Application startup complete|Decode batch")
+    STATS_WORD = "#running-req: "
+    HOT = hot("batch", "retract", "Retract", "out of memory", "Out of memory", "Not enough memory", "queue is full",
+              "timeout reached",
+              "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",
+              "unexpectedly failed", "max_total_num_tokens", "server_args=", "KV Cache is allocated",
+              "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
+              "kv_cache_dtype=", "page_size=", "model_path=",
+              "Load weight", "Capture cuda graph end", "fired up", "startup complete",
+              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+
+    def split(self, text: str) -> Split:
+        ray = ""
+        if text.startswith("(") and (r := _RAY_TAG.match(text)) is not None:
+            ray, text = r.group(0).strip(), text[r.end():]
+        m = _PREFIX.match(text)
+        if m is None:
+            return Split(text, tag=ray)
+        stamp = m.group(0)
+        ranks = m.group(9) or m.group(8)
+        tag = f"{ray} {ranks.strip()}" if ray else ranks.strip()
+        ts = None
+        if m.group(1):
+            second = int(m.group(6)) + (int(m.group(7)) / 1000 if m.group(7) else 0.0)
+            ts = self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+                            second, stamp)
+        return Split(text[m.end():], ts, None, tag, ray + stamp)
+
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        msg = split.msg
+        if _BATCH.match(msg) is None:
+            return None
+        ints = {k: int(m.group(1)) for k, p in _INT.items() if (m := p.search(msg)) is not None}
+        floats = {k: float(m.group(1)) for k, p in _FLOAT.items() if (m := p.search(msg)) is not None}
+        if "prefix_hit_ratio" in floats:
+            floats["prefix_hit_ratio"] /= 100
+        return self.sample(ServerStats(split.ts, self.source, Server.SGLANG, path=path, offset=offset,
+                                       **ints, **floats), split.tag)  # type: ignore[arg-type]
+
+    def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
+        msg = split.msg
+        out: list[Record] = []
+        for name, pattern, conv in _FACTS:
+            m = pattern.search(msg)
+            if m is not None:
+                out.append(self.fact(split, name, conv(m.group(1))))
+        if (m := _KV_SIZE.search(msg)) is not None:
+            total = size_bytes(m.group(3), "GB") if m.group(3) else size_bytes(m.group(1), "GB") + size_bytes(
+                m.group(2), "GB")
+            out.append(self.fact(split, "kv_cache_bytes", total))
+        if (m := _WEIGHTS.search(msg)) is not None:
+            out.append(self.fact(split, "weights_bytes", size_bytes(m.group(1), "GB")))
+        if (m := _GRAPHS.search(msg)) is not None:
+            out.append(self.fact(split, "cuda_graph_bytes", size_bytes(m.group(1), "GB")))
+        return out
