@@ -99,21 +99,47 @@ class WorkloadSection(_Section):
 
 
 class SourceSection(_Section):
+    """One log source: a file glob (plain, docker, cri) or a journald query (unit and/or kernel log).
+
+    Defaults favour a daemon on a busy node: start at the end of files that exist on the very first
+    run (no history flood), read every later file from its start, wake on inotify and poll every second
+    as a fallback, and keep lines up to 1 MiB (vLLM dumps long request reprs).
+    """
+
     path: str | None = None
     unit: str | None = None
+    directory: Path | None = Field(None, description="journald: a journal directory (journalctl -D)")
+    kernel: bool = Field(False, description="journald: follow the kernel log (journalctl -k)")
     format: Literal["plain", "docker", "cri", "journald"] = "plain"
     server: Server = Server.AUTO
     name: str | None = None
     start_at: Literal["end", "beginning"] = "end"
+    max_line_bytes: int = Field(1 << 20, ge=64, le=1 << 30)
+    poll_interval_seconds: float = Field(1.0, gt=0, le=3600)
+    partial_flush_seconds: float = Field(5.0, gt=0)
+    rotate_wait_seconds: float = Field(5.0, ge=0)
+    cursor_grace_seconds: float = Field(86400.0, ge=0)
+    use_inotify: bool = True
 
     @model_validator(mode="after")
     def _path_or_unit(self) -> SourceSection:
         if self.format == "journald":
-            if self.path is not None and self.unit is not None:
-                raise ValueError("a journald source takes unit (or path for a journal directory), not both")
-        elif self.path is None:
-            raise ValueError(f"a {self.format} source needs a path (a file or a glob)")
+            if self.path is not None:
+                raise ValueError("a journald source takes unit and/or kernel (and directory for a journal "
+                                 "directory), not path")
+            if (self.unit is None) == (not self.kernel):
+                raise ValueError("a journald source needs either unit (a systemd unit) or kernel: true; "
+                                 "add a second source for the other")
+        else:
+            if self.path is None:
+                raise ValueError(f"a {self.format} source needs a path (a file or a glob)")
+            if self.unit is not None or self.directory is not None or self.kernel:
+                raise ValueError(f"unit, directory and kernel apply to journald sources, not {self.format}")
         return self
+
+    def source_name(self) -> str:
+        """The name lines and self-metrics carry: `name`, else the path, unit or `kernel`."""
+        return self.name or self.path or self.unit or "kernel"
 
 
 class NvmlSection(_Section):

@@ -25,3 +25,11 @@ class ModelError(AgentError):
 
 class BudgetError(AgentError):
     """The inputs describe a deployment that cannot hold any KV cache (or are out of range)."""
+
+
+class SourceError(AgentError):
+    """A log source cannot be set up at all (bad glob, journalctl missing); runtime read errors are counted."""
+
+
+class StoreError(AgentError):
+    """The SQLite store cannot be opened, migrated or written; names the database file."""

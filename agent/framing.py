@@ -87,29 +87,42 @@ def unwrap(raw: str, fmt: str) -> Frame | None:
 
 
 class PartialJoiner:
-    """Re-joins runtime-split pieces per stream; a line longer than `max_chars` is cut and flagged."""
+    """Re-joins runtime-split pieces per stream; a line longer than `max_chars` is cut and flagged.
+
+    Each piece comes with the byte offset it started at; a joined line carries the offset of its first
+    piece, and `held_offset` tells the tailer where the earliest unfinished line began, so its cursor
+    never moves past bytes that have not been delivered yet. Only `stdout`, `stderr` and no-stream are
+    kept apart, so a hostile `stream` value cannot grow the table.
+    """
 
     def __init__(self, max_chars: int = 1 << 20) -> None:
         self._max = max_chars
-        self._pending: dict[str | None, Frame] = {}
+        self._pending: dict[str | None, tuple[Frame, int]] = {}
 
-    def feed(self, frame: Frame) -> Frame | None:
-        """Give one frame; get back a complete line when this frame ends one, else None."""
-        held = self._pending.pop(frame.stream, None)
+    def feed(self, frame: Frame, offset: int = 0) -> tuple[Frame, int] | None:
+        """Give one frame and where it started; get back (complete line, its offset), or None while partial."""
+        key = frame.stream if frame.stream in ("stdout", "stderr") else None
+        held = self._pending.pop(key, None)
         if held is not None:
-            room = self._max - len(held.text)
-            text = held.text + frame.text[:max(room, 0)]
-            frame = Frame(text, frame.stream, held.ts, frame.partial,
-                          held.truncated or frame.truncated or len(frame.text) > room)
+            first, offset = held
+            room = self._max - len(first.text)
+            text = first.text + frame.text[:max(room, 0)]
+            frame = Frame(text, frame.stream, first.ts, frame.partial,
+                          first.truncated or frame.truncated or len(frame.text) > room)
         elif len(frame.text) > self._max:
             frame = Frame(frame.text[: self._max], frame.stream, frame.ts, frame.partial, True)
         if frame.partial:
-            self._pending[frame.stream] = frame
+            self._pending[key] = (frame, offset)
             return None
-        return frame
+        return frame, offset
 
-    def flush(self) -> list[Frame]:
-        """Whatever is held (at shutdown or after a quiet time), as complete lines."""
-        held = [Frame(f.text, f.stream, f.ts, False, f.truncated) for f in self._pending.values()]
+    def held_offset(self) -> int | None:
+        """Where the earliest held (unfinished) line began, None when nothing is held."""
+        return min((offset for _, offset in self._pending.values()), default=None)
+
+    def flush(self) -> list[tuple[Frame, int]]:
+        """Whatever is held (at shutdown or after a quiet time), as complete lines in file order."""
+        held = sorted(((Frame(f.text, f.stream, f.ts, False, f.truncated), o) for f, o in self._pending.values()),
+                      key=lambda item: item[1])
         self._pending.clear()
         return held

@@ -140,3 +140,97 @@ class ServerStats:
 
 
 Record = Event | ServerStats | CapacityFact
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One complete log line, freed of its container envelope, with where its bytes came from.
+
+    `offset` is the byte offset of the line's first byte in the file (for journald: the entry's sequence
+    number). `file_key` names one incarnation of a file (or a journal) so that (file_key, offset) is
+    unique even across rotation, symlink swaps, truncation and inode reuse, where the path alone repeats
+    offsets; the store uses it to make replays idempotent. `ts` is the envelope's or journal's time in
+    epoch seconds, None for plain text. `truncated` means the line was longer than the source's maximum
+    and only its first bytes are kept.
+    """
+
+    source: str
+    path: str
+    offset: int
+    text: str
+    ts: float | None = None
+    stream: str | None = None
+    truncated: bool = False
+    file_key: str = ""
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """How far a source has read one file incarnation: persisted with the lines read from it.
+
+    The identity is (dev, inode) from `os.fstat` on the open handle plus `fingerprint`, a hash of the
+    first bytes written as `"<length>:<hex>"`, so a reused inode with new content is a new file.
+    `offset` is the first byte not yet delivered (a held partial line is re-read after a restart).
+    `path` is the resolved path the file was opened under (a symlink's target), where a restart looks
+    first before searching that directory by inode. A cursor with an empty `file_key` is a file
+    source's start marker (it has run before; `seen_seconds` is when).
+    `seen_seconds` is when the tailer produced this cursor (wall clock), used after a restart to tell
+    rotated files written while the agent was down from ones it had already finished.
+    """
+
+    source: str
+    path: str
+    dev: int
+    inode: int
+    fingerprint: str
+    offset: int
+    file_key: str
+    seen_seconds: float
+
+
+@dataclass(frozen=True)
+class JournalCursor:
+    """The journald cursor (`__CURSOR`) of the last entry a journal source delivered."""
+
+    source: str
+    cursor: str
+
+
+@dataclass(frozen=True)
+class SourceBatch:
+    """What one `poll(now)` of a source produced: commit all of it with `Store.commit` in one transaction.
+
+    `cursors` say how far the lines were read; `expired` are cursors of files gone for longer than the
+    grace period, to delete. `more` is True when a backlog remains (the source stopped at its per-poll
+    byte budget), so the caller should poll again at once instead of waiting.
+    """
+
+    lines: tuple[LogLine, ...] = ()
+    cursors: tuple[Cursor | JournalCursor, ...] = ()
+    expired: tuple[Cursor, ...] = ()
+    more: bool = False
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """A snapshot of one source's self-metrics; counters only grow while the source lives.
+
+    `lag_bytes` is the sum over open files of size − read position; `up` is False while the source
+    cannot read (permission denied, journalctl died) and True again once it can. Each field `x` is
+    exported as `deepinfer_source_x` with a `source` label (docs/sources.md lists them).
+    """
+
+    source: str
+    up: bool = True
+    files: int = 0
+    lines_total: int = 0
+    bytes_total: int = 0
+    rotations_total: int = 0
+    truncations_total: int = 0
+    read_errors_total: int = 0
+    partial_flushes_total: int = 0
+    invalid_utf8_total: int = 0
+    truncated_lines_total: int = 0
+    framing_errors_total: int = 0
+    restarts_total: int = 0
+    lag_bytes: int = 0

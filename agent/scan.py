@@ -71,7 +71,6 @@ def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref
     joiner = PartialJoiner()
     result = FileScan(source, "plain", server)
     fmt: str | None = None
-    starts: dict[str | None, int] = {}
     offset = 0
     path = None if source == "-" else source
     for raw in handle:
@@ -88,12 +87,12 @@ def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref
         if frame is None:  # a malformed envelope line is still a line
             result.records.extend(parser.feed(text, None, path, line_offset))
             continue
-        starts.setdefault(frame.stream, line_offset)  # a split line is located by its first piece
-        whole = joiner.feed(frame)
+        whole = joiner.feed(frame, line_offset)  # a split line is located by its first piece
         if whole is not None:
-            result.records.extend(parser.feed(whole.text, whole.ts, path, starts.pop(frame.stream)))
-    for held in joiner.flush():
-        result.records.extend(parser.feed(held.text, held.ts, path, starts.pop(held.stream, offset)))
+            joined, start = whole
+            result.records.extend(parser.feed(joined.text, joined.ts, path, start))
+    for held, start in joiner.flush():
+        result.records.extend(parser.feed(held.text, held.ts, path, start))
     result.records.extend(parser.flush())
     result.server = parser.server
     result.parse_errors = parser.parse_errors

@@ -1,0 +1,94 @@
+"""Turn the bytes of one file into complete log lines, in bounded memory.
+
+Separate from the tailer because it is the part that must hold under hostile input, whatever the files
+do: a line is split at `\\n` (a `\\r` before it is dropped), decoded as UTF-8 (invalid bytes replaced and
+counted), freed of its envelope (Docker json-file, CRI) and re-joined where the runtime split it. At most
+`max_line_bytes` of an unfinished line are kept; the rest of an over-long line is dropped and the line
+is flagged `truncated`. `committed` tells the tailer the first byte not yet delivered as part of a line,
+which is where its cursor may point.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections import Counter
+from collections.abc import Callable
+from typing import Literal
+
+from agent.framing import Frame, PartialJoiner, unwrap
+
+Emit = Callable[[Frame, int], None]  # a complete line and the file offset of its first byte
+
+
+class LineAssembler:
+    """Assembles lines from consecutive byte chunks of one file starting at offset `start`."""
+
+    def __init__(self, fmt: Literal["plain", "docker", "cri"], max_line_bytes: int, counts: Counter[str],
+                 start: int = 0) -> None:
+        self._fmt = fmt
+        self._max = max_line_bytes
+        self._counts = counts  # the source's counters: invalid_utf8, framing_errors
+        self._joiner = PartialJoiner(max_line_bytes)
+        self._buf = bytearray()  # the unfinished physical line, at most max_line_bytes
+        self._buf_start = start  # file offset of its first byte
+        self._dropping = False  # the unfinished line is over the maximum: its further bytes are dropped
+
+    def feed(self, data: bytes, base: int, emit: Emit, stop: Callable[[], bool]) -> int:
+        """Consume bytes read at file offset `base`; return how many were consumed, which is fewer than
+        `len(data)` only when `stop()` turned true after a complete line (the caller's line budget)."""
+        pos = 0
+        while pos < len(data) and not stop():
+            newline = data.find(b"\n", pos)
+            end = len(data) if newline < 0 else newline
+            if not self._dropping:
+                room = self._max - len(self._buf)
+                self._buf += data[pos:pos + min(room, end - pos)]
+                self._dropping = end - pos > room
+            if newline < 0:
+                return len(data)
+            self._line(bytes(self._buf), self._buf_start, self._dropping, emit)
+            self._buf.clear()
+            self._dropping = False
+            pos = newline + 1
+            self._buf_start = base + pos
+        return pos
+
+    def committed(self, read_pos: int) -> int:
+        """The first byte not yet delivered as part of a line, given that bytes up to `read_pos` were fed."""
+        start = self._buf_start if (self._buf or self._dropping) else read_pos
+        held = self._joiner.held_offset()
+        return start if held is None else min(held, start)
+
+    def holding(self) -> bool:
+        """Whether an unfinished line (or runtime-split piece) is held."""
+        return bool(self._buf) or self._dropping or self._joiner.held_offset() is not None
+
+    def flush(self, read_pos: int, emit: Emit) -> None:
+        """Deliver what is held as complete lines (quiet for long enough, finished file, shutdown)."""
+        if self._buf or self._dropping:
+            self._line(bytes(self._buf), self._buf_start, self._dropping, emit)
+            self._buf.clear()
+            self._dropping = False
+        self._buf_start = read_pos
+        for frame, offset in self._joiner.flush():
+            emit(frame, offset)
+
+    def _line(self, raw: bytes, offset: int, cut: bool, emit: Emit) -> None:
+        if not cut:
+            raw = raw.removesuffix(b"\r")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            # A cut line may end inside a character: drop that stub rather than count it as invalid.
+            text = codecs.getincrementaldecoder("utf-8")("replace").decode(raw, final=not cut)
+            if "\ufffd" in text:
+                self._counts["invalid_utf8"] += 1
+        frame = unwrap(text, self._fmt)
+        if frame is None:
+            self._counts["framing_errors"] += 1
+            frame = Frame(text)
+        if cut:
+            frame = Frame(frame.text, frame.stream, frame.ts, frame.partial, True)
+        joined = self._joiner.feed(frame, offset)
+        if joined is not None:
+            emit(*joined)

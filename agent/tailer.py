@@ -1,0 +1,559 @@
+"""Follow the files a glob names, through every kind of rotation, delivering each line exactly once.
+
+A file is known by (device, inode) from `os.fstat` on the open handle plus a fingerprint of its first
+bytes, never by its name: names move under rotation, and inodes are reused. Each incarnation of a file
+gets a `file_key`; lines carry (file_key, offset) and cursors carry the offset of the first byte not yet
+delivered, and the caller commits both in one transaction (`Store.commit`), so a crash at any instant
+neither loses nor repeats a line.
+
+Rotation, in the order the loop meets it on each `poll(now)`:
+- every open file is read to EOF first (bounded per poll), so a renamed file is drained before its
+  successor is read, and a renamed file stays open and is read for `rotate_wait_seconds` after its last
+  growth (a writer that keeps its handle may still append to it);
+- a file whose size fell below our position, or whose first bytes changed, was truncated
+  (copytruncate): its unread tail is taken from the copy (same first bytes, another inode) and the file
+  is read again from 0 as a new incarnation;
+- a path that now names another inode (rename + create, create-from-temp, delete + recreate, symlink
+  swap) makes the old file "draining" and the new one is read from its start.
+After a restart, stored cursors are matched to files by inode in their directory (a file renamed while
+the agent was down is found and finished), and rotated siblings written while it was down are read too.
+
+The loop never sleeps: `poll(now)` does one bounded step, and the caller waits (inotify or a timer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import hashlib
+import os
+import secrets
+import stat
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from agent.config import SourceSection
+from agent.framing import Frame
+from agent.lines import LineAssembler
+from agent.records import Cursor, LogLine, SourceBatch, SourceStats
+
+FINGERPRINT_BYTES = 128
+READ_CHUNK_BYTES = 64 * 1024
+MAX_BYTES_PER_POLL = 4 * 1024 * 1024  # shared by the open files; the rest waits for the next poll
+MAX_LINES_PER_POLL = 20_000  # likewise: bounds a batch of short lines in memory and in one transaction
+START_MARKER = ""  # the file_key of a source's start-marker cursor
+COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip")
+
+
+@dataclass(frozen=True)
+class TailOptions:
+    """How one file source reads; `from_section` maps the config keys one to one."""
+
+    fmt: Literal["plain", "docker", "cri"] = "plain"
+    start_at: Literal["end", "beginning"] = "end"
+    max_line_bytes: int = 1 << 20
+    partial_flush_seconds: float = 5.0
+    rotate_wait_seconds: float = 5.0
+    cursor_grace_seconds: float = 86400.0
+
+    @classmethod
+    def from_section(cls, section: SourceSection) -> TailOptions:
+        if section.format == "journald":
+            raise ValueError("a journald source is read by agent.journal, not the file tailer")
+        return cls(section.format, section.start_at, section.max_line_bytes, section.partial_flush_seconds,
+                   section.rotate_wait_seconds, section.cursor_grace_seconds)
+
+
+def fingerprint(fd: int, length: int) -> str:
+    """`"<n>:<hash>"` of the first n ≤ `length` bytes readable through `fd` (n is what the file holds)."""
+    head = os.pread(fd, length, 0)
+    return f"{len(head)}:{hashlib.blake2b(head, digest_size=8).hexdigest()}"
+
+
+def _fingerprint_length(stored: str) -> int:
+    return int(stored.split(":", 1)[0])
+
+
+def _fingerprint_matches(fd: int, stored: str) -> bool:
+    """Whether the file behind `fd` starts with the bytes `stored` was taken from."""
+    return fingerprint(fd, _fingerprint_length(stored)) == stored
+
+
+@dataclass
+class _File:
+    """One open file incarnation and the line being assembled from it."""
+
+    fd: int
+    path: str
+    dev: int
+    inode: int
+    key: str
+    fp: str
+    read_pos: int  # next byte to read
+    lines: LineAssembler
+    last_growth: float = 0.0
+    rotated_at: float | None = None  # set once the path no longer names this file: drain, then close
+    emitted: tuple[int, str] | None = None  # (offset, fingerprint) of the last cursor handed out
+    mtime_ns: int = 0  # as of the last poll, to notice a file that changed without growing
+    real: str = ""  # the resolved path at open time: where a restart looks for it (symlink targets too)
+
+    def committed(self) -> int:
+        """The first byte not yet delivered as part of a line: where a restart must resume."""
+        return self.lines.committed(self.read_pos)
+
+
+class FileTailer:
+    """Follows one glob; `poll(now)` returns a `SourceBatch` to commit, `stats()` the self-metrics.
+
+    `cursors` are the source's stored cursors (`Store.cursors(name)`); with none, this is the source's
+    first run and files already present start at `options.start_at`. Every file found later, and every
+    file found after a restart, is read from its beginning.
+    """
+
+    def __init__(self, name: str, pattern: str, options: TailOptions, cursors: Sequence[Cursor] = ()) -> None:
+        self.name = name
+        self.pattern = pattern
+        self.options = options
+        # A cursor with an empty file_key is the source's start marker: it records that the source has
+        # run before (so files found later are read from their start) and when it last looked.
+        self._restored = [c for c in cursors if c.file_key != START_MARKER]
+        self._first_run = not cursors
+        self._started = False
+        self._open: dict[str, _File] = {}
+        self._retired: dict[str, tuple[Cursor, float]] = {}
+        self._count: Counter[str] = Counter()
+        self._up = True
+        self._lag = 0
+        self._failed_paths: set[str] = set()
+        self._first_discovery = True
+        self._budget = MAX_BYTES_PER_POLL  # bytes each file may read in this poll (set per poll)
+        self._line_budget = MAX_LINES_PER_POLL  # and lines it may deliver (a batch of tiny lines stays small)
+        # When the tailer last looked (the previous poll, or the newest stored cursor); None on a first run.
+        self._last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
+
+    @classmethod
+    def from_section(cls, section: SourceSection, cursors: Sequence[Cursor] = ()) -> FileTailer:
+        """The tailer for one `sources:` entry (not journald), resumed from `Store.cursors(name)`."""
+        if section.path is None:
+            raise ValueError("a file source needs a path")
+        return cls(section.source_name(), str(Path(section.path).expanduser()), TailOptions.from_section(section),
+                   cursors)
+
+    # --- the loop -------------------------------------------------------------------------------------
+
+    def poll(self, now: float) -> SourceBatch:
+        """One bounded step: read what is new, follow rotations, expire old cursors. Never sleeps or raises
+        on I/O errors (they are counted and retried).
+
+        `now` is wall-clock epoch seconds (`time.time()`): besides timing partial-line flushes and rotate
+        waits, it is stored in cursors and compared with file modification times after a restart.
+        """
+        out = _Out()
+        if not self._started:
+            self._started = True
+            self._restore(now)
+            if self._first_run:
+                out.cursors.append(Cursor(self.name, self.pattern, 0, 0, "0:", 0, START_MARKER, now))
+        more = False
+        share = max(1, len(self._open))
+        self._budget = max(READ_CHUNK_BYTES, MAX_BYTES_PER_POLL // share)
+        self._line_budget = max(100, MAX_LINES_PER_POLL // share)
+        for f in list(self._open.values()):
+            more |= self._service(f, now, out)
+        more |= self._discover(now, out)
+        self._expire(now, out)
+        self._lag = sum(self._size(f) - f.read_pos for f in self._open.values())
+        for f in self._open.values():
+            self._cursor(f, now, out)
+        self._last_now = now
+        return SourceBatch(tuple(out.lines), tuple(out.cursors), tuple(out.expired), more)
+
+    def close(self, now: float) -> SourceBatch:
+        """Flush held partial lines (shutdown) and close every file; commit the returned batch."""
+        out = _Out()
+        for f in list(self._open.values()):
+            self._flush(f, out)
+            self._cursor(f, now, out)
+            os.close(f.fd)
+        self._open.clear()
+        return SourceBatch(tuple(out.lines), tuple(out.cursors))
+
+    def stats(self) -> SourceStats:
+        """The self-metrics snapshot the metrics module exports (`deepinfer_source_*`)."""
+        c = self._count
+        return SourceStats(self.name, self._up, len(self._open), c["lines"], c["bytes"], c["rotations"],
+                           c["truncations"], c["read_errors"], c["partial_flushes"], c["invalid_utf8"],
+                           c["truncated_lines"], c["framing_errors"], 0, self._lag)
+
+    def watch_dirs(self) -> set[str]:
+        """Directories whose changes should wake the loop: the glob's fixed part and every open file's."""
+        fixed = Path(self.pattern)
+        while glob.has_magic(str(fixed)):
+            fixed = fixed.parent
+        dirs = {fixed if fixed.is_dir() else fixed.parent}
+        for f in self._open.values():
+            dirs.add(Path(f.path).parent)
+            dirs.add(Path(f.path).resolve().parent)
+        return {str(d) for d in dirs if d.is_dir()}
+
+    # --- finding files ------------------------------------------------------------------------------------
+
+    def _restore(self, now: float) -> None:
+        """Reattach stored cursors to files (by inode, wherever they were renamed) and read what was
+        rotated while the agent was down."""
+        live: dict[tuple[int, int], str] = {}
+        for path in self._glob():
+            with contextlib.suppress(OSError):
+                st = Path(path).stat()
+                live.setdefault((st.st_dev, st.st_ino), path)
+        # The surest identities first: a long fingerprint cannot be mistaken for a reused inode.
+        for cursor in sorted(self._restored, key=lambda c: -_fingerprint_length(c.fingerprint)):
+            f = self._reattach(cursor, live, now)
+            if f is None:
+                self._retired[cursor.file_key] = (cursor, now)
+        for path in {c.path for c in self._restored}:
+            self._catch_up(path, now)
+
+    def _reattach(self, cursor: Cursor, live: dict[tuple[int, int], str], now: float) -> _File | None:
+        candidates = [cursor.path]
+        if _fingerprint_length(cursor.fingerprint) > 0:  # an empty file's inode may be anyone's now
+            candidates += [e.path for e in _rotated_siblings(cursor.path) if e.inode() == cursor.inode]
+        for path in candidates:
+            f = self._open_at(path, now, key=cursor.file_key, offset=cursor.offset)
+            if f is None:
+                continue
+            if (f.dev, f.inode) != (cursor.dev, cursor.inode) or f.key in self._open:
+                os.close(f.fd)
+                continue
+            if not _fingerprint_matches(f.fd, cursor.fingerprint):
+                # Same inode, other first bytes: truncated and rewritten (or the inode was reused).
+                os.close(f.fd)
+                return self._recover_from_copy(cursor, now)
+            f.fp, f.emitted = cursor.fingerprint, (cursor.offset, cursor.fingerprint)
+            if (f.dev, f.inode) in live:
+                f.path = live[(f.dev, f.inode)]  # the name the glob knows it by (a symlink, say)
+            else:  # renamed, replaced or unlinked from the glob while the agent was down
+                f.rotated_at = now
+                self._count["rotations"] += 1
+            self._open[f.key] = f
+            return f
+        return self._recover_from_copy(cursor, now)
+
+    def _catch_up(self, live_path: str, now: float) -> None:
+        """Read rotated siblings of `live_path` (`x.log.1`, `x.log-20250101`) that the tailer never saw:
+        written and rotated away between two polls, or while the agent was down.
+
+        Only files modified since the previous poll (or the last stored cursor) qualify, so old rotated
+        files whose cursors have expired are not read again.
+        """
+        if self._last_now is None:
+            return
+        known = {(f.dev, f.inode) for f in self._open.values()}
+        for entry in _rotated_siblings(live_path):
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in known or st.st_mtime < self._last_now - 1.0:
+                continue
+            f = self._open_at(entry.path, now, key=None, offset=0)
+            if f is None:
+                continue
+            if any(_same_start(f, o) for o in self._open.values()):
+                os.close(f.fd)  # a copy of a file still being read: truncation recovery will drain it
+                continue
+            # An empty fingerprint identifies nothing (the inode may have been reused by a copy).
+            finished = next((c for c, _ in self._retired.values() if (c.dev, c.inode) == (f.dev, f.inode)
+                             and _fingerprint_length(c.fingerprint) > 0
+                             and _fingerprint_matches(f.fd, c.fingerprint)), None)
+            copy_of = next((c for c, _ in self._retired.values() if _same_start(f, c)), None)
+            if finished is not None and finished.file_key in self._open:
+                os.close(f.fd)  # its bytes are being read through another name already
+                continue
+            if finished is not None:  # a file read before: resume it (it may have grown since)
+                del self._retired[finished.file_key]
+                f.key, f.fp, f.emitted = finished.file_key, finished.fingerprint, None
+                self._restart_at(f, finished.offset)
+            elif copy_of is not None:  # a copytruncate copy of bytes already read: start where they ended
+                self._restart_at(f, min(copy_of.offset, self._size(f)))
+            f.rotated_at = now
+            self._open[f.key] = f
+            known.add((f.dev, f.inode))
+            if finished is None:
+                self._count["rotations"] += 1
+
+    def _discover(self, now: float, out: _Out) -> bool:
+        """Notice rotations of live files, then open (and read) files the glob names that are not open yet;
+        True when a new file has more to read than one poll's budget."""
+        for f in list(self._open.values()):
+            if f.rotated_at is None and not self._names_file(f.path, f):
+                f.rotated_at = now
+                self._count["rotations"] += 1
+        live = {(f.dev, f.inode) for f in self._open.values()}
+        retired = {(c.dev, c.inode): key for key, (c, _) in self._retired.items()}
+        up, more = True, False
+        for path in self._glob():
+            try:
+                st = Path(path).stat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            ident = (st.st_dev, st.st_ino)
+            if ident in live:
+                continue
+            at_end = self._first_run and self._first_discovery and self.options.start_at == "end"
+            offset = None if at_end else 0
+            new = self._open_at(path, now, key=None, offset=offset)
+            if new is None:
+                up = False
+                continue
+            ident = (new.dev, new.inode)  # the handle's identity, in case the path moved since stat
+            if ident in live:
+                os.close(new.fd)
+                continue
+            if ident in retired:
+                old = self._retired[retired[ident]][0]
+                if _fingerprint_length(old.fingerprint) > 0 and _fingerprint_matches(new.fd, old.fingerprint):
+                    # a finished file the glob also names (an empty fingerprint proves nothing: read it)
+                    os.close(new.fd)
+                    self._retired[retired[ident]] = (old, now)
+                    continue
+                del self._retired[retired[ident]]  # inode reused by a new file
+                if old.file_key not in self._open:  # (unless its copy is still being drained)
+                    out.expired.append(old)
+            self._open[new.key] = new
+            live.add(ident)
+            self._catch_up(path, now)
+            more |= self._service(new, now, out)
+        self._first_discovery = False
+        self._up = up
+        return more
+
+    def _glob(self) -> list[str]:
+        """The paths the pattern names now, in a stable order, compressed rotations left out."""
+        paths = glob.glob(self.pattern)  # noqa: PTH207 (an absolute user glob; Path.glob takes relative ones)
+        return sorted(p for p in paths if not p.endswith(COMPRESSED_SUFFIXES))
+
+    def _open_at(self, path: str, now: float, key: str | None, offset: int | None) -> _File | None:
+        """Open `path` read-only and identify it by fstat; offset None means "at the last complete line"."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            if path not in self._failed_paths:  # counted once per failure, retried every poll
+                self._failed_paths.add(path)
+                self._count["read_errors"] += 1
+            return None
+        self._failed_paths.discard(path)
+        try:
+            st = os.fstat(fd)
+            start = self._last_line_end(fd, st.st_size) if offset is None else offset
+            fp = fingerprint(fd, FINGERPRINT_BYTES)
+        except OSError:
+            os.close(fd)
+            self._count["read_errors"] += 1
+            return None
+        return _File(fd, path, st.st_dev, st.st_ino, key or f"{st.st_dev}:{st.st_ino}:{secrets.token_hex(6)}",
+                     fp, start, self._assembler(start), last_growth=now, mtime_ns=st.st_mtime_ns,
+                     real=str(Path(path).resolve()))
+
+    def _assembler(self, start: int) -> LineAssembler:
+        return LineAssembler(self.options.fmt, self.options.max_line_bytes, self._count, start)
+
+    def _restart_at(self, f: _File, offset: int) -> None:
+        """Read `f` from `offset` on, forgetting any unfinished line."""
+        f.read_pos = offset
+        f.lines = self._assembler(offset)
+
+    def _last_line_end(self, fd: int, size: int) -> int:
+        """Where a first run starting "at the end" begins: after the last newline, not mid-line."""
+        tail_start = max(0, size - READ_CHUNK_BYTES)
+        tail = os.pread(fd, size - tail_start, tail_start)
+        cut = tail.rfind(b"\n")
+        return tail_start + cut + 1 if cut >= 0 else size
+
+    @staticmethod
+    def _names_file(path: str, f: _File) -> bool:
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == (f.dev, f.inode)
+
+    @staticmethod
+    def _size(f: _File) -> int:
+        try:
+            return os.fstat(f.fd).st_size
+        except OSError:
+            return f.read_pos
+
+    # --- reading ------------------------------------------------------------------------------------------
+
+    def _service(self, f: _File, now: float, out: _Out) -> bool:
+        """Read `f` up to the per-poll budget; handle truncation, quiet partial lines and finished drains.
+        Returns True when bytes remain beyond the budget."""
+        try:
+            st = os.fstat(f.fd)
+            size, length = st.st_size, _fingerprint_length(f.fp)
+            if size < f.read_pos or not _fingerprint_matches(f.fd, f.fp):
+                self._truncated(f, now, out)
+                size, length = os.fstat(f.fd).st_size, 0
+            if length < FINGERPRINT_BYTES and size > length:
+                f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
+            got = self._read(f, now, out, size)
+        except OSError:
+            self._count["read_errors"] += 1
+            return False
+        if st.st_mtime_ns != f.mtime_ns and f.rotated_at is None and (got == 0 or length < FINGERPRINT_BYTES):
+            # Changed but no bigger, or changed while too short for its fingerprint to notice a rewrite:
+            # it may have been written and copytruncated between two polls, leaving bytes we never saw
+            # only in a rotated sibling.
+            self._catch_up(f.path, now)
+        f.mtime_ns = st.st_mtime_ns
+        quiet = now - f.last_growth
+        if got == 0 and quiet >= self.options.partial_flush_seconds and f.lines.holding():
+            self._count["partial_flushes"] += 1
+            self._flush(f, out)
+        if f.rotated_at is not None and got == 0 and now - max(f.last_growth, f.rotated_at) >= \
+                self.options.rotate_wait_seconds:
+            self._retire(f, now, out)
+        return f.read_pos < size
+
+    def _read(self, f: _File, now: float, out: _Out, size: int) -> int:
+        """Read up to this poll's byte and line budgets; return the bytes consumed."""
+        got, line_limit = 0, len(out.lines) + self._line_budget
+
+        def emit(frame: Frame, offset: int) -> None:
+            self._deliver(f, frame, offset, out)
+
+        def stop() -> bool:
+            return len(out.lines) >= line_limit
+
+        while got < self._budget and f.read_pos < size and not stop():
+            data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
+            if not data:
+                break
+            used = f.lines.feed(data, f.read_pos, emit, stop)
+            f.read_pos += used
+            got += used
+            if used < len(data):
+                break
+        if got:
+            f.last_growth = now
+            self._count["bytes"] += got
+        return got
+
+    def _deliver(self, f: _File, frame: Frame, offset: int, out: _Out) -> None:
+        out.lines.append(LogLine(self.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
+                                 f.key))
+        self._count["lines"] += 1
+        if frame.truncated:
+            self._count["truncated_lines"] += 1
+
+    def _flush(self, f: _File, out: _Out) -> None:
+        """Deliver the unfinished line as it is (quiet for long enough, or shutting down)."""
+        f.lines.flush(f.read_pos, lambda frame, offset: self._deliver(f, frame, offset, out))
+
+    def _truncated(self, f: _File, now: float, out: _Out) -> None:
+        """copytruncate: finish the unread tail from the copy, then read this file again from 0."""
+        self._count["truncations"] += 1
+        old = Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now)
+        del self._open[f.key]
+        f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
+        self._open[f.key] = f
+        if self._recover_from_copy(old, now) is None:
+            out.expired.append(old)
+            self._catch_up(f.path, now)
+        self._restart_at(f, 0)
+        f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
+        f.emitted = None
+
+    def _recover_from_copy(self, cursor: Cursor, now: float) -> _File | None:
+        """Find the copy copytruncate made of `cursor`'s file (same first bytes, other inode, at least as
+        long) and drain it from the cursor, under the same file key, so offsets stay unique."""
+        if _fingerprint_length(cursor.fingerprint) == 0:
+            return None
+        best: tuple[float, str] | None = None
+        for entry in _rotated_siblings(cursor.path):
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if entry.inode() == cursor.inode or st.st_size < cursor.offset:
+                continue
+            if best is None or st.st_mtime > best[0]:
+                try:
+                    fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    continue
+                try:
+                    if _fingerprint_matches(fd, cursor.fingerprint):
+                        best = (st.st_mtime, entry.path)
+                finally:
+                    os.close(fd)
+        if best is None:
+            return None
+        copy = self._open_at(best[1], now, key=cursor.file_key, offset=cursor.offset)
+        if copy is None:
+            return None
+        if copy.key in self._open:  # already being drained (found after a restart)
+            os.close(copy.fd)
+            return self._open[copy.key]
+        copy.rotated_at = now
+        self._open[copy.key] = copy
+        self._retired.pop(copy.key, None)
+        return copy
+
+    def _retire(self, f: _File, now: float, out: _Out) -> None:
+        self._flush(f, out)
+        self._cursor(f, now, out)
+        os.close(f.fd)
+        del self._open[f.key]
+        self._retired[f.key] = (Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now), now)
+
+    def _expire(self, now: float, out: _Out) -> None:
+        grace = self.options.cursor_grace_seconds
+        for key, (cursor, since) in list(self._retired.items()):
+            if now - since >= grace:
+                del self._retired[key]
+                out.expired.append(cursor)
+
+    def _cursor(self, f: _File, now: float, out: _Out) -> None:
+        state = (f.committed(), f.fp)
+        if state != f.emitted:
+            f.emitted = state
+            out.cursors.append(Cursor(self.name, f.real, f.dev, f.inode, f.fp, state[0], f.key, now))
+
+
+def _rotated_siblings(path: str) -> list[os.DirEntry[str]]:
+    """Regular files next to `path` named as its rotations (`x.log.1`, `x.log-20250101`), uncompressed.
+
+    Nothing else in the directory is ever opened: closing any descriptor of a file drops every POSIX
+    lock this process holds on it, so opening, say, the agent's own SQLite database here would silently
+    break SQLite's locking.
+    """
+    base = Path(path).name
+    prefixes = (base + ".", base + "-")
+    try:
+        entries = list(os.scandir(Path(path).parent))
+    except OSError:
+        return []
+    return [e for e in entries if e.name.startswith(prefixes) and not e.name.endswith(COMPRESSED_SUFFIXES)
+            and e.is_file(follow_symlinks=False)]
+
+
+def _same_start(f: _File, other: _File | Cursor) -> bool:
+    """Whether `f` is another inode starting with the (non-empty) bytes `other` was fingerprinted from."""
+    fp = other.fp if isinstance(other, _File) else other.fingerprint
+    return other.inode != f.inode and _fingerprint_length(fp) > 0 and _fingerprint_matches(f.fd, fp)
+
+
+@dataclass
+class _Out:
+    lines: list[LogLine] = field(default_factory=list)
+    cursors: list[Cursor] = field(default_factory=list)
+    expired: list[Cursor] = field(default_factory=list)
+

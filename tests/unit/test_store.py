@@ -1,0 +1,101 @@
+"""The store on real SQLite: schema version, one-transaction commits, idempotent replays, cursors."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.errors import StoreError
+from agent.records import Cursor, JournalCursor, LogLine
+from agent.store import SCHEMA_VERSION, Store
+
+
+def line(offset: int, text: str = "x", key: str = "1:2:ab") -> LogLine:
+    return LogLine("src", "/var/log/a.log", offset, text, None, None, False, key)
+
+
+def cursor(offset: int, key: str = "1:2:ab") -> Cursor:
+    return Cursor("src", "/var/log/a.log", 1, 2, "8:00", offset, key, 100.0)
+
+
+def test_a_new_file_is_migrated_and_in_wal_mode(tmp_path: Path) -> None:
+    db = tmp_path / "sub" / "agent.db"
+    with Store.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_reopening_keeps_everything(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    with Store.open(db) as store:
+        store.commit([line(0, "a")], [cursor(2), JournalCursor("j", "s=1;i=2")])
+    with Store.open(db) as store:
+        assert [x.text for x in store.lines()] == ["a"]
+        assert store.cursors("src") == [cursor(2)]
+        assert store.journal_cursor("j") == "s=1;i=2"
+        assert store.journal_cursor("other") is None
+
+
+def test_replayed_lines_are_not_inserted_twice(store: Store) -> None:
+    assert store.commit([line(0, "a"), line(2, "b")]) == 2
+    assert store.commit([line(2, "b"), line(4, "c")]) == 1
+    assert [x.text for x in store.lines("src")] == ["a", "b", "c"]
+    assert store.commit([line(0, "a", key="1:2:cd")]) == 1  # same path and offset, another file incarnation
+
+
+def test_an_unknown_record_type_writes_nothing(store: Store) -> None:
+    with pytest.raises(StoreError, match="no table for record type str"):
+        store.commit([line(0), "not a record"], [cursor(2)])
+    assert list(store.lines()) == [] and store.cursors("src") == []
+
+
+def test_a_failed_transaction_leaves_lines_and_cursors_as_they_were(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    with Store.open(db) as store:
+        store.commit([line(0, "a")], [cursor(2)])
+    with sqlite3.connect(db) as conn:  # a trigger makes the cursor write fail after the lines went in
+        conn.execute("CREATE TRIGGER no_cursors BEFORE INSERT ON cursors BEGIN SELECT RAISE(ABORT, 'full'); END")
+    with Store.open(db) as store:
+        with pytest.raises(StoreError, match="cannot write"):
+            store.commit([line(2, "b")], [cursor(4)])
+        assert [x.text for x in store.lines()] == ["a"]
+        assert store.cursors("src") == [cursor(2)]
+
+
+def test_expired_cursors_are_deleted_unless_refreshed_in_the_same_batch(store: Store) -> None:
+    store.commit([], [cursor(2), cursor(5, key="k2")])
+    store.commit([], [cursor(7)], expired=[cursor(2), cursor(5, key="k2")])
+    assert store.cursors("src") == [cursor(7)]
+
+
+def test_a_newer_schema_is_refused_with_a_clear_message(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    Store.open(db).close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
+                     "VALUES ('deepinfer-agent', '9999_from_the_future', '2030-01-01')")
+    with pytest.raises(StoreError, match=r"9999_from_the_future.*upgrade the agent"):
+        Store.open(db)
+
+
+def test_an_unusable_path_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StoreError, match="cannot open the store"):
+        Store.open(tmp_path / "file" / "agent.db")
+
+
+def test_two_processes_creating_the_store_at_once_both_succeed(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    script = "import sys; from agent.store import Store; Store.open(sys.argv[1]).close()"
+    root = Path(__file__).parent.parent.parent
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(db)], cwd=root, stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    with Store.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
