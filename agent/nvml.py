@@ -43,13 +43,13 @@ _INIT_HINTS: dict[int, str] = {
         "(nvidia-smi must work), or in a container run with the NVIDIA Container Toolkit (--gpus all)"
     ),
     pynvml.NVML_ERROR_DRIVER_NOT_LOADED: (
-        "NVIDIA kernel driver not loaded: check with `nvidia-smi`; load it with `modprobe nvidia`, or "
+        "NVIDIA kernel driver not loaded: check with nvidia-smi; load it with modprobe nvidia, or "
         "reboot after a driver install"
     ),
     pynvml.NVML_ERROR_NO_PERMISSION: (
         "no permission to open the GPU devices (/dev/nvidiactl, /dev/nvidia*): run the agent as a user "
         "allowed to use them; under systemd use DevicePolicy=closed with DeviceAllow=/dev/nvidiactl rw "
-        "and DeviceAllow=char-nvidia-frontend rw, never PrivateDevices=yes"
+        "and DeviceAllow=/dev/nvidia0 rw (one line per GPU), never PrivateDevices=yes"
     ),
     pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: (
         "the NVML library and the loaded kernel driver differ in version (a driver upgrade without a "
@@ -290,7 +290,7 @@ class GpuPoller:
     def _init_failed(self, now: float, code: int | None, detail: str) -> None:
         hint = _INIT_HINTS.get(code, "") if code is not None else ""
         if not hint:
-            hint = f"NVML init failed ({detail}): check that `nvidia-smi` works"
+            hint = f"NVML init failed ({detail}): check that nvidia-smi works"
         hint = f"{hint}. {_AFTER_HINT}."
         if hint != self._hint:
             log.error("%s [%s]", hint, detail)
