@@ -13,6 +13,9 @@ is deprecated and warns on import). Every call into the driver goes through one 
   per poll;
 - `GpuIsLost`: one `gpu_lost` event, the GPU is skipped and re-probed with back-off, the source is
   down until it answers again;
+- `Uninitialized`, `DriverNotLoaded` or a library/driver version mismatch on a running NVML (the
+  driver was unloaded or replaced under the agent): NVML is shut down and the source is down, with the
+  same hint and back-off as at start;
 - anything else: the field is None for this poll.
 
 Every error is counted by call name (`errors_by_call`, read by the metrics module) and a failure
@@ -67,6 +70,13 @@ _UNSUPPORTED = frozenset({
     pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
     pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
 })
+# Errors meaning the library's state is gone (driver unloaded or replaced under a running agent):
+# nothing works until NVML is shut down and started again.
+_RESTART = frozenset({
+    pynvml.NVML_ERROR_UNINITIALIZED,
+    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
+    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+})
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,15 @@ class _Gpu:
     uuid: str
     name: str
     pci_bus_id: str | None
+
+
+class _RestartError(Exception):
+    """Raised by the choke-point when NVML must be restarted; `poll` shuts it down and backs off."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
 
 
 class _GpuLostError(Exception):
@@ -187,6 +206,14 @@ class GpuPoller:
     def poll(self, now: float) -> NvmlPoll:
         """Sample every GPU once and drain pending Xid events (without waiting); `now` is epoch seconds."""
         events: list[Event] = []
+        try:
+            return self._poll(now, events)
+        except _RestartError as restart:
+            self.close()
+            self._init_failed(now, restart.code, restart.detail)
+            return NvmlPoll(events=tuple(events))
+
+    def _poll(self, now: float, events: list[Event]) -> NvmlPoll:
         if not self._initialized and (not self._init_backoff.due(now) or not self._init(now, events)):
             return NvmlPoll(events=tuple(events))
         gpus: list[GpuSample] = []
@@ -207,11 +234,11 @@ class GpuPoller:
         """Free the event set and shut NVML down; the poller can be polled again afterwards (re-init)."""
         if not self._initialized:
             return
+        self._initialized = False  # first: a failing shutdown call must not ask for another restart
         if self._event_set is not None:
             self._call("nvmlEventSetFree", None, pynvml.nvmlEventSetFree, self._event_set)
             self._event_set = None
         self._call("nvmlShutdown", None, pynvml.nvmlShutdown)
-        self._initialized = False
         self._gpus.clear()
         self._lost.clear()
         self._unsupported.clear()
@@ -223,7 +250,8 @@ class GpuPoller:
     def _call(self, call: str, gpu: _Gpu | None, fn: Callable[..., Any], *args: Any) -> Any:
         """Call into NVML; every `NVMLError` becomes policy here (see the module docstring).
 
-        Returns None for a failed call. Raises `_GpuLostError` when a GPU-scoped call said the GPU is gone.
+        Returns None for a failed call. Raises `_GpuLostError` when a GPU-scoped call said the GPU is gone,
+        and `_RestartError` when a call on a started NVML says the library must start again.
         """
         key = (call, gpu.index if gpu is not None else -1)
         if key in self._unsupported:
@@ -234,6 +262,8 @@ class GpuPoller:
             self._count(call, gpu, err)
             if err.value == pynvml.NVML_ERROR_GPU_IS_LOST and gpu is not None:
                 raise _GpuLostError(call) from err
+            if err.value in _RESTART and self._initialized:
+                raise _RestartError(int(err.value), f"{call}: {err}") from err
             if err.value in _UNSUPPORTED:
                 self._unsupported.add(key)
                 log.debug("NVML %s not supported on %s: %s", call, _where(gpu), err)

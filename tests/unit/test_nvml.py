@@ -19,7 +19,14 @@ import pytest
 from agent.nvml import SOURCE, GpuPoller
 from agent.records import EventKind, GpuProcessSample, GpuSample, Phase, Server, Severity
 from agent.xid import XID_MEANINGS, xid_severity
-from tests.fake_nvml import DRIVER_NOT_LOADED, FUNCTION_NOT_FOUND, NOT_SUPPORTED, UNKNOWN, FakeNvml
+from tests.fake_nvml import (
+    DRIVER_NOT_LOADED,
+    FUNCTION_NOT_FOUND,
+    LIB_RM_VERSION_MISMATCH,
+    NOT_SUPPORTED,
+    UNKNOWN,
+    FakeNvml,
+)
 from tests.nvml_subprocess import ROOT, PollerProcess
 
 GIB = 1024**3
@@ -234,6 +241,21 @@ def test_enumeration_failure_keeps_the_source_down(h100: FakeNvml, poller: GpuPo
 
     assert not poller.up and poller.errors_by_call == {"nvmlDeviceGetCount": 1}
     assert poller.hint is not None and "nvidia-smi" in poller.hint
+
+
+def test_driver_replaced_under_a_running_agent_restarts_nvml(h100: FakeNvml, poller: GpuPoller) -> None:
+    poller.poll(0.0)
+    h100.set({"gpu0.rc.nvmlDeviceGetMemoryInfo_v2": LIB_RM_VERSION_MISMATCH})
+
+    poller.poll(10.0)  # down: NVML shut down, restart due at 15
+    assert not poller.up
+    assert poller.hint is not None and "reboot" in poller.hint and "differ in version" in poller.hint
+    assert poller.errors_by_call == {"nvmlDeviceGetMemoryInfo_v2": 1}
+    assert poller.poll(14.0).gpus == ()
+    h100.unset("gpu0.rc.nvmlDeviceGetMemoryInfo_v2")
+
+    assert len(poller.poll(15.0).gpus) == 2
+    assert poller.up
 
 
 def test_missing_library_file_then_present(h100: FakeNvml, tmp_path: Path) -> None:
