@@ -20,6 +20,7 @@ class Server(str, Enum):
     TGI = "tgi"
     LLAMACPP = "llamacpp"
     KERNEL = "kernel"  # the kernel log (NVRM Xid lines), not an inference server
+    NVML = "nvml"  # the NVIDIA driver library (GPU samples, Xid events), not an inference server
 
 
 # The closed vocabulary of capacity facts an engine reports at start-up. Sizes in bytes, ratios 0–1.
@@ -100,7 +101,8 @@ class Event:
 
     `message` is already redacted (parsers/redact.py); `fields` holds the numbers the line carried
     (e.g. `requested_bytes`, `free_bytes`, `total_preemptions`, `status`, `route`, `xid`). `path` and
-    `offset` locate the first line of the occurrence, so the store can key on them (exactly once).
+    `offset` locate the first line of the occurrence, so the store can key on them (exactly once);
+    events that come from no file (NVML) leave them None.
     """
 
     ts: float | None
@@ -234,3 +236,45 @@ class SourceStats:
     framing_errors_total: int = 0
     restarts_total: int = 0
     lag_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU's state at one poll, read from NVML.
+
+    `gpu` is NVML's index (what `CUDA_VISIBLE_DEVICES` counts when the order is `PCI_BUS_ID`); `uuid`
+    is the stable identity across reboots; `pci_bus_id` joins it with the kernel's `NVRM: Xid (PCI:…)`
+    lines. Memory comes from NVML's v2 struct where the driver has it: `used` then excludes the
+    driver-reserved part, which is reported on its own; with the v1 struct `reserved` is None and `used`
+    includes it. Any value the GPU does not report (NotSupported, or an error) is None.
+    """
+
+    ts: float
+    gpu: int
+    uuid: str
+    name: str
+    pci_bus_id: str | None
+    memory_total_bytes: int | None
+    memory_reserved_bytes: int | None
+    memory_free_bytes: int | None
+    memory_used_bytes: int | None
+    utilization_gpu_ratio: float | None
+    utilization_memory_ratio: float | None
+    temperature_celsius: float | None
+    power_watts: float | None
+    power_limit_watts: float | None
+
+
+@dataclass(frozen=True)
+class GpuProcessSample:
+    """One compute process on one GPU at one poll: how much of the card the engine itself holds.
+
+    `pid` is data for joining with the engine's process, never a metric label. `used_memory_bytes` is
+    None where the driver cannot tell (e.g. Windows WDDM, some MIG set-ups).
+    """
+
+    ts: float
+    gpu: int
+    uuid: str
+    pid: int
+    used_memory_bytes: int | None

@@ -12,29 +12,8 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, FieldValue, Phase, Server, Severity
+from agent.xid import XID_MEANINGS, xid_severity  # pure data, shared with the NVML source
 from parsers.base import Rule, StreamParser, hot, rule
-
-XID_MEANINGS: dict[int, str] = {
-    13: "graphics engine exception",
-    31: "GPU memory page fault",
-    43: "GPU stopped processing",
-    45: "preemptive cleanup",
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remap recorded",
-    64: "ECC page retirement or row remap failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained uncorrectable ECC error",
-    95: "uncontained uncorrectable ECC error",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-}
-# Codes after which the GPU needs a reset or the node a reboot (or the memory is failing).
-_CRITICAL = frozenset({48, 64, 74, 79, 95, 119, 120})
-_BENIGN = frozenset({43, 45})
 
 
 def _xid_fields(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -61,15 +40,6 @@ KERNEL_RULES: tuple[Rule, ...] = (
 )
 
 HOT_WORDS = ("NVRM", "fallen off the bus", "GPU is lost")
-
-
-def xid_severity(code: int) -> Severity:
-    """Critical when the GPU needs a reset or the memory is failing; warning for teardown noise."""
-    if code in _CRITICAL:
-        return Severity.CRITICAL
-    if code in _BENIGN:
-        return Severity.WARNING
-    return Severity.ERROR
 
 
 class KernelParser(StreamParser):

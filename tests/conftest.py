@@ -1,4 +1,4 @@
-"""Shared test helpers: a tailer driven step by step into a real SQLite store, as the daemon drives it."""
+"""Shared fixtures: a tailer driven step by step into a real SQLite store, and the fake NVML driver."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from agent.records import LogLine
 from agent.store import Store
 from agent.tailer import FileTailer, TailOptions
+from tests.fake_nvml import FakeNvml, build
 
 
 class Follow:
@@ -56,3 +57,17 @@ def follow(tmp_path: Path, store: Store) -> FollowFactory:
         opts = TailOptions(**{"start_at": "beginning", "rotate_wait_seconds": 0.0, **options})
         return Follow(store, str(tmp_path / pattern), opts)
     return make
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake libnvidia-ml.so.1, compiled once per test session."""
+    return build(tmp_path_factory.mktemp("fake_nvml"))
+
+
+@pytest.fixture
+def fake_nvml(fake_nvml_library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    """A fresh, empty config for the fake driver, pointed to by this process's FAKE_NVML_CONFIG."""
+    fake = FakeNvml(tmp_path / "nvml.conf", fake_nvml_library)
+    monkeypatch.setenv("FAKE_NVML_CONFIG", str(fake.config))
+    return fake
