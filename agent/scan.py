@@ -12,7 +12,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from enum import Enum
 from typing import Any, BinaryIO
@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
 from agent.framing import PartialJoiner, unwrap
-from agent.records import CapacityFact, Event, Record, Server, ServerStats, Severity
+from agent.records import CapacityFact, Event, Record, Server, ServerStats, Severity, as_dict
 from parsers import make_parser
 
 NOTABLE_LIMIT = 20
@@ -214,7 +214,7 @@ def jsonl(scans: list[FileScan]) -> Iterator[str]:
     """One JSON object per record: `type` event (with `kind`), stats, or fact (with `name`, `value`)."""
     for s in scans:
         for r in s.records:
-            body = {k: _plain(v) for k, v in asdict(r).items()}
+            body = {k: _plain(v) for k, v in as_dict(r).items()}
             kind = "event" if isinstance(r, Event) else "stats" if isinstance(r, ServerStats) else "fact"
             if isinstance(r, CapacityFact | ServerStats):
                 body.setdefault("server", s.server.value)

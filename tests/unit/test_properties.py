@@ -12,13 +12,12 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
-from dataclasses import asdict
 
 import regex
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from agent.records import Record, Server
+from agent.records import Record, Server, as_dict
 from parsers import REGISTRY, base, generic, gpu, http_access, kernel, llamacpp, make_parser, sglang, tgi, vllm
 from parsers import redact as redact_module
 from parsers.redact import redact
@@ -81,7 +80,7 @@ def _values(node: object) -> object:
 
 
 def _text(records: list[Record]) -> str:
-    return json.dumps([_values(asdict(r)) for r in records], default=str, ensure_ascii=False)
+    return json.dumps([_values(as_dict(r)) for r in records], default=str, ensure_ascii=False)
 
 
 PROMPT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=12, max_size=200)
