@@ -178,10 +178,9 @@ _STATS = re.compile(
     r"(?:, Preemptions: (?P<preempt>\d+))?), [\w+ ]{0,20}KV cache usage: (?P<kv>[\d.]+)%"
     r"(?:, CPU KV cache usage: [\d.]+%)?(?:, Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
 )
-_STATS_LINE = re.compile(
-    r"(?P<tag>(?:(?:\x1b\[[\d;]{0,10}m)?\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\)(?:\x1b\[[\d;]{0,10}m)? ){0,3})"
-    r"INFO (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d) \[?[^\]\s]{1,200}:\d{1,6}\] " + _STATS.pattern
-)
+# `_stats` unpacks `m.groups()` positionally (cheaper than named lookups on the hottest line).
+assert tuple(_STATS.groupindex) == (
+    "engine", "pt", "gt", "running", "swapped", "pending", "waiting", "preempt", "kv", "hit"), _STATS.groupindex
 _PREFIX = re.compile(
     r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
     r"(?:(DEBUG|INFO|WARNING|ERROR|CRITICAL) ((\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:\.\d{1,6})? "
@@ -267,13 +266,11 @@ class VllmParser(StreamParser):
 
     def _stats(self, ts: float | None, tag: str, m: re.Match[str], path: str | None,
                offset: int | None) -> list[Record]:
-        pt, gt, running, waiting, pending, swapped, preempt, kv, hit = m.group(
-            "pt", "gt", "running", "waiting", "pending", "swapped", "preempt", "kv", "hit")
+        engine, pt, gt, running, swapped, pending, waiting, preempt, kv, hit = m.groups()
         stats = ServerStats(ts, self.source, Server.VLLM, int(running), int(waiting or pending),
                             int(swapped) if swapped is not None else None, float(kv) / 100, float(pt), float(gt),
                             float(hit) / 100 if hit is not None else None,
                             int(preempt) if preempt is not None else None, None, path, offset)
-        engine = m.group("engine")
         out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)  # each DP engine has its own queue
         if stats.preemptions:
             out.append(Event(ts, self.source, Server.VLLM, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
@@ -282,28 +279,36 @@ class VllmParser(StreamParser):
         return out
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
-        """The stats line is most of a busy vLLM log: prefix and numbers in one match, no split, no rules."""
-        if "prompt throughput: " in text:
-            m = _STATS_LINE.match(text)
-            if m is not None:
-                self.lines_seen += 1
-                tag, stamp = m.group("tag", "stamp")
-                tag = tag.strip()
-                if "\x1b" in tag:
-                    tag = ANSI.sub("", tag)
-                if ts is None:
-                    cached, ts = self._ts_cache
-                    if stamp != cached:
-                        ts = self.yearless(int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]),
-                                           int(stamp[12:14]), stamp)
-                self._last_ts = ts
-                self._starting = False
-                if not self._blocks:
-                    return self._stats(ts, tag, m, path, offset)
-                out: list[Record] = []  # a new record: it ends its own process's open one, and stale ones
-                self._continue_block(Split("", ts, "INFO", tag, stamp), out)
-                return out + self._stats(ts, tag, m, path, offset)
-        return super()._feed(text, ts, path, offset)
+        """The stats line is most of a busy vLLM log: found with three `find`s and one match, no split,
+        no rules. Anything unusual about its prefix (another format, a syslog prefix) takes the full path."""
+        i = text.find("Avg prompt throughput: ")
+        if i < 0:
+            return super()._feed(text, ts, path, offset)
+        j = text.find("INFO ")
+        k = text.find("] ", j + 19) if 0 <= j < i else -1
+        stamp = text[j + 5:j + 19]
+        tag = text[:j].strip()
+        if not (0 <= k < i and stamp[2:3] == "-" and stamp[5:6] == " " and stamp[8:9] == ":"
+                and (not tag or (tag[0] in "(\x1b" and "pid=" in tag))):
+            return super()._feed(text, ts, path, offset)
+        m = _STATS.match(text, k + 2)
+        if m is None:
+            return super()._feed(text, ts, path, offset)
+        self.lines_seen += 1
+        if "\x1b" in tag:
+            tag = ANSI.sub("", tag)
+        if ts is None:
+            cached, ts = self._ts_cache
+            if stamp != cached:
+                ts = self.yearless(int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]),
+                                   int(stamp[12:14]), stamp)
+        self._last_ts = ts
+        self._starting = False
+        if not self._blocks:
+            return self._stats(ts, tag, m, path, offset)
+        out: list[Record] = []  # a new record: it ends its own process's open one, and stale ones
+        self._continue_block(Split("", ts, "INFO", tag, stamp), out)
+        return out + self._stats(ts, tag, m, path, offset)
 
     def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
         """V0 warns on the 1st, 51st, 101st… preemption with the running total: the increment since the

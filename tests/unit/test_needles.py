@@ -1,0 +1,70 @@
+"""The rules' derived needles never hide a match: every line a pattern matches holds one of its needles."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from parsers import REGISTRY
+from parsers.generic import GenericParser
+from parsers.needles import required_literals
+
+from .conftest import LOGS
+
+RULES = {(cls.__name__, i): r for cls in (*REGISTRY.values(), GenericParser) for i, r in enumerate(cls.RULES)}
+FIXTURE_LINES = [line for path in sorted(LOGS.rglob("*.log")) for line in path.read_text("utf-8").splitlines()]
+
+
+def test_most_rules_get_needles() -> None:
+    with_needles = sum(1 for r in RULES.values() if r.needles)
+    assert with_needles >= 0.9 * len(RULES), "the derivation stopped understanding the patterns"
+
+
+@pytest.mark.parametrize("key", sorted(RULES), ids=lambda k: f"{k[0]}-{k[1]}")
+def test_no_fixture_match_lacks_a_needle(key: tuple[str, int]) -> None:
+    rule = RULES[key]
+    for line in FIXTURE_LINES:
+        if rule.pattern.search(line):
+            assert rule.could_match(line), (rule.pattern.pattern, line)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "needles"),
+    [
+        (r"abc\d+def", ("abc",)),  # the longest-shortest run wins; ties go to the first
+        (r"x(?:foo|barbaz)y", ("barbaz", "foo")),
+        (r"(?:foo|b)ar", None),  # one branch has no useful literal, and "ar" is too short
+        (r"(?:hello)?world", ("world",)),  # an optional group cannot be required
+        (r"(?i)deadline", None),  # case-insensitive: always search
+        (r"(?:abc){2,}", ("abc",)),
+        (r"a.c", None),
+    ],
+)
+def test_derivation(pattern: str, needles: tuple[str, ...] | None) -> None:
+    assert required_literals(re.compile(pattern)) == needles
+
+
+WORDS = st.sampled_from(["abc", "defg", "hij", "xyz1", "a", "b"])
+
+
+@st.composite
+def patterns(draw: st.DrawFn) -> str:
+    parts = draw(st.lists(st.one_of(
+        WORDS.map(re.escape),
+        st.lists(WORDS.map(re.escape), min_size=2, max_size=3).map(lambda ws: "(?:" + "|".join(ws) + ")"),
+        WORDS.map(lambda w: f"(?:{re.escape(w)})?"),
+        st.just(r"\d+"), st.just("."),
+    ), min_size=1, max_size=5))
+    return "".join(parts)
+
+
+@given(st.data(), patterns())
+def test_needles_hold_for_random_patterns(data: st.DataObject, pattern: str) -> None:
+    compiled = re.compile(pattern)
+    needles = required_literals(compiled)
+    text = data.draw(st.from_regex(compiled))  # a string containing a match
+    if needles is not None:
+        assert any(n in text for n in needles), (pattern, text, needles)
