@@ -7,11 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from agent.records import LogLine
 from agent.store import Store
 from agent.tailer import FileTailer, TailOptions
 from tests.fake_nvml import FakeNvml, build
+
+# CI machines are shared and slow at moments: a property test is about correctness, never about how
+# long one example took, so no per-example deadline (a flaky "DeadlineExceeded" proves nothing).
+settings.register_profile("deepinfer", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("deepinfer")
 
 
 class Follow:
