@@ -63,6 +63,10 @@ class Waker:
             except OSError:  # vanished meanwhile, or out of inotify watches: polling covers it
                 self.watch_errors_total += 1
 
+    def wake(self) -> None:
+        """End the current `wait` now (a signal asked the loop to stop or reload)."""
+        self._event.set()
+
     def wait(self, timeout: float) -> bool:
         """Block until a change or `timeout` seconds; True when woken by a change."""
         woken = self._event.wait(timeout)

@@ -1,0 +1,321 @@
+"""Prometheus exposition: the only module that imports prometheus_client.
+
+One custom collector rebuilds every metric family from an immutable `Snapshot` on each scrape, so a
+source, a GPU or a scrape target that disappears takes its series with it, and the daemon's loop never
+shares mutable state with the HTTP thread (it swaps in a new snapshot; the collector reads the latest).
+Counters come from restart-safe totals kept in SQLite, so `rate()` sees no false reset after a restart.
+Conventions: `deepinfer_` prefix, base units, `_total` counters, `_ratio` 0–1, labels bounded (source
+names from the config, GPU indexes, event kinds, Xid codes, NVML call names) — never request ids,
+prompts, pids or hostnames.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+from agent.records import GpuProcessSample, GpuSample, ServerStats, SourceStats
+
+Labels = tuple[str, ...]
+Totals = Mapping[tuple[str, Labels], float]
+
+# Restart-safe counters: name (without _total) → (help, label names). The daemon keeps their values in
+# SQLite's `totals` table under the same names.
+COUNTERS: dict[str, tuple[str, Labels]] = {
+    "events": ("Classified events (OOM, preemption, pending, queue_full, deadline_exceeded, http_429/503, "
+               "engine_dead, cuda_error, nccl_timeout, xid, gpu_lost).", ("source", "server", "kind")),
+    "gpu_xid_errors": ("NVIDIA driver Xid errors, from NVML events and the kernel log.", ("gpu", "xid")),
+    "source_lines": ("Log lines delivered by the source.", ("source",)),
+    "source_bytes": ("Bytes read by the source.", ("source",)),
+    "source_rotations": ("Log rotations followed (rename, replace, delete, symlink swap).", ("source",)),
+    "source_truncations": ("Truncations noticed (copytruncate).", ("source",)),
+    "source_read_errors": ("Files that could not be opened or read.", ("source",)),
+    "source_partial_flushes": ("Unfinished last lines delivered after a quiet time.", ("source",)),
+    "source_invalid_utf8": ("Lines with bytes that are not UTF-8 (replaced).", ("source",)),
+    "source_truncated_lines": ("Lines cut at max_line_bytes.", ("source",)),
+    "source_framing_errors": ("Lines that did not parse as the source's envelope (Docker, CRI, journal).",
+                              ("source",)),
+    "source_restarts": ("journald: times journalctl exited and was restarted.", ("source",)),
+    "parse_errors": ("Lines a parser skipped because their numbers could not be read.", ("source",)),
+    "nvml_errors": ("NVML calls that failed, by call.", ("call",)),
+    "scrapes": ("Scrapes of an engine's /metrics.", ("target",)),
+    "scrape_errors": ("Failed scrapes of an engine's /metrics.", ("target",)),
+    "store_write_errors": ("SQLite write failures (full disk, locked or corrupt database).", ()),
+    "store_dropped_records": ("Records dropped because the write buffer was full during a store outage.", ()),
+    "config_reloads": ("Config reloads attempted (SIGHUP).", ()),
+    "config_reload_errors": ("Config reloads rejected; the last good config stays in force.", ()),
+}
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """One engine /metrics target as the exporter reports it."""
+
+    target: str
+    up: bool
+    last_duration_seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything the exporter shows, taken at one instant by the daemon loop."""
+
+    version: str
+    started_at: float
+    totals: Totals = field(default_factory=dict)
+    sources: Sequence[SourceStats] = ()
+    servers: Mapping[str, ServerStats] = field(default_factory=dict)
+    facts: Mapping[str, Mapping[str, float | str]] = field(default_factory=dict)
+    gpus: Sequence[GpuSample] = ()
+    gpu_processes: Sequence[GpuProcessSample] = ()
+    nvml_enabled: bool = False
+    nvml_up: bool = False
+    targets: Sequence[TargetState] = ()
+    store_up: bool = True
+    store_buffered_records: int = 0
+    store_size_bytes: int | None = None
+    budget: Mapping[str, float] = field(default_factory=dict)
+    configured: Mapping[str, float] = field(default_factory=dict)
+    config_last_reload_ok: bool = True
+
+
+def _gauge(name: str, doc: str, labels: Labels = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"deepinfer_{name}", doc, labels=list(labels))
+
+
+_SERVER_GAUGES: tuple[tuple[str, str, str, float], ...] = (
+    # (metric suffix, ServerStats field, help, scale)
+    ("running_requests", "running", "Requests being computed (the engine's running batch).", 1.0),
+    ("waiting_requests", "waiting", "Requests accepted but waiting for a slot.", 1.0),
+    ("swapped_requests", "swapped", "Requests whose KV cache was swapped to CPU (vLLM V0).", 1.0),
+    ("kv_cache_usage_ratio", "kv_usage_ratio", "Share of the KV cache in use (0–1).", 1.0),
+    ("prompt_tokens_per_second", "prompt_tps", "Prompt (prefill) throughput.", 1.0),
+    ("generation_tokens_per_second", "gen_tps", "Generation (decode) throughput.", 1.0),
+    ("prefix_cache_hit_ratio", "prefix_hit_ratio", "Prefix-cache hit ratio (0–1).", 1.0),
+)
+_FACT_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("server_kv_cache_tokens", "kv_cache_tokens", "KV-cache capacity in tokens, as the engine reported it."),
+    ("server_kv_cache_bytes", "kv_cache_bytes", "Memory the engine gave the KV cache."),
+    ("server_max_concurrency", "max_concurrency",
+     "Requests of tokens_per_request tokens the engine's KV cache holds at once, as it reported."),
+    ("server_max_num_seqs", "max_num_seqs", "The engine's max_num_seqs, as it reported it."),
+    ("server_max_model_len", "max_model_len", "The engine's max_model_len, as it reported it."),
+)
+_GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("gpu_memory_total_bytes", "memory_total_bytes", "GPU memory in total."),
+    ("gpu_memory_used_bytes", "memory_used_bytes", "GPU memory in use."),
+    ("gpu_memory_free_bytes", "memory_free_bytes", "GPU memory free."),
+    ("gpu_memory_reserved_bytes", "memory_reserved_bytes", "GPU memory reserved by the driver."),
+    ("gpu_utilization_ratio", "utilization_gpu_ratio", "Share of time a kernel was running (0–1)."),
+    ("gpu_memory_utilization_ratio", "utilization_memory_ratio",
+     "Share of time GPU memory was being read or written (0–1)."),
+    ("gpu_temperature_celsius", "temperature_celsius", "GPU temperature."),
+    ("gpu_power_watts", "power_watts", "GPU power draw."),
+    ("gpu_power_limit_watts", "power_limit_watts", "GPU power limit."),
+)
+
+
+class SnapshotCollector(Collector):
+    """Builds fresh metric families from the latest snapshot on every scrape."""
+
+    def __init__(self, latest: Callable[[], Snapshot]) -> None:
+        self._latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self._latest()
+        yield from _counters(snap.totals)
+        yield from _agent(snap)
+        yield from _sources(snap.sources)
+        yield from _servers(snap.servers, snap.facts)
+        yield from _gpus(snap)
+        yield from _budget(snap)
+
+
+def _counters(totals: Totals) -> Iterator[Metric]:
+    by_name: dict[str, list[tuple[Labels, float]]] = {}
+    for (name, labels), value in totals.items():
+        by_name.setdefault(name, []).append((labels, value))
+    for name, (doc, label_names) in COUNTERS.items():
+        family = CounterMetricFamily(f"deepinfer_{name}", doc, labels=list(label_names))
+        for labels, value in sorted(by_name.get(name, [])):
+            if len(labels) == len(label_names):
+                family.add_metric(list(labels), value)
+        yield family
+
+
+def _agent(snap: Snapshot) -> Iterator[Metric]:
+    info = InfoMetricFamily("deepinfer_agent", "The agent's version.", labels=["version"])
+    info.add_metric([snap.version], {})
+    yield info
+    started = _gauge("agent_start_time_seconds", "When the agent process started (Unix time).")
+    started.add_metric([], snap.started_at)
+    yield started
+    store_up = _gauge("store_up", "1 while SQLite writes succeed; 0 while records are buffered or dropped.")
+    store_up.add_metric([], float(snap.store_up))
+    yield store_up
+    buffered = _gauge("store_buffered_records", "Records held in memory while the database cannot be written.")
+    buffered.add_metric([], snap.store_buffered_records)
+    yield buffered
+    if snap.store_size_bytes is not None:
+        size = _gauge("store_size_bytes", "Size of the SQLite database.")
+        size.add_metric([], snap.store_size_bytes)
+        yield size
+    reload_ok = _gauge("config_last_reload_success", "1 when the last config reload was accepted.")
+    reload_ok.add_metric([], float(snap.config_last_reload_ok))
+    yield reload_ok
+    nvml = _gauge("nvml_up", "1 while NVML answers for every GPU; 0 when the driver is missing or a GPU is lost.")
+    if snap.nvml_enabled:
+        nvml.add_metric([], float(snap.nvml_up))
+    yield nvml
+    up = _gauge("scrape_up", "1 when the last scrape of the engine's /metrics succeeded.", ("target",))
+    duration = _gauge("scrape_duration_seconds", "How long the last scrape of the engine's /metrics took.",
+                      ("target",))
+    for t in snap.targets:
+        up.add_metric([t.target], float(t.up))
+        if t.last_duration_seconds is not None:
+            duration.add_metric([t.target], t.last_duration_seconds)
+    yield up
+    yield duration
+
+
+def _sources(sources: Iterable[SourceStats]) -> Iterator[Metric]:
+    up = _gauge("source_up", "1 while the log source can read; 0 e.g. on permission denied.", ("source",))
+    lag = _gauge("source_lag_bytes", "Bytes written to the source's files but not read yet.", ("source",))
+    files = _gauge("source_files", "Files the source has open (live and draining rotated ones).", ("source",))
+    for s in sources:
+        up.add_metric([s.source], float(s.up))
+        lag.add_metric([s.source], s.lag_bytes)
+        files.add_metric([s.source], s.files)
+    yield from (up, lag, files)
+
+
+def _servers(servers: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str, float | str]]) -> Iterator[Metric]:
+    for suffix, attr, doc, scale in _SERVER_GAUGES:
+        family = _gauge(f"server_{suffix}", doc, ("source", "server"))
+        for source, stats in sorted(servers.items()):
+            value = getattr(stats, attr)
+            if value is not None:
+                family.add_metric([source, stats.server.value], float(value) * scale)
+        yield family
+    last = _gauge("server_last_sample_timestamp_seconds", "Time of the latest load sample (Unix time).",
+                  ("source", "server"))
+    for source, stats in sorted(servers.items()):
+        if stats.ts is not None:
+            last.add_metric([source, stats.server.value], stats.ts)
+    yield last
+    for metric, name, doc in _FACT_GAUGES:
+        family = _gauge(metric, doc, ("source",))
+        for source, values in sorted(facts.items()):
+            value = values.get(name)
+            if isinstance(value, int | float):
+                family.add_metric([source], float(value))
+        yield family
+
+
+def _gpus(snap: Snapshot) -> Iterator[Metric]:
+    info = InfoMetricFamily("deepinfer_gpu", "Identity of each GPU NVML reports.", labels=["gpu", "uuid", "name"])
+    for g in snap.gpus:
+        info.add_metric([str(g.gpu), g.uuid, g.name], {})
+    yield info
+    for metric, attr, doc in _GPU_GAUGES:
+        family = _gauge(metric, doc, ("gpu",))
+        for g in snap.gpus:
+            value = getattr(g, attr)
+            if value is not None:
+                family.add_metric([str(g.gpu)], float(value))
+        yield family
+    used = _gauge("gpu_process_memory_used_bytes",
+                  "GPU memory held by compute processes (the engine's own share), summed per GPU.", ("gpu",))
+    count = _gauge("gpu_processes", "Compute processes on the GPU.", ("gpu",))
+    per_gpu: dict[int, list[GpuProcessSample]] = {}
+    for p in snap.gpu_processes:
+        per_gpu.setdefault(p.gpu, []).append(p)
+    for gpu, procs in sorted(per_gpu.items()):
+        count.add_metric([str(gpu)], len(procs))
+        known = [p.used_memory_bytes for p in procs if p.used_memory_bytes is not None]
+        if known:
+            used.add_metric([str(gpu)], float(sum(known)))
+    yield used
+    yield count
+
+
+def _budget(snap: Snapshot) -> Iterator[Metric]:
+    docs = {
+        "max_concurrency": "Max concurrent requests the computed KV budget allows (deepinfer-agent budget).",
+        "usable_kv_bytes": "KV-cache memory per GPU in the computed budget.",
+        "kv_bytes_per_token": "KV-cache bytes per token per GPU in the computed budget.",
+        "tokens_per_request": "Tokens per request the computed budget assumes.",
+    }
+    for key, doc in docs.items():
+        family = _gauge(f"budget_{key}", doc)
+        if key in snap.budget:
+            family.add_metric([], snap.budget[key])
+        yield family
+    configured = {
+        "max_num_seqs": "max_num_seqs as configured (server.max_num_seqs).",
+        "max_queue_size": "max_queue_size as configured (server.max_queue_size).",
+        "max_model_len": "max_model_len as configured (server.max_model_len).",
+    }
+    for key, doc in configured.items():
+        family = _gauge(f"config_{key}", doc)
+        if key in snap.configured:
+            family.add_metric([], snap.configured[key])
+        yield family
+
+
+# --- serving -----------------------------------------------------------------------------------------
+
+_LANDING = b"""<!doctype html><html><head><title>deepinfer-agent</title></head><body>
+<h1>deepinfer-agent</h1><p>Prometheus metrics: <a href="/metrics">/metrics</a></p></body></html>
+"""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+        """Scrapes every few seconds are not news; errors still reach the exporter's own counters."""
+
+
+class MetricsServer:
+    """`/metrics` and a small landing page at `/`, on a background thread; port 0 picks a free port."""
+
+    def __init__(self, latest: Callable[[], Snapshot], host: str, port: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(SnapshotCollector(latest))
+        metrics_app = make_wsgi_app(self.registry)
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            if environ.get("PATH_INFO") in ("", "/"):
+                start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+                return [_LANDING]
+            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+
+        self._httpd = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
+        self.host, self.port = host, int(self._httpd.server_address[1])
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def parse_exposition(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """Samples of a Prometheus text exposition (an engine's /metrics) as (name, labels, value)."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            yield sample.name, dict(sample.labels), float(sample.value)

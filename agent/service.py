@@ -1,0 +1,95 @@
+"""The process around the daemon: logging, signals, systemd notify, the metrics server, the main loop.
+
+`serve` is what `deepinfer-agent run` calls. SIGTERM / SIGINT stop the loop (everything held is
+flushed and committed, exit 0); SIGHUP re-reads the config and rules (a bad file keeps the running
+config). Under systemd (`Type=notify`) it reports READY once sources are open, pings WATCHDOG every
+loop, and STOPPING on the way out. Logs go to stderr, one line per message; under journald each line
+starts with its syslog priority (`<3>`, `<4>`, `<6>`) so `journalctl -p warning` works.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+from agent.config import Config, load_config
+from agent.metrics import MetricsServer
+from agent.pipeline import Daemon, run_forever
+from agent.sdnotify import Notifier
+from agent.store import Store
+
+log = logging.getLogger("deepinfer")
+
+_PRIORITY = {logging.DEBUG: 7, logging.INFO: 6, logging.WARNING: 4, logging.ERROR: 3, logging.CRITICAL: 2}
+
+
+class _JournalFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{_PRIORITY.get(record.levelno, 6)}>{record.name}: {super().format(record)}"
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """One line per message on stderr; syslog priorities when stderr is the journal (JOURNAL_STREAM)."""
+    handler = logging.StreamHandler(sys.stderr)
+    if os.environ.get("JOURNAL_STREAM"):
+        handler.setFormatter(_JournalFormatter("%(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def serve(config_path: Path, config: Config, *, once: bool = False, nvml_library: str | None = None) -> int:
+    """Run the agent until a stop signal; return the exit code."""
+    store = Store.open(config.store.path)
+    daemon = Daemon(config, store, nvml_library=nvml_library, load_config=lambda: load_config(config_path))
+    daemon.start(time.time())
+    for line in daemon.describe():
+        log.info("watching %s", line)
+    if once:
+        daemon.run_once(time.time())
+        daemon.close(time.time())
+        store.close()
+        return 0
+    server = MetricsServer(daemon.snapshot, config.metrics.listen, config.metrics.port)
+    server.start()
+    log.info("metrics on http://%s:%d/metrics", server.host, server.port)
+    stop, reload = threading.Event(), threading.Event()
+
+    def on_stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping", signal.Signals(signum).name)
+        stop.set()
+        daemon.waker.wake()
+
+    def on_hup(_signum: int, _frame: FrameType | None) -> None:
+        reload.set()
+        daemon.waker.wake()
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_hup)
+    notifier = Notifier()
+    notifier.ready(f"watching {len(config.sources)} log source(s)")
+    watchdog_every = notifier.watchdog_interval_seconds
+    last_ping = [0.0]
+
+    def on_tick() -> None:
+        if watchdog_every is not None and time.monotonic() - last_ping[0] >= watchdog_every:
+            notifier.watchdog()
+            last_ping[0] = time.monotonic()
+
+    try:
+        run_forever(daemon, stop, reload, on_tick)
+    finally:
+        notifier.stopping()
+        server.close()
+        store.close()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,252 @@
+"""The daemon as a real subprocess: real files, real SQLite, real pynvml on the fake driver, a real
+Prometheus server scraping it, promtool linting it, and real signals (HUP, TERM, KILL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fake_nvml import FakeNvml
+
+pytestmark = pytest.mark.integration
+
+OOM = ("(EngineCore_DP0 pid=990) ERROR 11-29 09:00:01 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. "
+       "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.20 GiB is free.")
+REJECT = '(APIServer pid=851) INFO:     127.0.0.1:40000 - "POST /v1/completions HTTP/1.1" 429 Too Many Requests'
+STATS = ("(APIServer pid=851) INFO 11-29 09:00:02 [loggers.py:116] Engine 000: Avg prompt throughput: 10.0 tokens/s, "
+         "Avg generation throughput: 20.0 tokens/s, Running: 5 reqs, Waiting: 2 reqs, GPU KV cache usage: 42.0%, "
+         "Prefix cache hit rate: 0.0%")
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Agent:
+    """`deepinfer-agent run` in a subprocess, with its stderr collected and its metrics port read."""
+
+    def __init__(self, config: Path, env: dict[str, str]) -> None:
+        self.config = config
+        self.env = env
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+        self.stderr_path = config.parent / "agent.stderr"
+
+    def start(self) -> Agent:
+        self._err = self.stderr_path.open("a")
+        self.proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(self.config)],
+                                     env=self.env, stdout=subprocess.DEVNULL, stderr=self._err, text=True)
+        match = wait_for("the metrics address in the agent's log", self._address)
+        self.port = int(match.group(1))
+        return self
+
+    def _address(self) -> re.Match[str] | None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            pytest.fail(f"agent exited early ({self.proc.returncode}):\n{self.stderr_path.read_text()}")
+        found = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", self.stderr_path.read_text())
+        return re.match(r"(\d+)", found[-1]) if found else None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as response:
+            return response.read().decode()
+
+    def value(self, name: str, **labels: str) -> float | None:
+        for line in self.metrics().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                if all(f'{k}="{v}"' in line for k, v in labels.items()):
+                    return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+
+@pytest.fixture
+def node(tmp_path: Path, fake_nvml: FakeNvml) -> Iterator[dict[str, Any]]:
+    """A node: a vLLM log file, a config, one fake GPU, and the environment the agent runs in."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    log = logs / "vllm.log"
+    log.write_text("")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+model: {{preset: qwen2.5-7b, weights_gib: 14.2}}
+gpu: {{vram_gib: 24, overhead_gib: 1.6}}
+server: {{gpu_memory_fraction: 0.9, max_model_len: 8192, max_num_seqs: 13}}
+sources:
+  - path: {logs}/*.log
+    server: vllm
+    name: vllm
+    poll_interval_seconds: 0.2
+nvml: {{enabled: true, interval_seconds: 0.5}}
+metrics: {{listen: 127.0.0.1, port: 0}}
+store: {{path: {tmp_path}/state/agent.db}}
+""")
+    fake_nvml.set({"count": 1, "gpu0.name": "NVIDIA H100 80GB HBM3", "gpu0.memory_total": 85899345920,
+                   "gpu0.memory_used": 21474836480, "gpu0.memory_free": 64424509440})
+    # pynvml loads libnvidia-ml.so.1 by name: the fake is found the way a real driver would be.
+    env = {**os.environ, **fake_nvml.env, "LD_LIBRARY_PATH": str(fake_nvml.library.parent),
+           "PYTHONUNBUFFERED": "1"}
+    agents: list[Agent] = []
+
+    def agent() -> Agent:
+        a = Agent(config, env)
+        agents.append(a)
+        return a.start()
+
+    yield {"log": log, "config": config, "db": tmp_path / "state" / "agent.db", "agent": agent, "tmp": tmp_path}
+    for a in agents:
+        a.kill()
+
+
+def append(path: Path, *lines: str) -> None:
+    with path.open("a") as handle:
+        handle.write("".join(line + "\n" for line in lines))
+
+
+def test_events_reach_the_store_and_metrics_and_survive_kill(node: dict[str, Any]) -> None:
+    agent = node["agent"]()
+    append(node["log"], STATS, OOM, REJECT)
+    wait_for("the OOM counter", lambda: agent.value("deepinfer_events_total", kind="oom") == 1)
+    assert agent.value("deepinfer_events_total", kind="http_429") == 1
+    assert agent.value("deepinfer_server_waiting_requests", source="vllm") == 2
+    assert agent.value("deepinfer_budget_max_concurrency") == 13
+    wait_for("GPU memory from the fake driver",
+             lambda: agent.value("deepinfer_gpu_memory_used_bytes", gpu="0") == 21474836480)
+    agent.kill()  # SIGKILL: nothing is flushed
+    again = node["agent"]()
+    assert again.value("deepinfer_events_total", kind="oom") == 1, "counters continue after a restart"
+    append(node["log"], OOM.replace("09:00:01", "09:05:01"))
+    wait_for("the second OOM", lambda: again.value("deepinfer_events_total", kind="oom") == 2)
+    with sqlite3.connect(node["db"]) as db:
+        kinds = [k for (k,) in db.execute("SELECT kind FROM events ORDER BY kind")]
+    assert kinds == ["http_429", "oom", "oom", "pending"]
+
+
+def test_sigterm_flushes_and_exits_zero_within_five_seconds(node: dict[str, Any]) -> None:
+    agent = node["agent"]()
+    append(node["log"], STATS)
+    wait_for("the first sample", lambda: agent.value("deepinfer_server_running_requests", source="vllm") == 5)
+    with node["log"].open("a") as handle:
+        handle.write("no newline yet: a partial last line")
+    started = time.monotonic()
+    agent.signal(signal.SIGTERM)
+    assert agent.wait(10) == 0
+    assert time.monotonic() - started < 5
+    assert "stopped" in agent.stderr_path.read_text()
+
+
+def test_sighup_with_a_broken_config_keeps_the_last_good_one(node: dict[str, Any]) -> None:
+    agent = node["agent"]()
+    good = node["config"].read_text()
+    node["config"].write_text(good.replace("max_num_seqs: 13", "max_num_seqs: -1"))
+    agent.signal(signal.SIGHUP)
+    wait_for("the reload error", lambda: agent.value("deepinfer_config_reload_errors_total") == 1)
+    assert agent.value("deepinfer_config_last_reload_success") == 0
+    append(node["log"], OOM)
+    wait_for("an event after the failed reload", lambda: agent.value("deepinfer_events_total", kind="oom") == 1)
+    assert "server.max_num_seqs" in agent.stderr_path.read_text()
+    node["config"].write_text(good.replace("max_num_seqs: 13", "max_num_seqs: 12"))
+    agent.signal(signal.SIGHUP)
+    wait_for("the good reload", lambda: agent.value("deepinfer_config_max_num_seqs") == 12)
+    assert agent.value("deepinfer_config_last_reload_success") == 1
+    assert agent.value("deepinfer_events_total", kind="oom") == 1
+
+
+def test_exposition_passes_promtool(node: dict[str, Any]) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus; .ci/run installs it)")
+    agent = node["agent"]()
+    append(node["log"], STATS, OOM, REJECT)
+    wait_for("events", lambda: agent.value("deepinfer_events_total", kind="oom") == 1)
+    lint = subprocess.run([promtool, "check", "metrics"], input=agent.metrics(), capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stderr
+    assert lint.stderr == ""
+
+
+def test_a_real_prometheus_scrapes_the_agent(node: dict[str, Any]) -> None:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus not installed (Debian package prometheus; .ci/run installs it)")
+    agent = node["agent"]()
+    append(node["log"], STATS, OOM, REJECT)
+    tmp = node["tmp"]
+    (tmp / "prom.yml").write_text(f"""
+global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+scrape_configs:
+  - job_name: deepinfer
+    static_configs: [{{targets: ["127.0.0.1:{agent.port}"]}}]
+""")
+    with socket_port() as prom_port:
+        pass
+    prom = subprocess.Popen([binary, f"--config.file={tmp / 'prom.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def query(expr: str) -> list[dict[str, Any]]:
+            url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    body = json.load(response)
+            except OSError:
+                return []
+            return list(body["data"]["result"])
+
+        # Prometheus applies new targets on a 5 s tick: poll with a deadline, never a fixed sleep.
+        result = wait_for("Prometheus to have scraped the OOM counter",
+                          lambda: query('deepinfer_events_total{kind="oom",source="vllm"}'), timeout=30)
+        assert float(result[0]["value"][1]) == 1
+        assert query('deepinfer_events_total{kind="http_429"}')[0]["value"][1] == "1"
+        assert query("deepinfer_gpu_memory_total_bytes")[0]["value"][1] == "85899345920"
+        assert query("up")[0]["value"][1] == "1"
+    finally:
+        prom.terminate()
+        prom.wait(10)
+
+
+class socket_port:
+    """A free loopback port (bind 0, read it, release it) for a server that cannot bind 0 itself."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        return int(self._sock.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self._sock.close()
