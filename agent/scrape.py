@@ -264,6 +264,8 @@ class Scraper:
         return body.decode("utf-8", errors="replace")
 
     def _fail(self, exc: BaseException) -> None:
+        if isinstance(exc, urllib.error.HTTPError):
+            exc.close()  # it holds the response
         self._up = False
         self._errors += 1
         self._last_error = self._describe(exc)
