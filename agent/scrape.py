@@ -59,13 +59,13 @@ def _families(text: str) -> Samples:
     The one call into prometheus_client's parser: it belongs in agent/metrics.py (the library's adapter
     module) once that exists. Names lose a `_total` suffix so a counter reads the same whether the
     engine's exporter appends it (prometheus_client) or not (TGI's Rust exporter); `_created` samples
-    and NaN values are dropped.
+    and values that are not finite (NaN, ±Inf) are dropped.
     """
     out: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name = sample.name
-            if name.endswith("_created") or math.isnan(sample.value):
+            if name.endswith("_created") or not math.isfinite(sample.value):
                 continue
             if name.endswith("_total"):
                 name = name[:-6]
@@ -177,12 +177,13 @@ class Scraper:
     """Polls one engine's `/metrics` on the caller's clock and keeps what the next scrape compares with.
 
     `source` is the name records and self-metrics carry (the config's `name`, default the URL).
+    A body over `max_body_bytes` is refused (a wrong URL serving a file must not fill memory).
     `clock` only measures how long a scrape took; scheduling follows the `now` given to `poll`.
     """
 
     def __init__(self, url: str, *, server: Server = Server.VLLM, source: str | None = None,
                  interval_seconds: float = 10.0, timeout_seconds: float = 2.0,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, clock: Callable[[], float] = time.perf_counter) -> None:
         if server in (Server.KERNEL, Server.NVML):
             raise ValueError(f"scrape needs an engine (vllm, sglang, tgi, llamacpp or auto), not {server.value}")
         self.url = url
@@ -190,6 +191,7 @@ class Scraper:
         self.source = source or url
         self.interval_seconds = interval_seconds
         self.timeout_seconds = timeout_seconds
+        self.max_body_bytes = max_body_bytes
         self._clock = clock
         # Engines are local: never send their scrape through an http_proxy from the environment.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -258,9 +260,9 @@ class Scraper:
         request = urllib.request.Request(self.url, headers={
             "Accept": "text/plain;version=0.0.4", "User-Agent": _USER_AGENT})
         with self._opener.open(request, timeout=self.timeout_seconds) as response:
-            body: bytes = response.read(MAX_BODY_BYTES + 1)
-        if len(body) > MAX_BODY_BYTES:
-            raise _ScrapeError(f"response larger than {MAX_BODY_BYTES >> 20} MiB; is this a /metrics URL?")
+            body: bytes = response.read(self.max_body_bytes + 1)
+        if len(body) > self.max_body_bytes:
+            raise _ScrapeError(f"response larger than {self.max_body_bytes} bytes; is this a /metrics URL?")
         return body.decode("utf-8", errors="replace")
 
     def _fail(self, exc: BaseException) -> None:
@@ -290,7 +292,9 @@ class Scraper:
             return f"not a Prometheus text exposition: {str(exc)[:200]}"
         if isinstance(exc, HTTPException):
             return f"broken HTTP response: {type(exc).__name__} {str(exc)[:200]}"
-        return str(exc)[:300] or type(exc).__name__
+        if isinstance(exc, _ScrapeError | OSError):
+            return str(exc)[:300] or type(exc).__name__
+        return f"unexpected {type(exc).__name__}: {str(exc)[:300]} (a bug: please report it)"
 
     # -- exposition → records -------------------------------------------------------------------
 
@@ -332,10 +336,10 @@ class Scraper:
             self._next_counters[key] = value
             total += value
             before = self._counters.get(key)
-            if before is None:
-                increase += value if self._baseline else 0.0
+            if before is None:  # a counter never goes below 0: a negative value is garbage, not a decrease
+                increase += max(value, 0.0) if self._baseline else 0.0
             elif self._restarted or value < before:
-                increase += value
+                increase += max(value, 0.0)
             else:
                 increase += value - before
         return increase, total
@@ -367,8 +371,9 @@ class Scraper:
             queries = self._increase(samples, "vllm:gpu_prefix_cache_queries")
         if hits is not None and queries is not None:
             reading.prefix_hit_ratio = hits[0] / queries[0] if queries[0] > 0 else None
-        else:  # V0: a gauge the engine computes itself
-            reading.prefix_hit_ratio = _max(samples, "vllm:gpu_prefix_cache_hit_rate")
+        else:  # V0: a gauge the engine computes itself, negative when it has nothing to say
+            rate = _max(samples, "vllm:gpu_prefix_cache_hit_rate")
+            reading.prefix_hit_ratio = rate if rate is not None and rate >= 0 else None
         for reason in sorted({labels.get("reason", "") for labels, _ in samples.get("vllm:admission_rejections", ())}):
             rejected = self._count(samples, "vllm:admission_rejections", _label_is("reason", reason))
             if rejected is not None and rejected[0] > 0:

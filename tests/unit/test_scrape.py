@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agent.config import ScrapeTarget, load_config
 from agent.errors import ConfigError
@@ -100,6 +102,14 @@ class Engine:
 
 @pytest.fixture
 def engine() -> Iterator[Engine]:
+    e = Engine()
+    yield e
+    e.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_engine() -> Iterator[Engine]:
+    """One server for a property test's many examples (a function fixture would be shared anyway)."""
     e = Engine()
     yield e
     e.stop()
@@ -392,6 +402,66 @@ def test_wrong_server_type_names_the_right_one(engine: Engine) -> None:
     s = scraper(engine, Server.SGLANG)
     assert s.poll(T0) == []
     assert "(it has vllm metrics: set server: vllm)" in (s.stats().last_error or "")
+
+
+def test_an_oversized_body_is_refused(engine: Engine) -> None:
+    text = recorded("vllm-v0-0.6.txt")
+    engine.serve(text)
+    s = Scraper(engine.url, max_body_bytes=len(text.encode()) - 1)
+    assert s.poll(T0) == []
+    assert s.stats().last_error == f"response larger than {len(text.encode()) - 1} bytes; is this a /metrics URL?"
+
+
+def test_nan_and_negative_values_are_missing_not_numbers(engine: Engine) -> None:
+    text = with_value(recorded("vllm-v0-0.6.txt"), "vllm:gpu_prefix_cache_hit_rate", -1)
+    engine.serve(with_value(text, "vllm:gpu_cache_usage_perc", float("nan")))
+    stats = stats_of(scraper(engine).poll(T0))
+    assert (stats.kv_usage_ratio, stats.prefix_hit_ratio, stats.running) == (None, None, 12)
+
+
+_ERAS = ["vllm-v0-0.6.txt", "vllm-v1-0.11-dp2.txt", "vllm-v1-0.33.txt", "sglang-0.4.10.txt",
+         "sglang-0.5.23-tp2.txt", "tgi-3.3.txt", "llamacpp-2024.txt", "llamacpp-2025.txt"]
+
+
+def _mutated(text: str, data: st.DataObject) -> str:
+    """A recorded exposition with some sample values changed (up, down, to 0), lines dropped or garbled."""
+    lines = text.splitlines()
+    for _ in range(data.draw(st.integers(0, 6))):
+        how = data.draw(st.sampled_from(["value", "value", "value", "drop", "garble"]))
+        samples = [j for j, line in enumerate(lines) if line and not line.startswith("#")]
+        i = data.draw(st.sampled_from(samples) if how == "value" and samples else st.integers(0, len(lines) - 1))
+        if how == "value" and i in samples:
+            value = data.draw(st.sampled_from([0, 1, 7, 1e6, -3, float("inf"), float("nan")]))
+            lines[i] = lines[i].rsplit(" ", 1)[0] + f" {value}"
+        elif how == "drop":
+            del lines[i]
+        else:
+            lines[i] = data.draw(st.text(max_size=30))
+        if not lines:
+            break
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_poll_never_raises_and_counts_are_never_negative(shared_engine: Engine, data: st.DataObject) -> None:
+    name = data.draw(st.sampled_from(_ERAS))
+    s = Scraper(shared_engine.url, server=data.draw(st.sampled_from([Server.AUTO, Server.VLLM, Server.TGI])),
+                interval_seconds=1.0, timeout_seconds=1.0)
+    polls = data.draw(st.integers(1, 4))
+    for i in range(polls):
+        shared_engine.serve(_mutated(recorded(name), data))
+        records = s.poll(T0 + i)
+        assert not (s.stats().last_error or "").startswith("unexpected")  # a failure is the body's, not ours
+        for record in records:
+            assert isinstance(record, ServerStats | Event | CapacityFact)
+            if isinstance(record, Event):
+                count = record.fields.get("count", record.fields.get("waiting"))
+                assert isinstance(count, int) and count > 0
+            if isinstance(record, ServerStats) and record.preemptions is not None:
+                assert record.preemptions >= 0
+    stats = s.stats()
+    assert stats.scrapes_total == polls and 0 <= stats.errors_total <= polls
 
 
 # --- config -------------------------------------------------------------------------------------
