@@ -477,6 +477,19 @@ def test_target_defaults_and_from_target(engine: Engine) -> None:
     assert stats_of(s.poll(T0)).source == "qwen"
 
 
+def test_config_loads_every_scrape_key(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("scrape:\n"
+                    "  - url: http://127.0.0.1:30000/metrics\n    server: sglang\n    name: sglang-a\n"
+                    "    interval_seconds: 5\n    timeout_seconds: 1.5\n"
+                    "  - url: http://127.0.0.1:8080/metrics\n    server: auto\n", encoding="utf-8")
+    first, second = load_config(path).scrape
+    assert (first.target_name(), first.server, first.interval_seconds, first.timeout()) == (
+        "sglang-a", Server.SGLANG, 5.0, 1.5)
+    assert (second.target_name(), second.server, second.timeout()) == (
+        "http://127.0.0.1:8080/metrics", Server.AUTO, 2.0)
+
+
 def test_config_errors_name_the_field(tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text("scrape:\n"
