@@ -148,9 +148,37 @@ class NvmlSection(_Section):
 
 
 class ScrapeTarget(_Section):
+    """One engine `/metrics` endpoint to poll (agent/scrape.py); `server: auto` detects the engine from
+    the metric names. The timeout bounds the connect and each read, so a hung engine costs one timeout
+    per interval, never a stuck loop."""
+
     url: str = Field(pattern=r"^https?://")
     server: Server = Server.VLLM
+    name: str | None = Field(None, min_length=1)
     interval_seconds: float = Field(10.0, gt=0)
+    timeout_seconds: float | None = Field(None, gt=0, le=60, description="default: 2 s, or the interval if shorter")
+
+    @field_validator("server")
+    @classmethod
+    def _an_engine(cls, value: Server) -> Server:
+        if value in (Server.KERNEL, Server.NVML):
+            raise ValueError(f"expected an engine (vllm, sglang, tgi, llamacpp or auto), got {value.value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> ScrapeTarget:
+        if self.timeout_seconds is not None and self.timeout_seconds > self.interval_seconds:
+            raise ValueError(f"timeout_seconds ({self.timeout_seconds:g}) must not exceed interval_seconds "
+                             f"({self.interval_seconds:g}), or scrapes would overlap the next one")
+        return self
+
+    def target_name(self) -> str:
+        """The `source` its records and self-metrics carry: `name`, else the URL."""
+        return self.name or self.url
+
+    def timeout(self) -> float:
+        """Seconds to wait for the connect and for each read: `timeout_seconds`, else 2 s or the interval."""
+        return self.timeout_seconds if self.timeout_seconds is not None else min(2.0, self.interval_seconds)
 
 
 class MetricsSection(_Section):
