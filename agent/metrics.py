@@ -11,6 +11,7 @@ prompts, pids or hostnames.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -284,7 +285,7 @@ class _Server(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds are not news; errors still reach the exporter's own counters."""
 
 
@@ -314,8 +315,24 @@ class MetricsServer:
         self._httpd.server_close()
 
 
-def parse_exposition(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
-    """Samples of a Prometheus text exposition (an engine's /metrics) as (name, labels, value)."""
+Samples = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def exposition_samples(text: str) -> Samples:
+    """Metric name → (labels, value) of every sample of a text exposition (an engine's /metrics);
+    raises ValueError on garbage.
+
+    Names lose a `_total` suffix so a counter reads the same whether the engine's exporter appends it
+    (prometheus_client) or not (TGI's Rust exporter); `_created` samples and values that are not
+    finite (NaN, ±Inf) are dropped.
+    """
+    out: Samples = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            yield sample.name, dict(sample.labels), float(sample.value)
+            name = sample.name
+            if name.endswith("_created") or not math.isfinite(sample.value):
+                continue
+            if name.endswith("_total"):
+                name = name[:-6]
+            out.setdefault(name, []).append((dict(sample.labels), float(sample.value)))
+    return out

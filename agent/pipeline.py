@@ -25,7 +25,6 @@ from agent.nvml import GpuPoller
 from agent.records import (
     CapacityFact,
     Cursor,
-    Event,
     EventKind,
     GpuProcessSample,
     GpuSample,
@@ -33,7 +32,6 @@ from agent.records import (
     Record,
     Server,
     ServerStats,
-    SourceStats,
 )
 from agent.scrape import Scraper
 from agent.sizing import SizingRequest, resolve
@@ -155,7 +153,7 @@ class Daemon:
 
     def _build(self, config: Config, now: float) -> None:
         self._sources = [self._open_source(section, now) for section in config.sources]
-        self._scrapers = [Scraper(target) for target in config.scrape]
+        self._scrapers = [Scraper.from_target(target) for target in config.scrape]
         if config.nvml.enabled and self._nvml is None:
             self._nvml = GpuPoller(library_path=self._nvml_library)
         elif not config.nvml.enabled and self._nvml is not None:
@@ -241,8 +239,9 @@ class Daemon:
             for call, count in self._nvml.errors_by_call.items():
                 self.totals.observe(("nvml_errors", (call,)), count)
         for scraper in self._scrapers:
-            self.totals.observe(("scrapes", (scraper.name,)), scraper.scrapes_total)
-            self.totals.observe(("scrape_errors", (scraper.name,)), scraper.errors_total)
+            stats = scraper.stats()
+            self.totals.observe(("scrapes", (stats.target,)), stats.scrapes_total)
+            self.totals.observe(("scrape_errors", (stats.target,)), stats.errors_total)
         self.totals.observe(("store_write_errors", ()), self._writer.write_errors_total)
         self.totals.observe(("store_dropped_records", ()), self._writer.dropped_records_total)
 
@@ -253,7 +252,7 @@ class Daemon:
             facts={k: dict(v) for k, v in self._latest.facts.items()}, gpus=self._latest.gpus,
             gpu_processes=self._latest.processes, nvml_enabled=self._nvml is not None,
             nvml_up=self._nvml.up if self._nvml else False,
-            targets=[TargetState(s.name, s.up, s.last_duration_seconds) for s in self._scrapers],
+            targets=[TargetState(t.target, t.up, t.last_duration_seconds) for t in (s.stats() for s in self._scrapers)],
             store_up=self._writer.up, store_buffered_records=self._writer.buffered_records,
             store_size_bytes=self._writer.db_bytes(), budget=dict(self._budget),
             configured=_configured(self.config), config_last_reload_ok=self._reload_ok,

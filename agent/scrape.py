@@ -32,9 +32,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.client import HTTPException
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from agent.config import ScrapeTarget
+from agent.metrics import Samples, exposition_samples
 from agent.records import CapacityFact, Event, EventKind, Phase, Record, Server, ServerStats, Severity
 
 log = logging.getLogger(__name__)
@@ -50,27 +49,6 @@ _ENABLE_HINT = {
 }
 
 Labels = Mapping[str, str]
-Samples = dict[str, list[tuple[Labels, float]]]
-
-
-def _families(text: str) -> Samples:
-    """Metric name → (labels, value) of every sample of a text exposition; raises ValueError on garbage.
-
-    The one call into prometheus_client's parser: it belongs in agent/metrics.py (the library's adapter
-    module) once that exists. Names lose a `_total` suffix so a counter reads the same whether the
-    engine's exporter appends it (prometheus_client) or not (TGI's Rust exporter); `_created` samples
-    and values that are not finite (NaN, ±Inf) are dropped.
-    """
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            if name.endswith("_created") or not math.isfinite(sample.value):
-                continue
-            if name.endswith("_total"):
-                name = name[:-6]
-            out.setdefault(name, []).append((sample.labels, float(sample.value)))
-    return out
 
 
 @dataclass(frozen=True)
@@ -237,7 +215,7 @@ class Scraper:
         self._scrapes += 1
         started = self._clock()
         try:
-            samples = _families(self._fetch())
+            samples = exposition_samples(self._fetch())
             records = self._records(samples, now)
         except (OSError, HTTPException, ValueError, _ScrapeError) as exc:
             self._last_duration = self._clock() - started
