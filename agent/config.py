@@ -387,11 +387,25 @@ def load_config(path: Path) -> Config:
             problems.append((line, f"{where}: {field or '(top level)'}: {_describe(error, Config)}"))
     if problems or merge_problems or config is None:
         raise ConfigError(str(path), [*merge_problems, *(text for _, text in sorted(problems))])
-    return config.model_copy(update={"model": _resolve_model_path(config.model, path)})
+    return _relative_to(config, path.parent)
 
 
-def _resolve_model_path(model: ModelSection, config_path: Path) -> ModelSection:
-    """A relative config_json is relative to the config file, not to wherever the agent was started."""
-    if model.config_json is None or model.config_json.is_absolute():
-        return model
-    return model.model_copy(update={"config_json": config_path.parent / model.config_json})
+def _relative_to(config: Config, base: Path) -> Config:
+    """Relative paths in a config (model config_json, log globs, journal directories, the store, rule
+    folders) are relative to the config file, not to wherever the agent happened to be started."""
+
+    def at(p: Path) -> Path:
+        return p if p.is_absolute() else base / p
+
+    model = config.model
+    if model.config_json is not None:
+        model = model.model_copy(update={"config_json": at(model.config_json)})
+    sources = [s.model_copy(update={
+        "path": str(at(Path(s.path))) if s.path is not None else None,
+        "directory": at(s.directory) if s.directory is not None else None,
+    }) for s in config.sources]
+    return config.model_copy(update={
+        "model": model, "sources": sources,
+        "store": config.store.model_copy(update={"path": at(config.store.path)}),
+        "rules": config.rules.model_copy(update={"dirs": [at(d) for d in config.rules.dirs]}),
+    })

@@ -178,7 +178,8 @@ class Daemon:
         lines = [f"source {s.name}: {s.section.format} {s.section.path or s.section.unit or 'kernel log'}, "
                  f"server {s.section.server.value}" for s in self._sources]
         lines += [f"scrape {t.url} every {t.interval_seconds:g}s ({t.server.value})" for t in self.config.scrape]
-        lines.append(f"nvml: {'every ' + format(self.config.nvml.interval_seconds, 'g') + 's' if self._nvml else 'off'}")
+        nvml = f"every {self.config.nvml.interval_seconds:g}s" if self._nvml else "off"
+        lines.append(f"nvml: {nvml}")
         if self._budget:
             lines.append(f"budget: max concurrency {int(self._budget['max_concurrency'])} "
                          f"({int(self._budget['tokens_per_request'])} tokens per request)")
@@ -218,8 +219,8 @@ class Daemon:
         self._latest.gpus, self._latest.processes = result.gpus, result.processes
         return [*result.gpus, *result.processes, *result.events]
 
-    def _commit(self, records: Sequence[Record | GpuSample | GpuProcessSample], cursors: Sequence[Cursor | JournalCursor],
-                expired: Sequence[Cursor], now: float) -> None:
+    def _commit(self, records: Sequence[Record | GpuSample | GpuProcessSample],
+                cursors: Sequence[Cursor | JournalCursor], expired: Sequence[Cursor], now: float) -> None:
         self._observe_counters()
         result = self._writer.commit(records, cursors, expired, self.totals.take_dirty())
         for event in result.new_events:
