@@ -462,10 +462,12 @@ class Store:
                     cutoff = now - self._retention_days * 86400.0
                     for table, column in PRUNED:
                         deleted += self._delete_oldest(conn, table, column, budget - deleted, cutoff)
-                if self._max_bytes is not None and deleted < budget and self.used_bytes() > self._max_bytes:
+                used = self.used_bytes()
+                if self._max_bytes is not None and deleted < budget and used > self._max_bytes:
                     sizes = {t: self._approx_rows(conn, t) for t, _ in PRUNED}
-                    total = sum(sizes.values())
-                    share = budget - deleted
+                    total = sum(sizes.values()) or 1
+                    # About as many rows as the excess holds (at the average row size), at most the batch.
+                    share = min(budget - deleted, math.ceil((used - self._max_bytes) * total / used))
                     for table, column in PRUNED:
                         if sizes[table]:
                             quota = math.ceil(share * sizes[table] / total)
