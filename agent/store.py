@@ -241,8 +241,8 @@ def failure_hint(exc: BaseException) -> str:
     if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or "locked" in text:
         return "another process holds the store's write lock: is a second agent using the same store.path?"
     if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in text or "not a database" in text:
-        return ("the store file is corrupt: move it aside (the agent creates a new one and writes what it "
-                "buffered); `sqlite3 FILE .recover` may save the old data")
+        return ("the store file is corrupt: move it aside with its -wal and -shm files (the agent creates a "
+                "new one and writes what it buffered); `sqlite3 FILE .recover` may save the old data")
     return "see the SQLite error; the agent keeps buffering and retrying"
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from sqlite_utils import Database  # only to build a store as the previous release left it
 
 from agent.errors import StoreError
 from agent.records import (
@@ -22,7 +23,7 @@ from agent.records import (
     ServerStats,
     Severity,
 )
-from agent.store import Store
+from agent.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 ROOT = Path(__file__).parent.parent.parent
 
@@ -224,3 +225,15 @@ def test_a_reader_in_another_process_never_blocks_the_writer_and_vice_versa(tmp_
         finally:
             writer_proc.communicate("go\n")
         assert reader_proc.returncode == 0 and writer_proc.returncode == 0
+
+
+def test_a_store_from_before_the_daemon_tables_is_upgraded_in_place(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    old = Database(db)
+    MIGRATIONS.apply(old, stop_before="0002_daemon_records")  # what the previous release left
+    old.close()
+    with pytest.raises(StoreError, match="start the agent once to upgrade it"):
+        Store.open_readonly(db)
+    with Store.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert store.commit([event(0)]).inserted == 1
