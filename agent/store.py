@@ -146,7 +146,7 @@ def _line_row(line: LogLine, now: float) -> tuple[Any, ...]:
 
 def _event_row(e: Event, now: float) -> tuple[Any, ...]:
     return (now if e.ts is None else e.ts, e.ts, e.source, e.server.value, e.kind.value, e.severity.value,
-            e.phase.value, e.message, json.dumps(dict(e.fields), sort_keys=True, separators=(",", ":")),
+            e.phase.value, e.message, json.dumps(dict(e.fields), sort_keys=True, separators=(",", ":"), default=str),
             e.path, e.offset, _gpu_of(e.fields))
 
 

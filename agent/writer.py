@@ -18,6 +18,7 @@ the rotated file still existed, and would make every later cursor wait on it.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from agent.store import Store, TotalsKey, failure_hint
 log = logging.getLogger(__name__)
 
 CursorKey = tuple[str, str, str]
+
+# SQLite errors that come from the batch itself, not from the database's state: retrying cannot help.
+_BAD_BATCH = (sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.DataError)
 
 
 def _key(cursor: Cursor | JournalCursor) -> CursorKey:
@@ -83,6 +87,7 @@ class ResilientWriter:
         self._write_errors = 0
         self._dropped = 0
         self._pruned = 0
+        self._db_bytes: int | None = None
         self._last_error: str | None = None
         self._failing = False  # inside a failure episode (logged once at its start)
         self._dropping = False  # the buffer overflowed in this episode (logged once)
@@ -97,7 +102,7 @@ class ResilientWriter:
     def open(self, now: float) -> bool:
         """Open the store now (at start-up, to report a problem at once); True when it is usable."""
         try:
-            self._ensure_store()
+            self._db_bytes = self._ensure_store().db_bytes()
         except StoreError as exc:
             self._fail(exc, now)
             return False
@@ -138,6 +143,7 @@ class ResilientWriter:
             return 0
         try:
             deleted = self._store.prune(now)
+            self._db_bytes = self._store.db_bytes()
         except StoreError as exc:
             self._fail(exc, now)
             return 0
@@ -145,15 +151,11 @@ class ResilientWriter:
         return deleted
 
     def stats(self) -> StoreStats:
-        """A snapshot of the writer's self-metrics (see docs/store.md)."""
-        size: int | None = None
-        if self._store is not None:
-            try:
-                size = self._store.db_bytes()
-            except StoreError:
-                size = None
+        """A snapshot of the writer's self-metrics (see docs/store.md). Does no I/O, so the exporter may
+        call it from its own thread; `db_bytes` is as of the last write or prune."""
         return StoreStats(up=self._up, write_errors_total=self._write_errors, dropped_records_total=self._dropped,
-                          buffered_records=self._buffered, pruned_rows_total=self._pruned, db_bytes=size,
+                          buffered_records=self._buffered, pruned_rows_total=self._pruned,
+                          db_bytes=self._db_bytes if self._store is not None else None,
                           last_error=self._last_error)
 
     def close(self) -> None:
@@ -178,17 +180,33 @@ class ResilientWriter:
             store = self._ensure_store()
             while self._pending or self._totals:
                 batch = self._pending[0] if self._pending else _Batch([], (), (), now)
-                result = result + store.commit(batch.records, batch.cursors, batch.expired,
-                                               totals=self._totals or None, now=batch.now)
+                try:
+                    result = result + store.commit(batch.records, batch.cursors, batch.expired,
+                                                   totals=self._totals or None, now=batch.now)
+                except StoreError as exc:
+                    if not isinstance(exc.__cause__, _BAD_BATCH) or not batch.records:
+                        raise
+                    self._reject(batch, exc)  # this batch can never be written: retrying would block the rest
+                    continue
                 self._totals = {}
                 if self._pending:
                     self._pending.popleft()
                     self._buffered -= len(batch.records)
+            self._db_bytes = store.db_bytes()
         except StoreError as exc:
             self._fail(exc, now)
             return result
         self._recovered()
         return result
+
+    def _reject(self, batch: _Batch, exc: StoreError) -> None:
+        """Give up a batch's records that SQLite refuses as such (a value it cannot bind: a bug upstream),
+        keeping its cursors; counted as dropped, logged every time (it should never happen)."""
+        self._write_errors += 1
+        self._dropped += len(batch.records)
+        self._buffered -= len(batch.records)
+        log.error("store refused a batch of %d records, dropped: %s", len(batch.records), exc)
+        batch.records.clear()
 
     def _fail(self, exc: StoreError, now: float) -> None:
         self._write_errors += 1

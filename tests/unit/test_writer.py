@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import StoreError
-from agent.records import Cursor, Event, EventKind, Phase, Server, Severity
+from agent.records import CapacityFact, Cursor, Event, EventKind, Phase, Server, Severity
 from agent.store import Store
 from agent.writer import ResilientWriter
 
@@ -190,4 +190,24 @@ def test_prune_failures_are_counted_not_raised(tmp_path: Path) -> None:
     assert writer.stats().write_errors_total == 1 and not writer.stats().up
     writer.commit([], [cursor(10)], now=20 * 86400.0)
     assert writer.prune(20 * 86400.0) == 10 and writer.stats().pruned_rows_total == 10
+    writer.close()
+
+
+def test_a_batch_sqlite_cannot_bind_is_dropped_and_counted_not_retried_forever(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    writer = ResilientWriter(lambda: Store.open(db))
+    bad = CapacityFact(1.0, "vllm", "model", [1, 2])  # type: ignore[arg-type]  # a parser bug: not a value
+    writer.commit([event(0), bad], [cursor(1)], now=0.0)
+    writer.commit(*batch(1, 5), now=1.0)
+    stats = writer.stats()
+    assert (stats.up, stats.dropped_records_total, stats.buffered_records) == (True, 2, 0)
+    writer.close()
+    assert stored_offsets(db) == [1, 2, 3, 4, 5] and stored_cursor(db) == 6
+
+
+def test_stats_are_a_snapshot_with_the_file_size(tmp_path: Path) -> None:
+    writer = ResilientWriter(lambda: Store.open(tmp_path / "agent.db"))
+    assert writer.stats().db_bytes is None and not writer.stats().up
+    writer.commit(*batch(0, 100), now=0.0)
+    assert (writer.stats().db_bytes or 0) >= (tmp_path / "agent.db").stat().st_size > 0
     writer.close()
