@@ -290,3 +290,44 @@ class GpuProcessSample:
     uuid: str
     pid: int
     used_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one store write actually added: `inserted` new rows, and the events among them.
+
+    A replayed record (its key already stored) is in neither, so counting `new_events` never counts a
+    line twice. `ResilientWriter` returns the sum over every buffered batch that landed in the call.
+    """
+
+    inserted: int = 0
+    new_events: tuple[Event, ...] = ()
+
+    def __add__(self, other: CommitResult) -> CommitResult:
+        return CommitResult(self.inserted + other.inserted, self.new_events + other.new_events)
+
+    def event_counts(self) -> dict[tuple[str, str, str], int]:
+        """New events by (source, server, kind), as the lowercase strings the store and labels use."""
+        counts: dict[tuple[str, str, str], int] = {}
+        for event in self.new_events:
+            key = (event.source, event.server.value, event.kind.value)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """A snapshot of the store writer's self-metrics (docs/store.md); counters only grow while it lives.
+
+    `up` is False from a failed write until one succeeds; `buffered_records` are held in memory waiting
+    for the store; `dropped_records_total` counts records given up because the buffer was full;
+    `db_bytes` is the database file's size (None while the store cannot be opened).
+    """
+
+    up: bool = False
+    write_errors_total: int = 0
+    dropped_records_total: int = 0
+    buffered_records: int = 0
+    pruned_rows_total: int = 0
+    db_bytes: int | None = None
+    last_error: str | None = None

@@ -2,27 +2,53 @@
 
 Exactly-once delivery rests on one rule: the records parsed from some bytes and the cursor saying those
 bytes were read are written in **one transaction** (`Store.commit`). A `kill -9` then either keeps both
-or neither; a restart resumes from the cursor. The unique key (file_key, offset) on stored lines makes
-any replay (a `scan` re-read, a cursor that lagged) insert nothing twice.
+or neither; a restart resumes from the cursor. Every record table has a unique key, so any replay (a
+`scan` re-read, a cursor that lagged) inserts nothing twice, and `commit` reports only what was new, so
+counters built from it never count a replay.
 
-`lines` is the raw-line journal: every delivered line, kept for exactly-once verification and for
-`scan`-style replays through newer parsers. The daemon adds its own record types (events, stats) by
-registering a table in `_TABLES` and a migration; `commit` takes a mixed batch of any registered type.
+Tables (docs/store.md has the full schema): `events`, `server_stats`, `capacity_facts` (history) with
+`facts_latest` (the newest value per source and name, never pruned: start-up facts are printed once),
+`gpu_samples`, `gpu_process_samples`, `totals` (restart-safe counters), `cursors`, `journal_cursors`,
+and `lines`, the raw-line journal kept for exactly-once tests and `scan` replays. **The daemon never
+writes `lines`**: raw lines may hold prompts, and only redacted events leave the parsers.
+
+Each time-series row has `ts` (the record's own time, NULL when the line carried none, part of the key)
+and `at` (`ts`, or the commit's clock when `ts` is NULL) on which windows and retention work.
+
 WAL with synchronous=NORMAL is durable across process crashes (what the agent must survive); a power
 loss may drop the last transactions, and then records and cursors go back together, still consistent.
+Readers (`Store.open_readonly`) never block the writer and the writer never blocks them (WAL).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlite_utils import Database, Migrations
 
 from agent.errors import StoreError
-from agent.records import Cursor, JournalCursor, LogLine
+from agent.records import (
+    CapacityFact,
+    CommitResult,
+    Cursor,
+    Event,
+    EventKind,
+    GpuProcessSample,
+    GpuSample,
+    JournalCursor,
+    LogLine,
+    Phase,
+    Server,
+    ServerStats,
+    Severity,
+)
 
 # sqlite-utils' Migrations records each applied step in `_sqlite_migrations` and runs it in a
 # transaction with that record. Append new steps; never edit one that has shipped.
@@ -43,58 +69,279 @@ def _lines_and_cursors(db: Database) -> None:
     db.execute("CREATE TABLE journal_cursors (source TEXT PRIMARY KEY, cursor TEXT NOT NULL)")
 
 
-KNOWN_MIGRATIONS = ("0001_lines_and_cursors",)
+@MIGRATIONS(name="0002_daemon_records")
+def _daemon_records(db: Database) -> None:
+    # Keys: a record from a file is located by (path, offset); the path repeats offsets after a rotation,
+    # so the record's own ts joins the key. Records from no file (NVML, scrapes) are keyed by time, GPU and,
+    # for events, the message (two different Xids on one GPU in one poll are two events). NULLs are folded
+    # with coalesce(): SQLite treats NULLs as distinct in a unique index, which would let replays through.
+    db.execute("""CREATE TABLE events (
+        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, kind TEXT NOT NULL,
+        severity TEXT NOT NULL, phase TEXT NOT NULL, message TEXT NOT NULL, fields TEXT NOT NULL,
+        path TEXT, offset INTEGER, gpu INTEGER)""")
+    db.execute("""CREATE UNIQUE INDEX events_key ON events (source, kind, coalesce(ts, -1), coalesce(path, ''),
+        coalesce(offset, -1), coalesce(gpu, -1), CASE WHEN path IS NULL THEN message ELSE '' END)""")
+    db.execute("CREATE INDEX events_at ON events (at)")
+    db.execute("CREATE INDEX events_source_at ON events (source, at)")
+    db.execute("CREATE INDEX events_kind_at ON events (kind, at)")
+    db.execute("""CREATE TABLE server_stats (
+        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, running INTEGER, waiting INTEGER,
+        swapped INTEGER, kv_usage_ratio REAL, prompt_tps REAL, gen_tps REAL, prefix_hit_ratio REAL,
+        preemptions INTEGER, kv_used_tokens INTEGER, path TEXT, offset INTEGER)""")
+    db.execute("""CREATE UNIQUE INDEX server_stats_key ON server_stats (source, coalesce(path, ''),
+        coalesce(offset, -1), coalesce(ts, -1))""")
+    db.execute("CREATE INDEX server_stats_at ON server_stats (at)")
+    db.execute("CREATE INDEX server_stats_source_at ON server_stats (source, at)")
+    # `value` has no declared type, so numbers stay numbers and strings stay strings.
+    db.execute("""CREATE TABLE capacity_facts (
+        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, name TEXT NOT NULL, value)""")
+    db.execute("CREATE UNIQUE INDEX capacity_facts_key ON capacity_facts (source, name, coalesce(ts, -1), value)")
+    db.execute("CREATE INDEX capacity_facts_at ON capacity_facts (at)")
+    db.execute("""CREATE TABLE facts_latest (
+        source TEXT NOT NULL, name TEXT NOT NULL, value, ts REAL, at REAL NOT NULL, PRIMARY KEY (source, name))""")
+    db.execute("""CREATE TABLE gpu_samples (
+        ts REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT NOT NULL, name TEXT NOT NULL, pci_bus_id TEXT,
+        memory_total_bytes INTEGER, memory_reserved_bytes INTEGER, memory_free_bytes INTEGER,
+        memory_used_bytes INTEGER, utilization_gpu_ratio REAL, utilization_memory_ratio REAL,
+        temperature_celsius REAL, power_watts REAL, power_limit_watts REAL, UNIQUE (uuid, ts))""")
+    db.execute("CREATE INDEX gpu_samples_ts ON gpu_samples (ts)")
+    db.execute("""CREATE TABLE gpu_process_samples (
+        ts REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT NOT NULL, pid INTEGER NOT NULL,
+        used_memory_bytes INTEGER, UNIQUE (uuid, pid, ts))""")
+    db.execute("CREATE INDEX gpu_process_samples_ts ON gpu_process_samples (ts)")
+    db.execute("CREATE INDEX gpu_process_samples_uuid_ts ON gpu_process_samples (uuid, ts)")
+    # Counters that must survive a restart; labels are a JSON array of strings.
+    db.execute("""CREATE TABLE totals (
+        metric TEXT NOT NULL, labels TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (metric, labels))""")
+
+
+KNOWN_MIGRATIONS = ("0001_lines_and_cursors", "0002_daemon_records")
 SCHEMA_VERSION = len(KNOWN_MIGRATIONS)
 
+# Time-series tables retention prunes, with their time column. Cursors, totals and facts_latest are
+# never pruned (they are small and bounded by the number of files, metrics and facts); `lines` is not
+# written by the daemon.
+PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("gpu_samples", "ts"),
+          ("gpu_process_samples", "ts"))
 
-def _line_row(line: LogLine) -> tuple[Any, ...]:
+TotalsKey = tuple[str, tuple[str, ...]]
+EventCounters = Callable[[Event], Iterable[TotalsKey]]
+
+
+def default_event_counters(event: Event) -> Iterable[TotalsKey]:
+    """The totals one new event bumps: `events_total` by (source, server, kind)."""
+    return (("events_total", (event.source, event.server.value, event.kind.value)),)
+
+
+def _gpu_of(fields: Mapping[str, object]) -> int | None:
+    gpu = fields.get("gpu")
+    return gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None
+
+
+def _line_row(line: LogLine, now: float) -> tuple[Any, ...]:
     # Lines from a source without file identity fall back to the path, which is then their only key.
     return (line.file_key or line.path, line.offset, line.source, line.path, line.text, line.ts, line.stream,
             int(line.truncated))
 
 
-# record type → (INSERT OR IGNORE statement, row builder). The daemon registers its record types here.
-_TABLES: dict[type, tuple[str, Callable[[Any], tuple[Any, ...]]]] = {
-    LogLine: ("INSERT OR IGNORE INTO lines (file_key, offset, source, path, text, ts, stream, truncated) "
-              "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _line_row),
+def _event_row(e: Event, now: float) -> tuple[Any, ...]:
+    return (now if e.ts is None else e.ts, e.ts, e.source, e.server.value, e.kind.value, e.severity.value,
+            e.phase.value, e.message, json.dumps(dict(e.fields), sort_keys=True, separators=(",", ":"), default=str),
+            e.path, e.offset, _gpu_of(e.fields))
+
+
+def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
+    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, *s[3:])
+
+
+def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:
+    return (now if f.ts is None else f.ts, f.ts, f.source, f.name, f.value)
+
+
+def _gpu_row(g: GpuSample, now: float) -> tuple[Any, ...]:
+    return (g.ts, g.gpu, g.uuid, g.name, g.pci_bus_id, g.memory_total_bytes, g.memory_reserved_bytes,
+            g.memory_free_bytes, g.memory_used_bytes, g.utilization_gpu_ratio, g.utilization_memory_ratio,
+            g.temperature_celsius, g.power_watts, g.power_limit_watts)
+
+
+def _process_row(p: GpuProcessSample, now: float) -> tuple[Any, ...]:
+    return (p.ts, p.gpu, p.uuid, p.pid, p.used_memory_bytes)
+
+
+class _Table(NamedTuple):
+    insert: str  # INSERT OR IGNORE of one row
+    row: Callable[[Any, float], tuple[Any, ...]]  # (record, commit clock) -> row
+    then: str | None = None  # a second statement run with the same row (facts_latest)
+
+
+# record type → how to store it. `commit` takes a mixed batch of any type registered here.
+_TABLES: dict[type, _Table] = {
+    LogLine: _Table("INSERT OR IGNORE INTO lines (file_key, offset, source, path, text, ts, stream, truncated) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _line_row),
+    Event: _Table("INSERT OR IGNORE INTO events (at, ts, source, server, kind, severity, phase, message, fields, "
+                  "path, offset, gpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _event_row),
+    ServerStats: _Table("INSERT OR IGNORE INTO server_stats (at, ts, source, server, running, waiting, swapped, "
+                        "kv_usage_ratio, prompt_tps, gen_tps, prefix_hit_ratio, preemptions, kv_used_tokens, "
+                        "path, offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _stats_row),
+    CapacityFact: _Table(
+        "INSERT OR IGNORE INTO capacity_facts (at, ts, source, name, value) VALUES (?, ?, ?, ?, ?)", _fact_row,
+        # The newest by time wins, so a replay of old lines never turns the latest value back.
+        "INSERT INTO facts_latest (source, name, value, ts, at) VALUES (?3, ?4, ?5, ?2, ?1) "
+        "ON CONFLICT (source, name) DO UPDATE SET value = excluded.value, ts = excluded.ts, at = excluded.at "
+        "WHERE excluded.at >= facts_latest.at"),
+    GpuSample: _Table("INSERT OR IGNORE INTO gpu_samples (ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, "
+                      "memory_reserved_bytes, memory_free_bytes, memory_used_bytes, utilization_gpu_ratio, "
+                      "utilization_memory_ratio, temperature_celsius, power_watts, power_limit_watts) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _gpu_row),
+    GpuProcessSample: _Table("INSERT OR IGNORE INTO gpu_process_samples (ts, gpu, uuid, pid, used_memory_bytes) "
+                             "VALUES (?, ?, ?, ?, ?)", _process_row),
 }
+
+_ADD_TOTAL = ("INSERT INTO totals (metric, labels, value) VALUES (?, ?, ?) "
+              "ON CONFLICT (metric, labels) DO UPDATE SET value = value + excluded.value")
+_SET_TOTAL = ("INSERT INTO totals (metric, labels, value) VALUES (?, ?, ?) "
+              "ON CONFLICT (metric, labels) DO UPDATE SET value = excluded.value")
+
+_EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
+_STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "
+                  "prefix_hit_ratio, preemptions, kv_used_tokens, path, offset")
+_GPU_COLUMNS = ("ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, memory_reserved_bytes, memory_free_bytes, "
+                "memory_used_bytes, utilization_gpu_ratio, utilization_memory_ratio, temperature_celsius, "
+                "power_watts, power_limit_watts")
+
+
+def _event(row: Sequence[Any]) -> Event:
+    # Readers get the best-known time: the record's own, else when the agent stored it.
+    ts = row[1] if row[0] is None else row[0]
+    return Event(ts, row[2], Server(row[3]), EventKind(row[4]), Severity(row[5]), Phase(row[6]), row[7],
+                 json.loads(row[8]), row[9], row[10])
+
+
+def _stats(row: Sequence[Any]) -> ServerStats:
+    ts = row[1] if row[0] is None else row[0]
+    return ServerStats(ts, row[2], Server(row[3]), *row[4:])
+
+
+def _labels(labels: Sequence[str]) -> str:
+    return json.dumps(list(labels), separators=(",", ":"))
+
+
+# SQLite's primary result codes (the sqlite3 module names them only from Python 3.11).
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 5, 6, 11, 13, 26
+
+
+def failure_hint(exc: BaseException) -> str:
+    """What an operator should do about a store failure: the cause in words and the fix."""
+    cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
+    code = getattr(cause, "sqlite_errorcode", 0) & 0xFF  # the primary code (Python 3.11+; text otherwise)
+    text = str(cause).lower()
+    if code == _SQLITE_FULL or "full" in text:
+        return ("the disk (or the store's size cap) is full: free space on that filesystem or lower "
+                "store.retention_days / store.max_bytes")
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or "locked" in text:
+        return "another process holds the store's write lock: is a second agent using the same store.path?"
+    if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in text or "not a database" in text:
+        return ("the store file is corrupt: move it aside with its -wal and -shm files (the agent creates a "
+                "new one and writes what it buffered); `sqlite3 FILE .recover` may save the old data")
+    return "see the SQLite error; the agent keeps buffering and retrying"
+
+
+def _create(path: Path) -> None:
+    """Create the database file 0640 (SQLite gives its -wal and -shm the same mode): the store holds log
+    excerpts, readable by the agent's group (operators running `status`), not by everyone."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o640)  # the umask may have taken bits away; it must not add any either
+    finally:
+        os.close(fd)
 
 
 class Store:
-    """One SQLite database (a path or `:memory:`), migrated to the current schema on open."""
+    """One SQLite database (a path or `:memory:`), migrated to the current schema on open.
 
-    def __init__(self, db: Database, name: str) -> None:
+    Use from one thread. Retention (`retention_days`, `max_bytes`) applies when the caller runs `prune`.
+    """
+
+    def __init__(self, db: Database, name: str, *, readonly: bool = False, retention_days: float | None = None,
+                 max_bytes: int | None = None, prune_batch_rows: int = 5000,
+                 event_counters: EventCounters = default_event_counters) -> None:
         self._db = db
         self._name = name
+        self._readonly = readonly
+        self._retention_days = retention_days
+        self._max_bytes = max_bytes
+        self._prune_batch_rows = prune_batch_rows
+        self._event_counters = event_counters
+        self._identity = self._file_identity()
 
     @classmethod
-    def open(cls, path: Path | str) -> Store:
-        """Open (creating if needed) and migrate; raise StoreError naming the file on failure."""
+    def open(cls, path: Path | str, *, retention_days: float | None = None, max_bytes: int | None = None,
+             hard_max_bytes: int | None = None, busy_timeout_ms: int = 5000, prune_batch_rows: int = 5000,
+             event_counters: EventCounters = default_event_counters) -> Store:
+        """Open for writing (creating the file 0640 if needed) and migrate; raise StoreError naming the file.
+
+        `hard_max_bytes` caps the main file (SQLite's max_page_count): past it a write fails with
+        SQLITE_FULL as on a full disk, instead of filling the filesystem. `event_counters` says which
+        `totals` each *new* event bumps inside the commit's transaction (default: `events_total` by
+        source, server and kind), so stored counters always agree with stored events.
+        """
         name = str(path)
         try:
             if name == ":memory:":
                 db = Database(memory=True)
             else:
-                Path(name).parent.mkdir(parents=True, exist_ok=True)
+                _create(Path(name))
                 db = Database(name)
                 db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA journal_size_limit=16777216")  # keep a checkpointed WAL from staying huge
             db.execute("PRAGMA synchronous=NORMAL")
-            db.execute("PRAGMA busy_timeout=5000")
-            store = cls(db, name)
+            db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            if hard_max_bytes is not None:
+                page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
+                db.execute(f"PRAGMA max_page_count={max(1, hard_max_bytes // page_size)}")
+            store = cls(db, name, retention_days=retention_days, max_bytes=max_bytes,
+                        prune_batch_rows=prune_batch_rows, event_counters=event_counters)
             store._migrate()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{name}: cannot open the store: {exc}") from exc
         return store
 
+    @classmethod
+    def open_readonly(cls, path: Path | str, *, busy_timeout_ms: int = 5000) -> Store:
+        """Open an existing store for reading only (`status`, `report`): never migrates, never writes, and
+        in WAL mode neither blocks the daemon's writes nor waits for them."""
+        file = Path(path)
+        if not file.is_file():
+            raise StoreError(f"{file}: no store there: the agent creates it on its first run (see store.path)")
+        try:
+            conn = sqlite3.connect(f"{file.resolve().as_uri()}?mode=ro", uri=True)
+            conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            store = cls(Database(conn), str(file), readonly=True)
+            applied = {m.name for m in MIGRATIONS.applied(store._db)}
+        except sqlite3.Error as exc:
+            raise StoreError(f"{file}: cannot open the store: {exc}") from exc
+        missing = [m for m in KNOWN_MIGRATIONS if m not in applied]
+        if missing:
+            store.close()
+            raise StoreError(f"{file}: the store predates this agent (lacks {', '.join(missing)}): "
+                             f"start the agent once to upgrade it")
+        return store
+
     def _migrate(self) -> None:
         """Apply pending migrations under a write lock, so two processes opening a new file at once
-        (the daemon and a CLI command) do not both create the tables."""
+        (the daemon and a CLI command) do not both create the tables. An up-to-date store takes no lock."""
+        unknown = [m.name for m in MIGRATIONS.applied(self._db) if m.name not in KNOWN_MIGRATIONS]
+        if unknown:
+            raise StoreError(f"{self._name}: the schema has migrations this agent does not know "
+                             f"({', '.join(unknown)}): it was written by a newer agent; upgrade the agent")
+        if not MIGRATIONS.pending(self._db):
+            return
         self._db.execute("BEGIN IMMEDIATE")
         try:
-            unknown = [m.name for m in MIGRATIONS.applied(self._db) if m.name not in KNOWN_MIGRATIONS]
-            if unknown:
-                raise StoreError(f"{self._name}: the schema has migrations this agent does not know "
-                                 f"({', '.join(unknown)}): it was written by a newer agent; upgrade the agent")
             MIGRATIONS.apply(self._db)
         except BaseException:
             self._db.rollback()
@@ -102,30 +349,82 @@ class Store:
         self._db.execute("COMMIT")
 
     @property
+    def name(self) -> str:
+        return self._name
+
+    @property
     def schema_version(self) -> int:
         """How many schema migrations this database has had (SCHEMA_VERSION once opened)."""
         return len(MIGRATIONS.applied(self._db))
 
-    def commit(self, records: Iterable[object], cursors: Iterable[Cursor | JournalCursor] = (),
-               expired: Iterable[Cursor] = ()) -> int:
-        """Write records, cursors and cursor expiries in one transaction; return how many records were new.
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self._name == ":memory:":
+            return None
+        try:
+            st = Path(self._name).stat()
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
 
-        A record whose key is already stored (a replay) is skipped, not an error. A record type with no
-        table is a programming error and raises StoreError before anything is written.
+    def replaced(self) -> bool:
+        """Whether the path no longer names the file this store has open (moved aside, deleted, replaced):
+        writes would then go to a file nobody will read, so the writer reopens."""
+        return self._identity is not None and self._file_identity() != self._identity
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def check(records: Iterable[object]) -> None:
+        """Raise StoreError for a record type with no table (a programming error, never buffered)."""
+        for record in records:
+            if type(record) not in _TABLES:
+                raise StoreError(f"no table for record type {type(record).__name__}")
+
+    def commit(self, records: Iterable[object], cursors: Iterable[Cursor | JournalCursor] = (),
+               expired: Iterable[Cursor] = (), *, totals: Mapping[TotalsKey, float] | None = None,
+               now: float | None = None) -> CommitResult:
+        """Write records, cursors, cursor expiries and totals in one transaction; return what was new.
+
+        A record whose key is already stored (a replay) is skipped, not an error, and is not in the
+        result. New events bump their `event_counters` totals in the same transaction; `totals` sets
+        (metric, labels) → value for other counters (do not pass keys `event_counters` maintains).
+        `now` (default: the wall clock) is stored as `at` for records without a time of their own.
+        A record type with no table raises StoreError before anything is written.
         """
-        grouped: dict[type, list[tuple[Any, ...]]] = {}
+        at = time.time() if now is None else now
+        grouped: dict[type, list[tuple[Any, tuple[Any, ...]]]] = {}
         for record in records:
             entry = _TABLES.get(type(record))
             if entry is None:
                 raise StoreError(f"{self._name}: no table for record type {type(record).__name__}")
-            grouped.setdefault(type(record), []).append(entry[1](record))
+            grouped.setdefault(type(record), []).append((record, entry.row(record, at)))
         try:
             with self._db.atomic():
                 conn = self._db.conn
-                before = conn.total_changes
-                for kind, rows in grouped.items():
-                    conn.executemany(_TABLES[kind][0], rows)
-                inserted = conn.total_changes - before
+                inserted = 0
+                new_events: list[Event] = []
+                for kind, pairs in grouped.items():
+                    table = _TABLES[kind]
+                    if kind is Event:  # row by row: the caller needs to know which events were new
+                        for event, row in pairs:
+                            if conn.execute(table.insert, row).rowcount > 0:
+                                new_events.append(event)
+                        inserted += len(new_events)
+                        continue
+                    rows = [row for _, row in pairs]
+                    before = conn.total_changes
+                    conn.executemany(table.insert, rows)
+                    inserted += conn.total_changes - before
+                    if table.then is not None:
+                        conn.executemany(table.then, rows)
+                counts: dict[TotalsKey, int] = {}
+                for event in new_events:
+                    for key in self._event_counters(event):
+                        counts[key] = counts.get(key, 0) + 1
+                conn.executemany(_ADD_TOTAL, [(m, _labels(labels), n) for (m, labels), n in counts.items()])
+                if totals:
+                    conn.executemany(_SET_TOTAL, [(m, _labels(labels), float(v))
+                                                  for (m, labels), v in totals.items()])
                 # Expiries first: a cursor both expired and refreshed in one batch stays.
                 conn.executemany("DELETE FROM cursors WHERE source = ? AND file_key = ?",
                                  [(c.source, c.file_key) for c in expired])
@@ -133,7 +432,7 @@ class Store:
                     self._put_cursor(conn, cursor)
         except sqlite3.Error as exc:
             raise StoreError(f"{self._name}: cannot write: {exc}") from exc
-        return inserted
+        return CommitResult(inserted, tuple(new_events))
 
     @staticmethod
     def _put_cursor(conn: sqlite3.Connection, cursor: Cursor | JournalCursor) -> None:
@@ -145,6 +444,57 @@ class Store:
                      "seen_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                      (cursor.source, cursor.file_key, cursor.path, cursor.dev, cursor.inode, cursor.fingerprint,
                       cursor.offset, cursor.seen_seconds))
+
+    def prune(self, now: float) -> int:
+        """Delete at most `prune_batch_rows` time-series rows, oldest first; return how many went.
+
+        First rows older than `retention_days`, then — while the live data (pages in use, not the file:
+        SQLite reuses freed pages rather than shrinking the file) exceeds `max_bytes` — the oldest rows
+        of every table in proportion to its size. Cursors, totals and facts_latest are never pruned.
+        Call it every so often; when it returns the full batch, more is due.
+        """
+        budget = self._prune_batch_rows
+        deleted = 0
+        try:
+            with self._db.atomic():
+                conn = self._db.conn
+                if self._retention_days is not None:
+                    cutoff = now - self._retention_days * 86400.0
+                    for table, column in PRUNED:
+                        deleted += self._delete_oldest(conn, table, column, budget - deleted, cutoff)
+                used = self.used_bytes()
+                if self._max_bytes is not None and deleted < budget and used > self._max_bytes:
+                    sizes = {t: self._approx_rows(conn, t) for t, _ in PRUNED}
+                    total = sum(sizes.values()) or 1
+                    # About as many rows as the excess holds (at the average row size), at most the batch.
+                    share = min(budget - deleted, math.ceil((used - self._max_bytes) * total / used))
+                    for table, column in PRUNED:
+                        if sizes[table]:
+                            quota = math.ceil(share * sizes[table] / total)
+                            deleted += self._delete_oldest(conn, table, column, min(quota, budget - deleted))
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self._name}: cannot prune: {exc}") from exc
+        return deleted
+
+    @staticmethod
+    def _delete_oldest(conn: sqlite3.Connection, table: str, column: str, limit: int,
+                       before: float | None = None) -> int:
+        if limit <= 0:
+            return 0
+        where = f"WHERE {column} < ?" if before is not None else ""
+        params: tuple[Any, ...] = (before, limit) if before is not None else (limit,)
+        cur = conn.execute(f"DELETE FROM {table} WHERE rowid IN "  # names from PRUNED, never input
+                           f"(SELECT rowid FROM {table} {where} ORDER BY {column} LIMIT ?)", params)
+        return max(cur.rowcount, 0)
+
+    @staticmethod
+    def _approx_rows(conn: sqlite3.Connection, table: str) -> int:
+        # Rows are appended with growing rowids and pruned oldest first: the rowid span is a good,
+        # O(log n) estimate of the row count where count(*) would read the whole table.
+        low, high = conn.execute(f"SELECT min(rowid), max(rowid) FROM {table}").fetchone()
+        return 0 if low is None else int(high) - int(low) + 1
+
+    # -- reading ----------------------------------------------------------------------------------
 
     def cursors(self, source: str) -> list[Cursor]:
         """Every stored file cursor of one source."""
@@ -165,6 +515,95 @@ class Store:
             sql, params = sql + " WHERE source = ?", (source,)
         for row in self._db.execute(sql + " ORDER BY rowid", params):
             yield LogLine(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), row[7])
+
+    def load_totals(self) -> dict[TotalsKey, float]:
+        """Every stored counter: (metric, labels) → value, to seed the in-memory counters after a restart."""
+        rows = self._query("SELECT metric, labels, value FROM totals", ())
+        return {(row[0], tuple(json.loads(row[1]))): float(row[2]) for row in rows}
+
+    def event_totals(self) -> dict[tuple[str, str, str], int]:
+        """Stored events by (source, server, kind) — what retention has left, not a counter."""
+        rows = self._query("SELECT source, server, kind, count(*) FROM events GROUP BY source, server, kind", ())
+        return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
+
+    def event_counts(self, since: float, until: float | None = None) -> dict[tuple[str, str, str], int]:
+        """Events by (source, server, kind) with `since <= at < until`, for the advisor's windows."""
+        rows = self._query("SELECT source, server, kind, count(*) FROM events WHERE at >= ? AND at < ? "
+                           "GROUP BY source, server, kind", (since, math.inf if until is None else until))
+        return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
+
+    def recent_events(self, limit: int = 50, since: float | None = None) -> list[Event]:
+        """The newest events first (at most `limit`, none older than `since`); `ts` is the event's own
+        time or, when the line had none, when it was stored."""
+        rows = self._query(f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? ORDER BY at DESC, rowid DESC "
+                           "LIMIT ?", (-math.inf if since is None else since, limit))
+        return [_event(row) for row in rows]
+
+    def _distinct(self, table: str, column: str) -> list[str]:
+        # A loose index scan: one index seek per distinct value instead of reading every row.
+        rows = self._query(f"WITH RECURSIVE d(v) AS (SELECT min({column}) FROM {table} UNION ALL "
+                           f"SELECT (SELECT min({column}) FROM {table} WHERE {column} > d.v) FROM d "
+                           f"WHERE d.v IS NOT NULL) SELECT v FROM d WHERE v IS NOT NULL", ())
+        return [str(row[0]) for row in rows]
+
+    def latest_stats(self, source: str | None = None) -> dict[str, ServerStats]:
+        """The newest load sample of each source (or of one), by source."""
+        sources = [source] if source is not None else self._distinct("server_stats", "source")
+        out: dict[str, ServerStats] = {}
+        for name in sources:
+            rows = self._query(f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE source = ? "
+                               "ORDER BY at DESC, rowid DESC LIMIT 1", (name,))
+            if rows:
+                out[name] = _stats(rows[0])
+        return out
+
+    def window_stats(self, since: float, until: float | None = None, source: str | None = None) -> list[ServerStats]:
+        """Load samples with `since <= at < until`, oldest first (one source or all), for the advisor."""
+        sql = f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE at >= ? AND at < ?"
+        params: tuple[Any, ...] = (since, math.inf if until is None else until)
+        if source is not None:
+            sql, params = sql + " AND source = ?", (*params, source)
+        return [_stats(row) for row in self._query(sql + " ORDER BY at, rowid", params)]
+
+    def latest_facts(self, source: str | None = None) -> dict[str, dict[str, float | str]]:
+        """The newest value of every capacity fact: source → name → value (kept however old)."""
+        sql = "SELECT source, name, value FROM facts_latest"
+        params: tuple[str, ...] = ()
+        if source is not None:
+            sql, params = sql + " WHERE source = ?", (source,)
+        out: dict[str, dict[str, float | str]] = {}
+        for row in self._query(sql + " ORDER BY source, name", params):
+            out.setdefault(row[0], {})[row[1]] = row[2]
+        return out
+
+    def latest_gpu_samples(self) -> list[GpuSample]:
+        """The newest sample of every GPU ever seen (by uuid), in NVML index order."""
+        out: list[GpuSample] = []
+        for uuid in self._distinct("gpu_samples", "uuid"):
+            rows = self._query(f"SELECT {_GPU_COLUMNS} FROM gpu_samples WHERE uuid = ? ORDER BY ts DESC LIMIT 1",
+                               (uuid,))
+            out.extend(GpuSample(*row) for row in rows)
+        return sorted(out, key=lambda s: (s.gpu, s.uuid))
+
+    def latest_gpu_processes(self) -> list[GpuProcessSample]:
+        """The processes of each GPU's newest process poll (the engine's own share of the card)."""
+        out: list[GpuProcessSample] = []
+        for uuid in self._distinct("gpu_process_samples", "uuid"):
+            out.extend(GpuProcessSample(*row) for row in self._query(
+                "SELECT ts, gpu, uuid, pid, used_memory_bytes FROM gpu_process_samples WHERE uuid = ? AND ts = "
+                "(SELECT max(ts) FROM gpu_process_samples WHERE uuid = ?) ORDER BY pid", (uuid, uuid)))
+        return sorted(out, key=lambda p: (p.gpu, p.pid))
+
+    def db_bytes(self) -> int:
+        """The main database file's size (page_count × page_size; the -wal file is bounded apart)."""
+        return self._pragma("page_count") * self._pragma("page_size")
+
+    def used_bytes(self) -> int:
+        """Bytes of pages holding data (the file minus its free pages): what `max_bytes` bounds."""
+        return (self._pragma("page_count") - self._pragma("freelist_count")) * self._pragma("page_size")
+
+    def _pragma(self, name: str) -> int:
+        return int(self._query(f"PRAGMA {name}", ())[0][0])
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:

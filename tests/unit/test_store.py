@@ -42,10 +42,10 @@ def test_reopening_keeps_everything(tmp_path: Path) -> None:
 
 
 def test_replayed_lines_are_not_inserted_twice(store: Store) -> None:
-    assert store.commit([line(0, "a"), line(2, "b")]) == 2
-    assert store.commit([line(2, "b"), line(4, "c")]) == 1
+    assert store.commit([line(0, "a"), line(2, "b")]).inserted == 2
+    assert store.commit([line(2, "b"), line(4, "c")]).inserted == 1
     assert [x.text for x in store.lines("src")] == ["a", "b", "c"]
-    assert store.commit([line(0, "a", key="1:2:cd")]) == 1  # same path and offset, another file incarnation
+    assert store.commit([line(0, "a", key="1:2:cd")]).inserted == 1  # same path and offset, another file incarnation
 
 
 def test_an_unknown_record_type_writes_nothing(store: Store) -> None:

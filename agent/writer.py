@@ -1,0 +1,250 @@
+"""The daemon's write path to the store: never raise, buffer a bounded amount, retry, count, log once.
+
+A full disk, a write lock held by another process or a corrupt file must not stop the agent: tailing,
+NVML and the metrics go on. `ResilientWriter.commit` keeps every batch it could not write — records and
+the cursors of the bytes they came from, still applied together, in order — and retries with back-off.
+Before each retry it reopens the store, so a corrupt file that the operator moved aside, or a path that
+now names another file, is replaced by a fresh store and what was buffered lands there, exactly once
+(the store's unique keys make a retried batch idempotent).
+
+When the buffer holds more than `max_buffered_records`, the oldest *records* are dropped and counted
+(`dropped_records_total`); their cursors are kept and merged into the next batch. So the stored cursor
+still moves forward with the tailer: the dropped lines are lost (counted, logged), never re-read as a
+surprise after a restart, and no later batch can write a cursor behind data it already stored. Holding
+the cursors back instead would re-read the dropped span only if the daemon happened to restart while
+the rotated file still existed, and would make every later cursor wait on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from agent.errors import StoreError
+from agent.records import CommitResult, Cursor, JournalCursor, StoreStats
+from agent.store import Store, TotalsKey, failure_hint
+
+log = logging.getLogger(__name__)
+
+CursorKey = tuple[str, str, str]
+
+# SQLite errors that come from the batch itself, not from the database's state: retrying cannot help.
+_BAD_BATCH = (sqlite3.ProgrammingError, sqlite3.InterfaceError, sqlite3.DataError)
+
+
+def _key(cursor: Cursor | JournalCursor) -> CursorKey:
+    if isinstance(cursor, JournalCursor):
+        return ("journal", cursor.source, "")
+    return ("file", cursor.source, cursor.file_key)
+
+
+@dataclass
+class _Batch:
+    records: list[object]
+    cursors: tuple[Cursor | JournalCursor, ...]
+    expired: tuple[Cursor, ...]
+    now: float
+
+
+def _merge(first: _Batch, second: _Batch, records: list[object], now: float) -> _Batch:
+    """One batch carrying `records` whose cursor writes equal applying `first`'s then `second`'s.
+
+    Records and cursors live in different tables, so cursor writes may move past records; only the
+    order of the cursor writes themselves matters.
+
+    A commit deletes its expiries before writing its cursors; a cursor `second` expires (and does not
+    refresh) must not survive from `first`.
+    """
+    cursors = {_key(c): c for c in first.cursors}
+    for gone in second.expired:
+        cursors.pop(_key(gone), None)
+    cursors.update({_key(c): c for c in second.cursors})
+    expired = {_key(c): c for c in (*first.expired, *second.expired)}
+    return _Batch(records, tuple(cursors.values()), tuple(expired.values()), now)
+
+
+class ResilientWriter:
+    """Writes batches through `opener()`'s store; on failure keeps them (bounded) and retries later.
+
+    `opener` opens the store (e.g. `functools.partial(Store.open, path, retention_days=…)`); it is called
+    lazily and again before every retry. `store` is the open store for in-process reads, None while it
+    cannot be opened. Use from the loop's thread; pass the loop's clock as `now`.
+    """
+
+    def __init__(self, opener: Callable[[], Store], max_buffered_records: int = 100_000, *,
+                 retry_seconds: tuple[float, float] = (1.0, 30.0)) -> None:
+        self._opener = opener
+        self._max = max_buffered_records
+        self._first_delay, self._max_delay = retry_seconds
+        self._store: Store | None = None
+        self._pending: deque[_Batch] = deque()
+        self._totals: dict[TotalsKey, float] = {}
+        self._buffered = 0
+        self._up = False
+        self._write_errors = 0
+        self._dropped = 0
+        self._pruned = 0
+        self._db_bytes: int | None = None
+        self._last_error: str | None = None
+        self._failing = False  # inside a failure episode (logged once at its start)
+        self._dropping = False  # the buffer overflowed in this episode (logged once)
+        self._episode_errors = 0
+        self._retry_at = float("-inf")
+        self._delay = self._first_delay
+
+    @property
+    def store(self) -> Store | None:
+        return self._store
+
+    def open(self, now: float) -> bool:
+        """Open the store now (at start-up, to report a problem at once); True when it is usable."""
+        try:
+            self._db_bytes = self._ensure_store().db_bytes()
+        except StoreError as exc:
+            self._fail(exc, now)
+            return False
+        self._recovered()
+        return True
+
+    def commit(self, records: Iterable[object], cursors: Iterable[Cursor | JournalCursor] = (),
+               expired: Iterable[Cursor] = (), *, totals: Mapping[TotalsKey, float] | None = None,
+               now: float) -> CommitResult:
+        """Write this batch after any buffered ones; return what landed in this call (new rows and events).
+
+        Never raises for a store failure: the batch is kept and retried on a later call once the back-off
+        has passed. A record type with no table is a bug and raises StoreError at once, unbuffered.
+        `totals` are kept until written (a later value of a key replaces an earlier one).
+        """
+        batch = _Batch(list(records), tuple(cursors), tuple(expired), now)
+        Store.check(batch.records)
+        if not batch.records and self._pending:
+            # Cursors alone join the last buffered batch, so ticks that read nothing new add no batches.
+            last = self._pending[-1]
+            self._pending[-1] = _merge(last, batch, last.records, last.now)
+        elif batch.records or batch.cursors or batch.expired:
+            self._pending.append(batch)
+            self._buffered += len(batch.records)
+        if totals:
+            self._totals.update(totals)
+        result = self._drain(now) if now >= self._retry_at else CommitResult()
+        self._bound()
+        return result
+
+    def flush(self, now: float) -> CommitResult:
+        """Try to write everything buffered now, ignoring the back-off (at shutdown)."""
+        return self._drain(now)
+
+    def prune(self, now: float) -> int:
+        """Run the store's retention once; a failure is counted like a write failure, never raised."""
+        if self._store is None or now < self._retry_at:
+            return 0
+        try:
+            deleted = self._store.prune(now)
+            self._db_bytes = self._store.db_bytes()
+        except StoreError as exc:
+            self._fail(exc, now)
+            return 0
+        self._pruned += deleted
+        return deleted
+
+    def stats(self) -> StoreStats:
+        """A snapshot of the writer's self-metrics (see docs/store.md). Does no I/O, so the exporter may
+        call it from its own thread; `db_bytes` is as of the last write or prune."""
+        return StoreStats(up=self._up, write_errors_total=self._write_errors, dropped_records_total=self._dropped,
+                          buffered_records=self._buffered, pruned_rows_total=self._pruned,
+                          db_bytes=self._db_bytes if self._store is not None else None,
+                          last_error=self._last_error)
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _ensure_store(self) -> Store:
+        if self._store is not None and self._store.replaced():
+            self.close()
+        if self._store is None:
+            self._store = self._opener()
+        return self._store
+
+    def _drain(self, now: float) -> CommitResult:
+        result = CommitResult()
+        if not self._pending and not self._totals:
+            return result
+        try:
+            store = self._ensure_store()
+            while self._pending or self._totals:
+                batch = self._pending[0] if self._pending else _Batch([], (), (), now)
+                try:
+                    result = result + store.commit(batch.records, batch.cursors, batch.expired,
+                                                   totals=self._totals or None, now=batch.now)
+                except StoreError as exc:
+                    if not isinstance(exc.__cause__, _BAD_BATCH) or not batch.records:
+                        raise
+                    self._reject(batch, exc)  # this batch can never be written: retrying would block the rest
+                    continue
+                self._totals = {}
+                if self._pending:
+                    self._pending.popleft()
+                    self._buffered -= len(batch.records)
+            self._db_bytes = store.db_bytes()
+        except StoreError as exc:
+            self._fail(exc, now)
+            return result
+        self._recovered()
+        return result
+
+    def _reject(self, batch: _Batch, exc: StoreError) -> None:
+        """Give up a batch's records that SQLite refuses as such (a value it cannot bind: a bug upstream),
+        keeping its cursors; counted as dropped, logged every time (it should never happen)."""
+        self._write_errors += 1
+        self._dropped += len(batch.records)
+        self._buffered -= len(batch.records)
+        log.error("store refused a batch of %d records, dropped: %s", len(batch.records), exc)
+        batch.records.clear()
+
+    def _fail(self, exc: StoreError, now: float) -> None:
+        self._write_errors += 1
+        self._episode_errors += 1
+        self._up = False
+        self._last_error = f"{exc} ({failure_hint(exc)})"
+        self.close()  # reopened before the next try: the file may be moved aside or replaced meanwhile
+        if not self._failing:
+            self._failing = True
+            log.error("store write failed: %s; buffering up to %d records and retrying", self._last_error, self._max)
+        self._retry_at = now + self._delay
+        self._delay = min(self._delay * 2, self._max_delay)
+
+    def _recovered(self) -> None:
+        if self._failing:
+            log.warning("store writable again after %d failed attempt(s); %d record(s) dropped so far",
+                        self._episode_errors, self._dropped)
+        self._up = True
+        self._failing = self._dropping = False
+        self._episode_errors = 0
+        self._last_error = None
+        self._retry_at = float("-inf")
+        self._delay = self._first_delay
+
+    def _bound(self) -> None:
+        """Drop the oldest buffered records beyond the bound, keeping (merging) their cursors."""
+        excess = self._buffered - self._max
+        while excess > 0:
+            batch = next(b for b in self._pending if b.records)
+            cut = min(excess, len(batch.records))
+            del batch.records[:cut]
+            self._buffered -= cut
+            self._dropped += cut
+            excess -= cut
+            if not self._dropping:
+                self._dropping = True
+                log.error("store buffer full (%d records): dropping the oldest records, counted in "
+                          "dropped_records_total", self._max)
+        while len(self._pending) > 1 and not self._pending[0].records:
+            first = self._pending.popleft()
+            self._pending[0] = _merge(first, self._pending[0], self._pending[0].records, self._pending[0].now)
