@@ -22,11 +22,15 @@ from agent.config import DEFAULT_CONFIG_PATH, load_config
 from agent.errors import AgentError, ConfigError
 from agent.framing import unwrap_cri, unwrap_docker
 from agent.models import PRESETS
+from agent.pipeline import budget_of
 from agent.planner import plan
 from agent.reconcile import latest, reconcile
 from agent.records import Server
 from agent.scan import FileScan, jsonl, parse_tz, render_text, scan_stream
+from agent.service import serve, setup_logging
 from agent.sizing import SizingRequest, resolve
+from agent.status import gather
+from agent.status import render as render_status
 from parsers.vllm import startup_facts
 
 app = typer.Typer(
@@ -70,6 +74,41 @@ def check(
         typer.echo(f"{config}: {len(exc.problems)} problem(s)", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"{config}: OK — {cfg.summary()}")
+
+
+@app.command()
+def run(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Config file.")] = DEFAULT_CONFIG_PATH,
+    once: Annotated[bool, typer.Option("--once", help="One step (read, classify, store), then exit.")] = False,
+    nvml_library: Annotated[Path | None, typer.Option(help="Load this libnvidia-ml.so.1 instead of the "
+                                                      "system's (unusual installs, e.g. WSL).")] = None,
+) -> None:
+    """Run the agent: follow logs, poll NVML and engines, store events, serve /metrics (SIGHUP reloads)."""
+    setup_logging()
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        _fail("\n".join(exc.problems))
+    try:
+        code = serve(config, cfg, once=once, nvml_library=str(nvml_library) if nvml_library else None)
+    except AgentError as exc:
+        _fail(str(exc))
+    except OSError as exc:  # e.g. the metrics port is taken
+        _fail(f"cannot start: {exc}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def status(
+    config: Annotated[Path, typer.Option("--config", "-c", help="The agent's config file.")] = DEFAULT_CONFIG_PATH,
+) -> None:
+    """What the running agent sees now: sources, load vs budget, GPUs, last events (from the store)."""
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        _fail("\n".join(exc.problems))
+    budget_max = budget_of(cfg).get("max_concurrency")
+    typer.echo(render_status(gather(cfg), cfg, int(budget_max) if budget_max is not None else None))
 
 
 @app.command()

@@ -29,31 +29,31 @@ from agent.records import GpuProcessSample, GpuSample, ServerStats, SourceStats
 Labels = tuple[str, ...]
 Totals = Mapping[tuple[str, Labels], float]
 
-# Restart-safe counters: name (without _total) → (help, label names). The daemon keeps their values in
-# SQLite's `totals` table under the same names.
+# Restart-safe counters: totals key (the metric name without `deepinfer_`) → (help, label names). The
+# daemon keeps their values in SQLite's `totals` table under the same keys.
 COUNTERS: dict[str, tuple[str, Labels]] = {
-    "events": ("Classified events (OOM, preemption, pending, queue_full, deadline_exceeded, http_429/503, "
+    "events_total": ("Classified events (OOM, preemption, pending, queue_full, deadline_exceeded, http_429/503, "
                "engine_dead, cuda_error, nccl_timeout, xid, gpu_lost).", ("source", "server", "kind")),
-    "gpu_xid_errors": ("NVIDIA driver Xid errors, from NVML events and the kernel log.", ("gpu", "xid")),
-    "source_lines": ("Log lines delivered by the source.", ("source",)),
-    "source_bytes": ("Bytes read by the source.", ("source",)),
-    "source_rotations": ("Log rotations followed (rename, replace, delete, symlink swap).", ("source",)),
-    "source_truncations": ("Truncations noticed (copytruncate).", ("source",)),
-    "source_read_errors": ("Files that could not be opened or read.", ("source",)),
-    "source_partial_flushes": ("Unfinished last lines delivered after a quiet time.", ("source",)),
-    "source_invalid_utf8": ("Lines with bytes that are not UTF-8 (replaced).", ("source",)),
-    "source_truncated_lines": ("Lines cut at max_line_bytes.", ("source",)),
-    "source_framing_errors": ("Lines that did not parse as the source's envelope (Docker, CRI, journal).",
+    "gpu_xid_errors_total": ("NVIDIA driver Xid errors, from NVML events and the kernel log.", ("gpu", "xid")),
+    "source_lines_total": ("Log lines delivered by the source.", ("source",)),
+    "source_bytes_total": ("Bytes read by the source.", ("source",)),
+    "source_rotations_total": ("Log rotations followed (rename, replace, delete, symlink swap).", ("source",)),
+    "source_truncations_total": ("Truncations noticed (copytruncate).", ("source",)),
+    "source_read_errors_total": ("Files that could not be opened or read.", ("source",)),
+    "source_partial_flushes_total": ("Unfinished last lines delivered after a quiet time.", ("source",)),
+    "source_invalid_utf8_total": ("Lines with bytes that are not UTF-8 (replaced).", ("source",)),
+    "source_truncated_lines_total": ("Lines cut at max_line_bytes.", ("source",)),
+    "source_framing_errors_total": ("Lines that did not parse as the source's envelope (Docker, CRI, journal).",
                               ("source",)),
-    "source_restarts": ("journald: times journalctl exited and was restarted.", ("source",)),
-    "parse_errors": ("Lines a parser skipped because their numbers could not be read.", ("source",)),
-    "nvml_errors": ("NVML calls that failed, by call.", ("call",)),
-    "scrapes": ("Scrapes of an engine's /metrics.", ("target",)),
-    "scrape_errors": ("Failed scrapes of an engine's /metrics.", ("target",)),
-    "store_write_errors": ("SQLite write failures (full disk, locked or corrupt database).", ()),
-    "store_dropped_records": ("Records dropped because the write buffer was full during a store outage.", ()),
-    "config_reloads": ("Config reloads attempted (SIGHUP).", ()),
-    "config_reload_errors": ("Config reloads rejected; the last good config stays in force.", ()),
+    "source_restarts_total": ("journald: times journalctl exited and was restarted.", ("source",)),
+    "parse_errors_total": ("Lines a parser skipped because their numbers could not be read.", ("source",)),
+    "nvml_errors_total": ("NVML calls that failed, by call.", ("call",)),
+    "scrapes_total": ("Scrapes of an engine's /metrics.", ("target",)),
+    "scrape_errors_total": ("Failed scrapes of an engine's /metrics.", ("target",)),
+    "store_write_errors_total": ("SQLite write failures (full disk, locked or corrupt database).", ()),
+    "store_dropped_records_total": ("Records dropped because the write buffer was full during a store outage.", ()),
+    "config_reloads_total": ("Config reloads attempted (SIGHUP).", ()),
+    "config_reload_errors_total": ("Config reloads rejected; the last good config stays in force.", ()),
 }
 
 
@@ -146,7 +146,7 @@ def _counters(totals: Totals) -> Iterator[Metric]:
     for (name, labels), value in totals.items():
         by_name.setdefault(name, []).append((labels, value))
     for name, (doc, label_names) in COUNTERS.items():
-        family = CounterMetricFamily(f"deepinfer_{name}", doc, labels=list(label_names))
+        family = CounterMetricFamily(f"deepinfer_{name.removesuffix('_total')}", doc, labels=list(label_names))
         for labels, value in sorted(by_name.get(name, [])):
             if len(labels) == len(label_names):
                 family.add_metric(list(labels), value)

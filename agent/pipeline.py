@@ -25,6 +25,7 @@ from agent.nvml import GpuPoller
 from agent.records import (
     CapacityFact,
     Cursor,
+    Event,
     EventKind,
     GpuProcessSample,
     GpuSample,
@@ -35,24 +36,34 @@ from agent.records import (
 )
 from agent.scrape import Scraper
 from agent.sizing import SizingRequest, resolve
-from agent.store import ResilientWriter, Store
+from agent.store import Store, TotalsKey, default_event_counters
 from agent.tailer import FileTailer
 from agent.wake import Waker
+from agent.writer import ResilientWriter
 from parsers import Parser, make_parser
 
 log = logging.getLogger("deepinfer.pipeline")
 
-Key = tuple[str, tuple[str, ...]]
+Key = TotalsKey
 PRUNE_EVERY_SECONDS = 60.0
+# A parser holds an open traceback (and auto-detection holds its first lines) until a line shows it
+# ended; a stream that went quiet — the engine died mid-traceback — is flushed after this long.
+QUIET_FLUSH_SECONDS = 1.0
 
 # SourceStats counters → the restart-safe counter each one feeds.
-_SOURCE_COUNTERS = {
-    "lines_total": "source_lines", "bytes_total": "source_bytes", "rotations_total": "source_rotations",
-    "truncations_total": "source_truncations", "read_errors_total": "source_read_errors",
-    "partial_flushes_total": "source_partial_flushes", "invalid_utf8_total": "source_invalid_utf8",
-    "truncated_lines_total": "source_truncated_lines", "framing_errors_total": "source_framing_errors",
-    "restarts_total": "source_restarts",
-}
+_SOURCE_COUNTERS = {attr: f"source_{attr}" for attr in (
+    "lines_total", "bytes_total", "rotations_total", "truncations_total", "read_errors_total",
+    "partial_flushes_total", "invalid_utf8_total", "truncated_lines_total", "framing_errors_total",
+    "restarts_total")}
+
+
+def event_counters(event: Event) -> Iterable[Key]:
+    """The totals one newly stored event bumps, in the store's own transaction: events by kind, and
+    Xid errors by GPU and code (the GPU's index from NVML, else the PCI bus from the kernel line)."""
+    yield from default_event_counters(event)
+    if event.kind in (EventKind.XID, EventKind.GPU_LOST) and "xid" in event.fields:
+        gpu = event.fields.get("gpu", event.fields.get("pci_bus", "unknown"))
+        yield ("gpu_xid_errors_total", (str(gpu), str(event.fields["xid"])))
 
 
 class Totals:
@@ -71,6 +82,10 @@ class Totals:
     def add(self, key: Key, amount: float = 1.0) -> None:
         self.values[key] = self.values.get(key, 0.0) + amount
         self.dirty.add(key)
+
+    def absorb(self, key: Key, amount: float) -> None:
+        """A counter the store already moved in its own transaction: mirror it, do not write it again."""
+        self.values[key] = self.values.get(key, 0.0) + amount
 
     def observe(self, key: Key, since_start: float) -> None:
         base = self._base.setdefault(key, self.values.get(key, 0.0))
@@ -95,6 +110,8 @@ class _LogSource:
     section: SourceSection
     reader: FileTailer | JournalSource
     parser: Parser
+    last_line_at: float = 0.0
+    flushed: bool = True
 
     @property
     def name(self) -> str:
@@ -121,22 +138,21 @@ class _Latest:
 
 
 class Daemon:
-    """The long-running agent. Build it, `start(now)`, then `run_once(now)` or `run_forever(stop)`."""
+    """The long-running agent. Build it, `start(now)`, then `run_once(now)` steps (or `run_forever`)."""
 
-    def __init__(self, config: Config, store: Store, *, nvml_library: str | None = None,
+    def __init__(self, config: Config, *, nvml_library: str | None = None,
                  load_config: Callable[[], Config] | None = None) -> None:
         self.config = config
-        self._store = store
-        self._writer = ResilientWriter(store)
         self._load_config = load_config
         self._nvml_library = nvml_library
-        self._sources: list[_LogSource] = []
+        self._writer = ResilientWriter(self._open_store)
+        self._sources: list[_LogSource] | None = None  # built once the store (and its cursors) is readable
         self._scrapers: list[Scraper] = []
         self._nvml: GpuPoller | None = None
         self._nvml_due = 0.0
         self._prune_due = 0.0
         self._latest = _Latest()
-        self.totals = Totals(store.load_totals())
+        self.totals = Totals({})
         self._started_at = time.time()
         self._snapshot = Snapshot(version=__version__, started_at=self._started_at)
         self._snapshot_lock = threading.Lock()
@@ -144,39 +160,57 @@ class Daemon:
         self._reload_ok = True
         self.waker = Waker(use_inotify=any(s.use_inotify for s in config.sources))
 
+    def _open_store(self) -> Store:
+        store = self.config.store
+        return Store.open(store.path, retention_days=store.retention_days, max_bytes=store.max_bytes,
+                          event_counters=event_counters)
+
     # ---- building -------------------------------------------------------------------------------
     def start(self, now: float) -> None:
-        """Open sources at their stored cursors, NVML and scrapers; compute the budget from the config."""
+        """Open the store, then sources at their stored cursors, NVML and scrapers; compute the budget.
+
+        If the store cannot be opened (full disk, corrupt file, permissions), nothing is read yet —
+        reading without knowing the cursors would repeat or skip lines — and every step retries."""
+        self._writer.open(now)
         self._build(self.config, now)
-        self._latest.facts.update({k: dict(v) for k, v in self._store.latest_facts().items()})
         self._publish(now)
 
     def _build(self, config: Config, now: float) -> None:
-        self._sources = [self._open_source(section, now) for section in config.sources]
         self._scrapers = [Scraper.from_target(target) for target in config.scrape]
         if config.nvml.enabled and self._nvml is None:
             self._nvml = GpuPoller(library_path=self._nvml_library)
         elif not config.nvml.enabled and self._nvml is not None:
             self._nvml.close()
             self._nvml = None
-        self._budget = _budget_of(config)
+        self._budget = budget_of(config)
+        self._sources = None
+        self._open_sources(now)
 
-    def _open_source(self, section: SourceSection, now: float) -> _LogSource:
+    def _open_sources(self, now: float) -> None:
+        store = self._writer.store
+        if self._sources is not None or store is None:
+            return
+        if not self.totals.values:
+            self.totals = Totals(store.load_totals())
+        self._latest.facts.update({k: dict(v) for k, v in store.latest_facts().items()})
+        self._sources = [self._open_source(store, section, now) for section in self.config.sources]
+
+    def _open_source(self, store: Store, section: SourceSection, now: float) -> _LogSource:
         name = section.source_name()
         reader: FileTailer | JournalSource
         if section.format == "journald":
-            reader = JournalSource.from_section(section, self._store.journal_cursor(name))
+            reader = JournalSource.from_section(section, store.journal_cursor(name))
         else:
-            reader = FileTailer.from_section(section, self._store.cursors(name))
+            reader = FileTailer.from_section(section, store.cursors(name))
         server = section.server
         if section.format == "journald" and section.kernel and server is Server.AUTO:
             server = Server.KERNEL
         return _LogSource(section, reader, make_parser(server, name, now))
 
     def describe(self) -> list[str]:
-        """What this agent watches, one line each, for the start-up log and `status`."""
-        lines = [f"source {s.name}: {s.section.format} {s.section.path or s.section.unit or 'kernel log'}, "
-                 f"server {s.section.server.value}" for s in self._sources]
+        """What this agent watches, one line each, for the start-up log."""
+        lines = [f"source {s.source_name()}: {s.format} {s.path or s.unit or 'kernel log'}, server {s.server.value}"
+                 for s in self.config.sources]
         lines += [f"scrape {t.url} every {t.interval_seconds:g}s ({t.server.value})" for t in self.config.scrape]
         nvml = f"every {self.config.nvml.interval_seconds:g}s" if self._nvml else "off"
         lines.append(f"nvml: {nvml}")
@@ -184,20 +218,28 @@ class Daemon:
             lines.append(f"budget: max concurrency {int(self._budget['max_concurrency'])} "
                          f"({int(self._budget['tokens_per_request'])} tokens per request)")
         else:
-            lines.append("budget: not computed (config lacks model / gpu.vram_gib)")
+            lines.append("budget: not computed (the config lacks the model or gpu.vram_gib)")
+        stats = self._writer.stats()
+        lines.append(f"store: {self.config.store.path}" + ("" if stats.up else f" (DOWN: {stats.last_error})"))
         return lines
 
     # ---- the step -------------------------------------------------------------------------------
     def run_once(self, now: float) -> bool:
         """One step; True when a source stopped at its read budget and more is waiting."""
-        records: list[Record] = []
+        self._open_sources(now)
+        records: list[object] = []
         cursors: list[Cursor | JournalCursor] = []
         expired: list[Cursor] = []
         more = False
-        for src in self._sources:
+        for src in self._sources or ():
             batch = src.reader.poll(now)
             for line in batch.lines:
                 records.extend(src.parser.feed(line.text, line.ts, line.path, line.offset))
+            if batch.lines:
+                src.last_line_at, src.flushed = now, False
+            elif not src.flushed and now - src.last_line_at >= QUIET_FLUSH_SECONDS:
+                records.extend(src.parser.flush())
+                src.flushed = True
             cursors.extend(batch.cursors)
             expired.extend(batch.expired)
             more = more or batch.more
@@ -211,7 +253,7 @@ class Daemon:
         self._publish(now)
         return more
 
-    def _poll_nvml(self, now: float) -> list[Record]:
+    def _poll_nvml(self, now: float) -> list[object]:
         if self._nvml is None or now < self._nvml_due:
             return []
         self._nvml_due = now + self.config.nvml.interval_seconds
@@ -219,44 +261,47 @@ class Daemon:
         self._latest.gpus, self._latest.processes = result.gpus, result.processes
         return [*result.gpus, *result.processes, *result.events]
 
-    def _commit(self, records: Sequence[Record | GpuSample | GpuProcessSample],
-                cursors: Sequence[Cursor | JournalCursor], expired: Sequence[Cursor], now: float) -> None:
+    def _commit(self, records: Sequence[object], cursors: Sequence[Cursor | JournalCursor],
+                expired: Sequence[Cursor], now: float) -> None:
         self._observe_counters()
-        result = self._writer.commit(records, cursors, expired, self.totals.take_dirty())
+        result = self._writer.commit(records, cursors, expired, totals=self.totals.take_dirty(), now=now)
         for event in result.new_events:
-            self.totals.add(("events", (event.source, event.server.value, event.kind.value)))
-            if event.kind in (EventKind.XID, EventKind.GPU_LOST) and "xid" in event.fields:
-                gpu = event.fields.get("gpu", event.fields.get("pci_bus", "unknown"))
-                self.totals.add(("gpu_xid_errors", (str(gpu), str(event.fields["xid"]))))
+            for key in event_counters(event):
+                self.totals.absorb(key, 1.0)
+        self._observe_store()  # this very commit may have failed: show it now, persist it with the next
         self._latest.take(r for r in records if isinstance(r, ServerStats | CapacityFact))
 
     def _observe_counters(self) -> None:
-        for src in self._sources:
+        for src in self._sources or ():
             stats = src.reader.stats()
             for attr, metric in _SOURCE_COUNTERS.items():
                 self.totals.observe((metric, (src.name,)), getattr(stats, attr))
-            self.totals.observe(("parse_errors", (src.name,)), src.parser.parse_errors)
+            self.totals.observe(("parse_errors_total", (src.name,)), src.parser.parse_errors)
         if self._nvml is not None:
             for call, count in self._nvml.errors_by_call.items():
-                self.totals.observe(("nvml_errors", (call,)), count)
+                self.totals.observe(("nvml_errors_total", (call,)), count)
         for scraper in self._scrapers:
-            stats = scraper.stats()
-            self.totals.observe(("scrapes", (stats.target,)), stats.scrapes_total)
-            self.totals.observe(("scrape_errors", (stats.target,)), stats.errors_total)
-        self.totals.observe(("store_write_errors", ()), self._writer.write_errors_total)
-        self.totals.observe(("store_dropped_records", ()), self._writer.dropped_records_total)
+            target = scraper.stats()
+            self.totals.observe(("scrapes_total", (target.target,)), target.scrapes_total)
+            self.totals.observe(("scrape_errors_total", (target.target,)), target.errors_total)
+        self._observe_store()
+
+    def _observe_store(self) -> None:
+        store = self._writer.stats()
+        self.totals.observe(("store_write_errors_total", ()), store.write_errors_total)
+        self.totals.observe(("store_dropped_records_total", ()), store.dropped_records_total)
 
     def _publish(self, now: float) -> None:
+        store = self._writer.stats()
         snapshot = Snapshot(
             version=__version__, started_at=self._started_at, totals=dict(self.totals.values),
-            sources=[s.reader.stats() for s in self._sources], servers=dict(self._latest.servers),
+            sources=[s.reader.stats() for s in self._sources or ()], servers=dict(self._latest.servers),
             facts={k: dict(v) for k, v in self._latest.facts.items()}, gpus=self._latest.gpus,
             gpu_processes=self._latest.processes, nvml_enabled=self._nvml is not None,
             nvml_up=self._nvml.up if self._nvml else False,
             targets=[TargetState(t.target, t.up, t.last_duration_seconds) for t in (s.stats() for s in self._scrapers)],
-            store_up=self._writer.up, store_buffered_records=self._writer.buffered_records,
-            store_size_bytes=self._writer.db_bytes(), budget=dict(self._budget),
-            configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
+            store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,
+            budget=dict(self._budget), configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
         )
         with self._snapshot_lock:
             self._snapshot = snapshot
@@ -268,18 +313,19 @@ class Daemon:
     # ---- lifecycle ------------------------------------------------------------------------------
     def reload(self, now: float) -> bool:
         """Re-read the config (SIGHUP). A bad file keeps the running config, counted and logged."""
-        self.totals.add(("config_reloads", ()))
+        self.totals.add(("config_reloads_total", ()))
         if self._load_config is None:
             return False
         try:
             config = self._load_config()
         except AgentError as exc:
             self._reload_ok = False
-            self.totals.add(("config_reload_errors", ()))
+            self.totals.add(("config_reload_errors_total", ()))
             log.error("config reload rejected; keeping the running config: %s", exc)
             return False
         self._close_sources(now)
-        self.totals.rebase([*_SOURCE_COUNTERS.values(), "parse_errors", "scrapes", "scrape_errors"])
+        self.totals.rebase([*_SOURCE_COUNTERS.values(), "parse_errors_total", "scrapes_total",
+                            "scrape_errors_total"])
         self.config = config
         self._build(config, now)
         self._reload_ok = True
@@ -288,9 +334,9 @@ class Daemon:
 
     def _close_sources(self, now: float) -> None:
         """Flush what sources and parsers hold (partial lines, open tracebacks) and commit it."""
-        records: list[Record] = []
+        records: list[object] = []
         cursors: list[Cursor | JournalCursor] = []
-        for src in self._sources:
+        for src in self._sources or ():
             if isinstance(src.reader, FileTailer):
                 batch = src.reader.close(now)
                 for line in batch.lines:
@@ -300,19 +346,20 @@ class Daemon:
                 src.reader.close()
             records.extend(src.parser.flush())
         self._commit(records, cursors, (), now)
+        self._sources = None
 
     def close(self, now: float) -> None:
         """Flush and commit everything held, then release NVML, the waker and the store."""
         self._close_sources(now)
-        self._sources = []
         if self._nvml is not None:
             self._nvml.close()
-        self._writer.commit([], [], [], self.totals.take_dirty())
+        self._writer.commit([], totals=self.totals.take_dirty(), now=now)
+        self._writer.close()
         self.waker.close()
 
     def wait_interval(self) -> float:
         """How long the loop may sleep when nothing woke it: the shortest poll interval due."""
-        intervals = [s.section.poll_interval_seconds for s in self._sources]
+        intervals = [s.poll_interval_seconds for s in self.config.sources]
         intervals += [t.interval_seconds for t in self.config.scrape]
         if self._nvml is not None:
             intervals.append(self.config.nvml.interval_seconds)
@@ -320,13 +367,13 @@ class Daemon:
 
     def watch_dirs(self) -> set[str]:
         dirs: set[str] = set()
-        for src in self._sources:
+        for src in self._sources or ():
             if isinstance(src.reader, FileTailer) and src.section.use_inotify:
                 dirs |= src.reader.watch_dirs()
         return dirs
 
 
-def _budget_of(config: Config) -> dict[str, float]:
+def budget_of(config: Config) -> dict[str, float]:
     """The budget the config implies, or {} when it lacks the inputs (the agent still watches)."""
     try:
         budget = compute(resolve(SizingRequest(), config).inputs)

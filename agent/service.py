@@ -22,7 +22,6 @@ from agent.config import Config, load_config
 from agent.metrics import MetricsServer
 from agent.pipeline import Daemon, run_forever
 from agent.sdnotify import Notifier
-from agent.store import Store
 
 log = logging.getLogger("deepinfer")
 
@@ -48,15 +47,13 @@ def setup_logging(level: int = logging.INFO) -> None:
 
 def serve(config_path: Path, config: Config, *, once: bool = False, nvml_library: str | None = None) -> int:
     """Run the agent until a stop signal; return the exit code."""
-    store = Store.open(config.store.path)
-    daemon = Daemon(config, store, nvml_library=nvml_library, load_config=lambda: load_config(config_path))
+    daemon = Daemon(config, nvml_library=nvml_library, load_config=lambda: load_config(config_path))
     daemon.start(time.time())
     for line in daemon.describe():
         log.info("watching %s", line)
     if once:
         daemon.run_once(time.time())
         daemon.close(time.time())
-        store.close()
         return 0
     server = MetricsServer(daemon.snapshot, config.metrics.listen, config.metrics.port)
     server.start()
@@ -90,6 +87,5 @@ def serve(config_path: Path, config: Config, *, once: bool = False, nvml_library
     finally:
         notifier.stopping()
         server.close()
-        store.close()
     log.info("stopped")
     return 0

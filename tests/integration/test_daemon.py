@@ -3,11 +3,14 @@ Prometheus server scraping it, promtool linting it, and real signals (HUP, TERM,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -47,17 +50,20 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
 class Agent:
     """`deepinfer-agent run` in a subprocess, with its stderr collected and its metrics port read."""
 
-    def __init__(self, config: Path, env: dict[str, str]) -> None:
+    def __init__(self, config: Path, env: dict[str, str], number: int, wrap: list[str] | None = None) -> None:
         self.config = config
         self.env = env
+        self.wrap = wrap
         self.proc: subprocess.Popen[str] | None = None
         self.port = 0
-        self.stderr_path = config.parent / "agent.stderr"
+        self.stderr_path = config.parent / f"agent-{number}.stderr"
 
     def start(self) -> Agent:
-        self._err = self.stderr_path.open("a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(self.config)],
-                                     env=self.env, stdout=subprocess.DEVNULL, stderr=self._err, text=True)
+        self._err = self.stderr_path.open("w")
+        argv = [sys.executable, "-m", "agent", "run", "--config", str(self.config)]
+        if self.wrap is not None:  # e.g. a shell that mounts a filesystem first, then execs the agent
+            argv = [*self.wrap[:-1], f"{self.wrap[-1]} {shlex.join(argv)}"]
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=self._err, text=True)
         match = wait_for("the metrics address in the agent's log", self._address)
         self.port = int(match.group(1))
         return self
@@ -75,9 +81,8 @@ class Agent:
 
     def value(self, name: str, **labels: str) -> float | None:
         for line in self.metrics().splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                if all(f'{k}="{v}"' in line for k, v in labels.items()):
-                    return float(line.rsplit(" ", 1)[1])
+            if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+                return float(line.rsplit(" ", 1)[1])
         return None
 
     def signal(self, sig: signal.Signals) -> None:
@@ -123,7 +128,7 @@ store: {{path: {tmp_path}/state/agent.db}}
     agents: list[Agent] = []
 
     def agent() -> Agent:
-        a = Agent(config, env)
+        a = Agent(config, env, len(agents))
         agents.append(a)
         return a.start()
 
@@ -211,8 +216,7 @@ scrape_configs:
   - job_name: deepinfer
     static_configs: [{{targets: ["127.0.0.1:{agent.port}"]}}]
 """)
-    with socket_port() as prom_port:
-        pass
+    prom_port = free_port()
     prom = subprocess.Popen([binary, f"--config.file={tmp / 'prom.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{prom_port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -238,15 +242,62 @@ scrape_configs:
         prom.wait(10)
 
 
-class socket_port:
-    """A free loopback port (bind 0, read it, release it) for a server that cannot bind 0 itself."""
+def free_port() -> int:
+    """A free loopback port (bind 0, read it, release it) for a server that cannot be told port 0."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
-    def __enter__(self) -> int:
-        import socket
 
-        self._sock = socket.socket()
-        self._sock.bind(("127.0.0.1", 0))
-        return int(self._sock.getsockname()[1])
-
-    def __exit__(self, *exc: object) -> None:
-        self._sock.close()
+def test_a_full_disk_is_survived_reported_and_caught_up(node: dict[str, Any], tmp_path: Path) -> None:
+    """The store on a real, tiny tmpfs (in a private mount namespace): the agent keeps running, reports the
+    failure, buffers, and once space is freed every event lands exactly once."""
+    unshare, mount = shutil.which("unshare"), shutil.which("mount")
+    probe = subprocess.run([unshare or "unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"],
+                           capture_output=True) if unshare and mount else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("needs unshare -m and mount (root with CAP_SYS_ADMIN) for a real full filesystem")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    config = node["config"]
+    config.write_text(config.read_text().replace(f"path: {tmp_path}/state/agent.db", f"path: {disk}/agent.db"))
+    mount_first = f"mount -t tmpfs -o size=1m tmpfs {disk} && exec"
+    agent = Agent(config, {**os.environ, "PYTHONUNBUFFERED": "1"}, 99, [unshare or "unshare", "-m", "sh", "-c",
+                                                                       mount_first]).start()
+    assert agent.proc is not None
+    try:
+        append(node["log"], REJECT)
+        written = 1
+        wait_for("the first event stored", lambda: agent.value("deepinfer_events_total", kind="http_429") == 1)
+        # Another process fills the disk while the agent runs (through the agent's view of the mount).
+        filler = Path(f"/proc/{agent.proc.pid}/root{disk}/filler")
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        with contextlib.suppress(OSError):  # ENOSPC ends the loop: the filesystem is full
+            while True:
+                os.write(fd, b"\0" * 4096)
+        os.close(fd)
+        while agent.value("deepinfer_store_up") != 0:
+            append(node["log"], *[REJECT] * 200)
+            written += 200
+            assert written < 20000, "the database never filled the 512 KiB filesystem"
+            time.sleep(0.1)
+        assert agent.proc.poll() is None, "the agent must survive a full disk"
+        wait_for("the write error counted", lambda: (agent.value("deepinfer_store_write_errors_total") or 0) >= 1)
+        append(node["log"], *[REJECT] * 10)
+        written += 10
+        wait_for("records buffered", lambda: (agent.value("deepinfer_store_buffered_records") or 0) > 0)
+        filler.unlink()  # the operator frees space
+        wait_for("the store to recover", lambda: agent.value("deepinfer_store_up") == 1, timeout=60)
+        wait_for("the buffer to drain", lambda: agent.value("deepinfer_store_buffered_records") == 0, timeout=60)
+        wait_for("every 429 counted once", lambda: agent.value("deepinfer_events_total", kind="http_429") == written)
+        # The tmpfs lives in the agent's mount namespace: copy the (quiet, drained) database out to read it.
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(f"/proc/{agent.proc.pid}/root{disk}/agent.db{suffix}")
+            if source.exists():
+                shutil.copyfile(source, tmp_path / f"copy.db{suffix}")
+        with sqlite3.connect(tmp_path / "copy.db") as db:
+            (stored,) = db.execute("SELECT count(*) FROM events WHERE kind = 'http_429'").fetchone()
+        assert stored == written
+        assert "database or disk is full" in agent.stderr_path.read_text()
+    finally:
+        agent.kill()

@@ -1,0 +1,81 @@
+"""The exporter: families rebuilt from a snapshot, counters from restart-safe totals, lint-clean, documented."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from agent.metrics import MetricsServer, Snapshot, SnapshotCollector, exposition_samples
+from agent.records import GpuProcessSample, GpuSample, Server, ServerStats, SourceStats
+
+README = (Path(__file__).parent.parent.parent / "README.md").read_text()
+
+FULL = Snapshot(
+    version="1.2.3", started_at=100.0,
+    totals={("events_total", ("vllm", "vllm", "oom")): 2.0, ("gpu_xid_errors_total", ("0", "79")): 1.0,
+            ("source_lines_total", ("vllm",)): 10.0, ("nvml_errors_total", ("nvmlInit",)): 3.0,
+            ("store_write_errors_total", ()): 1.0, ("not_a_counter", ("x",)): 5.0},
+    sources=[SourceStats("vllm", lag_bytes=42)],
+    servers={"vllm": ServerStats(200.0, "vllm", Server.VLLM, running=5, waiting=2, kv_usage_ratio=0.42)},
+    facts={"vllm": {"kv_cache_tokens": 176240.0, "model": "Qwen/Qwen3-0.6B"}},
+    gpus=[GpuSample(200.0, 0, "GPU-1", "NVIDIA H100", None, 80, None, 60, 20, 0.5, 0.25, 61.0, 350.0, 700.0)],
+    gpu_processes=[GpuProcessSample(200.0, 0, "GPU-1", 1234, 15), GpuProcessSample(200.0, 0, "GPU-1", 99, 5)],
+    nvml_enabled=True, nvml_up=True, store_size_bytes=4096,
+    budget={"max_concurrency": 13.0}, configured={"max_num_seqs": 13.0},
+)
+
+
+def exposition(snapshot: Snapshot) -> str:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: snapshot))
+    return generate_latest(registry).decode()
+
+
+def test_values_and_labels() -> None:
+    samples = exposition_samples(exposition(FULL))
+    assert samples["deepinfer_events"] == [({"source": "vllm", "server": "vllm", "kind": "oom"}, 2.0)]
+    assert samples["deepinfer_gpu_xid_errors"] == [({"gpu": "0", "xid": "79"}, 1.0)]
+    assert samples["deepinfer_server_kv_cache_usage_ratio"] == [({"source": "vllm", "server": "vllm"}, 0.42)]
+    assert samples["deepinfer_gpu_process_memory_used_bytes"] == [({"gpu": "0"}, 20.0)]  # summed, no pid label
+    assert samples["deepinfer_source_lag_bytes"] == [({"source": "vllm"}, 42.0)]
+    assert "deepinfer_gpu_memory_reserved_bytes" not in samples  # None is no sample, never 0
+    assert "not_a_counter" not in exposition(FULL)
+
+
+def test_series_of_a_vanished_source_disappear() -> None:
+    gone = Snapshot(version="1.2.3", started_at=100.0)
+    samples = exposition_samples(exposition(gone))
+    assert not any(labels.get("source") == "vllm" for series in samples.values() for labels, _ in series)
+    assert "deepinfer_nvml_up" not in samples  # NVML disabled: no sample at all, not a 0
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (.ci/run installs it)")
+def test_promtool_finds_nothing_to_complain_about() -> None:
+    lint = subprocess.run(["promtool", "check", "metrics"], input=exposition(FULL), capture_output=True, text=True)
+    assert lint.returncode == 0 and lint.stderr == "", lint.stderr
+
+
+def test_every_exported_metric_is_documented_in_the_readme() -> None:
+    names = {line.split("{")[0].split(" ")[0] for line in exposition(FULL).splitlines() if line and line[0] != "#"}
+    names |= {line.split()[2] for line in exposition(FULL).splitlines() if line.startswith("# TYPE")}
+    for name in sorted(names):
+        base = name.removesuffix("_created")
+        assert f"`{base}`" in README or f"`{base}_total`" in README or f"`{base}_info`" in README, name
+
+
+def test_server_binds_loopback_port_zero_and_serves_a_landing_page() -> None:
+    server = MetricsServer(lambda: FULL, "127.0.0.1", 0)
+    server.start()
+    try:
+        assert server.port > 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/", timeout=5) as page:
+            assert b'href="/metrics"' in page.read()
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as metrics:
+            assert b"deepinfer_events_total" in metrics.read()
+    finally:
+        server.close()
