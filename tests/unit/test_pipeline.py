@@ -1,0 +1,53 @@
+"""The daemon's step, driven in-process with its own clock: records, counters and the snapshot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.config import load_config
+from agent.pipeline import Daemon, Totals
+
+OOM = ("ERROR 11-29 09:00:01 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+       "2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.20 GiB is free.")
+STATS = ("INFO 11-29 09:00:02 [loggers.py:116] Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation "
+         "throughput: 20.0 tokens/s, Running: 5 reqs, Waiting: 2 reqs, GPU KV cache usage: 42.0%, Prefix cache "
+         "hit rate: 0.0%")
+
+
+def test_totals_continue_across_a_restart_and_a_rebuild() -> None:
+    totals = Totals({("source_lines_total", ("a",)): 100.0})
+    totals.observe(("source_lines_total", ("a",)), 5)  # the new process's tailer has read 5 lines
+    assert totals.values[("source_lines_total", ("a",))] == 105
+    totals.observe(("source_lines_total", ("a",)), 7)
+    assert totals.values[("source_lines_total", ("a",))] == 107
+    totals.rebase(["source_lines_total"])  # a reload replaced the tailer: it counts from 0 again
+    totals.observe(("source_lines_total", ("a",)), 1)
+    assert totals.values[("source_lines_total", ("a",))] == 108
+    assert totals.take_dirty() == {("source_lines_total", ("a",)): 108}
+    totals.absorb(("events_total", ("a", "vllm", "oom")), 1)  # already written by the store itself
+    assert totals.take_dirty() == {}
+
+
+def test_one_step_classifies_stores_and_publishes(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(f"{STATS}\n{OOM}\n")
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text("sources: [{path: vllm.log, server: vllm, name: vllm, start_at: beginning}]\n"
+                           "nvml: {enabled: false}\nstore: {path: agent.db}\n")
+    daemon = Daemon(load_config(config_path))
+    daemon.start(1000.0)
+    daemon.run_once(1000.0)
+    daemon.run_once(1002.0)  # quiet for more than a second: the open traceback is closed
+    snap = daemon.snapshot()
+    assert snap.totals[("events_total", ("vllm", "vllm", "oom"))] == 1
+    assert snap.totals[("events_total", ("vllm", "vllm", "pending"))] == 1
+    assert snap.totals[("source_lines_total", ("vllm",))] == 2
+    assert snap.servers["vllm"].waiting == 2
+    daemon.close(1003.0)
+    again = Daemon(load_config(config_path))  # a restart: cursors and counters come back from the store
+    again.start(1004.0)
+    again.run_once(1004.0)
+    snap = again.snapshot()
+    assert snap.totals[("events_total", ("vllm", "vllm", "oom"))] == 1
+    assert snap.totals[("source_lines_total", ("vllm",))] == 2, "no line is read twice after a restart"
+    again.close(1005.0)
