@@ -249,27 +249,25 @@ def _gpus(snap: Snapshot) -> Iterator[Metric]:
     yield count
 
 
+_BUDGET_GAUGES: tuple[tuple[str, str, str], ...] = (
+    # (metric, key in Snapshot.budget / Snapshot.configured, help)
+    ("budget_max_concurrency", "max_concurrency",
+     "Max concurrent requests the computed KV budget allows (deepinfer-agent budget)."),
+    ("budget_usable_kv_bytes", "usable_kv_bytes", "KV-cache memory per GPU in the computed budget."),
+    ("budget_kv_bytes_per_token", "kv_bytes_per_token", "KV-cache bytes per token per GPU in the computed budget."),
+    ("budget_tokens_per_request", "tokens_per_request", "Tokens per request the computed budget assumes."),
+    ("config_max_num_seqs", "max_num_seqs", "max_num_seqs as configured (server.max_num_seqs)."),
+    ("config_max_queue_size", "max_queue_size", "max_queue_size as configured (server.max_queue_size)."),
+    ("config_max_model_len", "max_model_len", "max_model_len as configured (server.max_model_len)."),
+)
+
+
 def _budget(snap: Snapshot) -> Iterator[Metric]:
-    docs = {
-        "max_concurrency": "Max concurrent requests the computed KV budget allows (deepinfer-agent budget).",
-        "usable_kv_bytes": "KV-cache memory per GPU in the computed budget.",
-        "kv_bytes_per_token": "KV-cache bytes per token per GPU in the computed budget.",
-        "tokens_per_request": "Tokens per request the computed budget assumes.",
-    }
-    for key, doc in docs.items():
-        family = _gauge(f"budget_{key}", doc)
-        if key in snap.budget:
-            family.add_metric([], snap.budget[key])
-        yield family
-    configured = {
-        "max_num_seqs": "max_num_seqs as configured (server.max_num_seqs).",
-        "max_queue_size": "max_queue_size as configured (server.max_queue_size).",
-        "max_model_len": "max_model_len as configured (server.max_model_len).",
-    }
-    for key, doc in configured.items():
-        family = _gauge(f"config_{key}", doc)
-        if key in snap.configured:
-            family.add_metric([], snap.configured[key])
+    for metric, key, doc in _BUDGET_GAUGES:
+        values = snap.budget if metric.startswith("budget_") else snap.configured
+        family = _gauge(metric, doc)
+        if key in values:
+            family.add_metric([], values[key])
         yield family
 
 
