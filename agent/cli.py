@@ -93,8 +93,6 @@ def run(
         code = serve(config, cfg, once=once, nvml_library=str(nvml_library) if nvml_library else None)
     except AgentError as exc:
         _fail(str(exc))
-    except OSError as exc:  # e.g. the metrics port is taken
-        _fail(f"cannot start: {exc}")
     raise typer.Exit(code)
 
 

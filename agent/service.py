@@ -19,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from agent.config import Config, load_config
+from agent.errors import AgentError
 from agent.metrics import MetricsServer
 from agent.pipeline import Daemon, run_forever
 from agent.sdnotify import Notifier
@@ -48,14 +49,19 @@ def setup_logging(level: int = logging.INFO) -> None:
 def serve(config_path: Path, config: Config, *, once: bool = False, nvml_library: str | None = None) -> int:
     """Run the agent until a stop signal; return the exit code."""
     daemon = Daemon(config, nvml_library=nvml_library, load_config=lambda: load_config(config_path))
+    # Bind first: a port already taken fails the start at once, before any source is opened.
+    try:
+        server = None if once else MetricsServer(daemon.snapshot, config.metrics.listen, config.metrics.port)
+    except OSError as exc:
+        raise AgentError(f"cannot serve metrics on {config.metrics.listen}:{config.metrics.port}: "
+                         f"{exc.strerror or exc} (another process holds the port? set metrics.port)") from exc
     daemon.start(time.time())
     for line in daemon.describe():
         log.info("watching %s", line)
-    if once:
+    if server is None:
         daemon.run_once(time.time())
         daemon.close(time.time())
         return 0
-    server = MetricsServer(daemon.snapshot, config.metrics.listen, config.metrics.port)
     server.start()
     log.info("metrics on http://%s:%d/metrics", server.host, server.port)
     stop, reload = threading.Event(), threading.Event()

@@ -301,3 +301,16 @@ def test_a_full_disk_is_survived_reported_and_caught_up(node: dict[str, Any], tm
         assert "database or disk is full" in agent.stderr_path.read_text()
     finally:
         agent.kill()
+
+
+def test_a_taken_metrics_port_fails_the_start_clearly(node: dict[str, Any]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = node["config"]
+        config.write_text(config.read_text().replace("port: 0", f"port: {port}"))
+        run = subprocess.run([sys.executable, "-m", "agent", "run", "--config", str(config)], capture_output=True,
+                             text=True, timeout=30, env={**os.environ, "LD_LIBRARY_PATH": ""})
+    assert run.returncode == 1
+    assert f"cannot serve metrics on 127.0.0.1:{port}" in run.stderr and "Traceback" not in run.stderr
