@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from agent import __version__
 from agent.budget import compute
@@ -30,6 +30,7 @@ from agent.records import (
     GpuProcessSample,
     GpuSample,
     JournalCursor,
+    LogLine,
     Record,
     Server,
     ServerStats,
@@ -112,10 +113,44 @@ class _LogSource:
     parser: Parser
     last_line_at: float = 0.0
     flushed: bool = True
+    file_keys: dict[str, str] = field(default_factory=dict)  # path → file_key of the lines fed from it
+    held_back: dict[str, Cursor] = field(default_factory=dict)  # file_key → true cursor not yet persisted
 
     @property
     def name(self) -> str:
         return self.section.source_name()
+
+    def feed(self, lines: Iterable[LogLine]) -> list[Record]:
+        records: list[Record] = []
+        for line in lines:
+            records.extend(self.parser.feed(line.text, line.ts, line.path, line.offset))
+            self.file_keys[line.path] = line.file_key
+        return records
+
+    def persistable(self, fresh: Iterable[Cursor | JournalCursor]) -> list[Cursor | JournalCursor]:
+        """The cursors to commit now: never past the first line of something the parser still holds.
+
+        An open traceback is one event emitted when it ends; its first lines are already read. Were the
+        cursor persisted past them, a crash now would leave the restarted agent only the traceback's
+        tail. So the cursor waits at the block's first line, and the true one is committed once the
+        block is out (a replay of the lines in between stores nothing twice: records are unique)."""
+        pending = dict(self.held_back)
+        out: list[Cursor | JournalCursor] = []
+        for cursor in fresh:
+            if isinstance(cursor, Cursor):
+                pending[cursor.file_key] = cursor
+            else:
+                out.append(cursor)
+        limits = {self.file_keys.get(path): offset for path, offset in self.parser.held_offsets().items()}
+        self.held_back = {}
+        for key, cursor in pending.items():
+            limit = limits.get(key)
+            if limit is not None and limit < cursor.offset:
+                out.append(replace(cursor, offset=limit))
+                self.held_back[key] = cursor
+            else:
+                out.append(cursor)
+        return out
 
 
 @dataclass
@@ -233,14 +268,13 @@ class Daemon:
         more = False
         for src in self._sources or ():
             batch = src.reader.poll(now)
-            for line in batch.lines:
-                records.extend(src.parser.feed(line.text, line.ts, line.path, line.offset))
+            records.extend(src.feed(batch.lines))
             if batch.lines:
                 src.last_line_at, src.flushed = now, False
             elif not src.flushed and now - src.last_line_at >= QUIET_FLUSH_SECONDS:
                 records.extend(src.parser.flush())
                 src.flushed = True
-            cursors.extend(batch.cursors)
+            cursors.extend(src.persistable(batch.cursors))
             expired.extend(batch.expired)
             more = more or batch.more
         records.extend(self._poll_nvml(now))
@@ -337,14 +371,15 @@ class Daemon:
         records: list[object] = []
         cursors: list[Cursor | JournalCursor] = []
         for src in self._sources or ():
+            fresh: tuple[Cursor | JournalCursor, ...] = ()
             if isinstance(src.reader, FileTailer):
                 batch = src.reader.close(now)
-                for line in batch.lines:
-                    records.extend(src.parser.feed(line.text, line.ts, line.path, line.offset))
-                cursors.extend(batch.cursors)
+                records.extend(src.feed(batch.lines))
+                fresh = batch.cursors
             else:
                 src.reader.close()
             records.extend(src.parser.flush())
+            cursors.extend(src.persistable(fresh))  # nothing is held any more: the true cursors
         self._commit(records, cursors, (), now)
         self._sources = None
 

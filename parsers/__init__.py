@@ -19,7 +19,7 @@ from datetime import timezone, tzinfo
 from typing import Protocol
 
 from agent.records import Record, Server
-from parsers.base import StreamParser
+from parsers.base import StreamParser, earliest
 from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
 from parsers.llamacpp import LlamaCppParser
@@ -42,6 +42,11 @@ class Parser(Protocol):
              offset: int | None = None) -> list[Record]: ...
 
     def flush(self) -> list[Record]: ...
+
+    def held_offsets(self) -> dict[str, int]:
+        """Path → offset of the earliest line still held (an open traceback, undetected first lines):
+        a cursor persisted past it would lose that occurrence in a crash."""
+        ...
 
     def set_reference_time(self, ref_time: float) -> None: ...
 
@@ -131,6 +136,11 @@ class AutoParser:
         self.ref_time = ref_time
         if self._inner is not None:
             self._inner.set_reference_time(ref_time)
+
+    def held_offsets(self) -> dict[str, int]:
+        if self._inner is not None:
+            return self._inner.held_offsets()
+        return earliest((path, offset) for _, _, path, offset in self._held)
 
     def flush(self) -> list[Record]:
         out = self._settle() if self._inner is None else []

@@ -185,6 +185,15 @@ def _boring_access(text: str) -> bool:
     return j >= 0 and text[j + 2:j + 5] not in _REFUSALS
 
 
+def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, int]:
+    """The smallest offset per path among (path, offset) pairs; unknown locations are skipped."""
+    out: dict[str, int] = {}
+    for path, offset in locations:
+        if path is not None and offset is not None and offset < out.get(path, offset + 1):
+            out[path] = offset
+    return out
+
+
 class StreamParser:
     """One log stream of one server. Subclasses give the prefix splitter, the rules and the ready markers.
 
@@ -281,6 +290,11 @@ class StreamParser:
     def parse_errors(self) -> int:
         """Lines skipped because a number in them could not be one (a 5,000-digit count)."""
         return self._parse_errors
+
+    def held_offsets(self) -> dict[str, int]:
+        """Path → offset of the first line of each open block (the earliest per path): what a crash now
+        would lose unless the cursor waits there."""
+        return earliest((block.path, block.offset) for block in self._blocks.values())
 
     def set_reference_time(self, ref_time: float) -> None:
         """Move the time that yearless stamps are placed near (a daemon calls this as its clock advances;

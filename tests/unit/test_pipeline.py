@@ -51,3 +51,35 @@ def test_one_step_classifies_stores_and_publishes(tmp_path: Path) -> None:
     assert snap.totals[("events_total", ("vllm", "vllm", "oom"))] == 1
     assert snap.totals[("source_lines_total", ("vllm",))] == 2, "no line is read twice after a restart"
     again.close(1005.0)
+
+
+TRACE = [
+    "(EngineCore_DP0 pid=990) ERROR 11-29 09:00:01 [core.py:700] EngineCore encountered a fatal error.",
+    "(EngineCore_DP0 pid=990) ERROR 11-29 09:00:01 [core.py:700] Traceback (most recent call last):",
+    '(EngineCore_DP0 pid=990) ERROR 11-29 09:00:01 [core.py:700]   File "core.py", line 701, in run_engine_core',
+    "(EngineCore_DP0 pid=990) ERROR 11-29 09:00:01 [core.py:700] torch.OutOfMemoryError: CUDA out of memory. "
+    "Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.20 GiB is free.",
+]
+
+
+def test_a_crash_inside_an_open_traceback_loses_nothing(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(f"{STATS}\n" + "".join(line + "\n" for line in TRACE[:2]))
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text("sources: [{path: vllm.log, server: vllm, name: vllm, start_at: beginning}]\n"
+                           "nvml: {enabled: false}\nstore: {path: agent.db}\n")
+    first = Daemon(load_config(config_path))
+    first.start(1000.0)
+    first.run_once(1000.0)  # the traceback is open: its event is not out yet
+    # kill -9 now: no close(), nothing flushed. The persisted cursor waits at the traceback's first line.
+    with log.open("a") as handle:
+        handle.write("".join(line + "\n" for line in TRACE[2:]))
+    again = Daemon(load_config(config_path))
+    again.start(1001.0)
+    again.run_once(1001.0)
+    again.run_once(1003.0)  # quiet: the traceback is complete
+    totals = again.snapshot().totals
+    assert totals[("events_total", ("vllm", "vllm", "engine_dead"))] == 1, "the traceback's head was re-read"
+    assert totals[("events_total", ("vllm", "vllm", "oom"))] == 1
+    assert totals[("events_total", ("vllm", "vllm", "pending"))] == 1, "the re-read stats line stored nothing twice"
+    again.close(1004.0)
