@@ -32,9 +32,13 @@ def journal_command(journalctl: str, *, unit: str | None, kernel: bool, director
     # --all: without it journalctl writes fields over 4096 bytes as null (the line would be lost).
     cmd = [journalctl, "--follow", "--output=json", "--all", "--no-pager", "--quiet"]
     if directory is not None:
-        cmd += ["--directory", str(directory)]
+        # --merge: a journal copied from another machine holds no entry of this boot, and without it
+        # journalctl --follow refuses ("Data from the specified boot (+0) is not available").
+        cmd += ["--directory", str(directory), "--merge"]
     if kernel:
-        cmd.append("--dmesg")
+        # The kernel's entries by match, not --dmesg: that implies --boot (this boot only), which would
+        # skip the kernel lines of a previous boot still after the cursor, and clashes with --merge.
+        cmd.append("_TRANSPORT=kernel")
     if unit is not None:
         cmd += ["--unit", unit]
     if cursor is not None:

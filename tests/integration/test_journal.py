@@ -74,9 +74,9 @@ def test_command_line_resumes_after_the_cursor() -> None:
     cmd = journal_command("journalctl", unit="vllm.service", kernel=False, directory=Path("/j"), cursor="s=1;i=2",
                           start_at="end")
     assert cmd[1:] == ["--follow", "--output=json", "--all", "--no-pager", "--quiet", "--directory", "/j",
-                       "--unit", "vllm.service", "--after-cursor", "s=1;i=2"]
+                       "--merge", "--unit", "vllm.service", "--after-cursor", "s=1;i=2"]
     assert journal_command("journalctl", unit=None, kernel=True, directory=None, cursor=None,
-                           start_at="end")[-3:] == ["--dmesg", "--lines", "0"]
+                           start_at="end")[-3:] == ["_TRANSPORT=kernel", "--lines", "0"]
 
 
 def test_unit_lines_follow_and_resume_exactly_once(journal_dir: Path, sources: list[JournalSource]) -> None:
@@ -118,6 +118,19 @@ def test_kernel_log_carries_xid_lines(journal_dir: Path, sources: list[JournalSo
     source = JournalSource("kernel", kernel=True, directory=journal_dir, start_at="beginning")
     sources.append(source)
     assert [line.text for line in pump(source, store, 1)] == [xid]
+
+
+def test_a_journal_from_another_machine_is_followed(journal_dir: Path, sources: list[JournalSource]) -> None:
+    """A copied journal holds no entry of this boot: journalctl --follow needs --merge to read it."""
+    store = Store.open(":memory:")
+    other_boot = "0" * 31 + "1"
+    append_entries(journal_dir, {**unit_entry("from elsewhere"), "_BOOT_ID": other_boot},
+                   {"_TRANSPORT": "kernel", "MESSAGE": "NVRM: Xid (PCI:0000:3b:00): 31, pid=7", "_BOOT_ID": other_boot})
+    unit = JournalSource("vllm", unit="vllm.service", directory=journal_dir, start_at="beginning")
+    kernel = JournalSource("kernel", kernel=True, directory=journal_dir, start_at="beginning")
+    sources.extend([unit, kernel])
+    assert [line.text for line in pump(unit, store, 1)] == ["from elsewhere"]
+    assert [line.text for line in pump(kernel, store, 1)] == ["NVRM: Xid (PCI:0000:3b:00): 31, pid=7"]
 
 
 def test_start_at_end_skips_history(journal_dir: Path, sources: list[JournalSource]) -> None:
