@@ -120,17 +120,25 @@ def test_kernel_log_carries_xid_lines(journal_dir: Path, sources: list[JournalSo
     assert [line.text for line in pump(source, store, 1)] == [xid]
 
 
-def test_a_journal_from_another_machine_is_followed(journal_dir: Path, sources: list[JournalSource]) -> None:
-    """A copied journal holds no entry of this boot: journalctl --follow needs --merge to read it."""
+def test_kernel_lines_of_a_previous_boot_are_not_skipped(journal_dir: Path, sources: list[JournalSource]) -> None:
+    """The Xid that preceded a reboot is still after the cursor when the agent comes back: --dmesg (this
+    boot only) would skip it; the kernel source matches _TRANSPORT=kernel across boots."""
     store = Store.open(":memory:")
-    other_boot = "0" * 31 + "1"
-    append_entries(journal_dir, {**unit_entry("from elsewhere"), "_BOOT_ID": other_boot},
-                   {"_TRANSPORT": "kernel", "MESSAGE": "NVRM: Xid (PCI:0000:3b:00): 31, pid=7", "_BOOT_ID": other_boot})
-    unit = JournalSource("vllm", unit="vllm.service", directory=journal_dir, start_at="beginning")
+    before = "NVRM: Xid (PCI:0000:3b:00): 79, pid=7, GPU has fallen off the bus."
+    append_entries(journal_dir, {"_TRANSPORT": "kernel", "MESSAGE": before, "_BOOT_ID": "0" * 31 + "1"},
+                   {"_TRANSPORT": "kernel", "MESSAGE": "after the reboot"})
     kernel = JournalSource("kernel", kernel=True, directory=journal_dir, start_at="beginning")
-    sources.extend([unit, kernel])
-    assert [line.text for line in pump(unit, store, 1)] == ["from elsewhere"]
-    assert [line.text for line in pump(kernel, store, 1)] == ["NVRM: Xid (PCI:0000:3b:00): 31, pid=7"]
+    sources.append(kernel)
+    assert [line.text for line in pump(kernel, store, 2)] == [before, "after the reboot"]
+
+
+def test_a_journal_without_boot_ids_is_followed(journal_dir: Path, sources: list[JournalSource]) -> None:
+    """Entries exported without _BOOT_ID carry the null boot id; journalctl --follow needs --merge then."""
+    store = Store.open(":memory:")
+    append_entries(journal_dir, {**unit_entry("no boot id"), "_BOOT_ID": "0" * 32})
+    unit = JournalSource("vllm", unit="vllm.service", directory=journal_dir, start_at="beginning")
+    sources.append(unit)
+    assert [line.text for line in pump(unit, store, 1)] == ["no boot id"]
 
 
 def test_start_at_end_skips_history(journal_dir: Path, sources: list[JournalSource]) -> None:
