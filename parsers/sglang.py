@@ -33,11 +33,14 @@ SGLANG_RULES: tuple[Rule, ...] = (
     rule(EventKind.PREEMPTION, r"(?:Decode out of memory happened|KV cache pool is full\. Retract requests)\. "
          r"#retracted_reqs: (\d+)", Severity.WARNING, Phase.RUNTIME, _retract),
     rule(EventKind.OOM, r"Not enough memory\. Please try to increase --mem-fraction-static", Severity.CRITICAL,
-         Phase.STARTUP),
+         Phase.STARTUP, incident=True),
     # the KV pool itself ran dry (no retraction possible): the scheduler raises and dies
     rule(EventKind.OOM, r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size\.?"
-         r"(?:\s{0,4}Try to allocate (?P<tokens>\d+) tokens)?|alloc_req_slots runs out of memory", Severity.ERROR,
+         r"(?:\s{0,4}Try to allocate (?P<tokens>\d+) tokens)?|alloc_req_slots runs out of memory"
+         r"|No space left for only one request", Severity.ERROR,  # retract_decode: nothing left to retract
          Phase.RUNTIME, _kv_oom, incident=True),
+    # the profiled KV pool came out negative: the weights left no room for any KV cache (then "Not enough memory")
+    rule(EventKind.OOM, r"is larger than the profiled value -\d+", Severity.CRITICAL, Phase.STARTUP, incident=True),
     *gpu.GPU_RULES,
     *kernel.KERNEL_RULES,
     rule(EventKind.QUEUE_FULL, r"The request queue is full", Severity.WARNING, Phase.ADMISSION,
@@ -98,7 +101,8 @@ class SglangParser(StreamParser):
     HOT = hot("batch", "retract", "Retract", "out of memory", "Out of memory", "Not enough memory", "queue is full",
               "timeout reached",
               "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",
-              "unexpectedly failed", "max_total_num_tokens", "server_args=", "KV Cache is allocated",
+              "unexpectedly failed", "No space left", "profiled value",
+              "max_total_num_tokens", "server_args=", "KV Cache is allocated",
               "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
               "kv_cache_dtype=", "page_size=", "model_path=",
               "Load weight", "Capture cuda graph end", "fired up", "startup complete",
