@@ -48,6 +48,9 @@ CASES: list[tuple[Server, str, EventKind, Phase]] = [
      "--mem-fraction-static. Current value: mem_fraction_static=0.88", K.OOM, Phase.STARTUP),
     (Server.SGLANG, "[2026-04-08 14:05:21 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
      "#new_token_ratio: 0.3000 -> 0.5000", K.PREEMPTION, Phase.RUNTIME),
+    # ≤0.2 (managers/router/model_rpc.py): lower case and a comma
+    (Server.SGLANG, "decode out of memory happened, #retracted_reqs: 1, #new_token_ratio: 0.9998 -> 1.0000",
+     K.PREEMPTION, Phase.RUNTIME),
     (Server.SGLANG, "[2026-04-08 14:05:21] The request queue is full.", K.QUEUE_FULL, Phase.ADMISSION),
     (Server.SGLANG, "[2026-04-08 14:05:22] Request running timeout reached.", K.DEADLINE_EXCEEDED, Phase.GENERATION),
     (Server.SGLANG, '[2026-04-05 20:02:51] INFO:     127.0.0.1:40052 - "POST /generate HTTP/1.1" 503 Service '
