@@ -195,6 +195,7 @@ _STATS = re.compile(
 # `_stats` unpacks `m.groups()` positionally (cheaper than named lookups on the hottest line).
 assert tuple(_STATS.groupindex) == (
     "engine", "pt", "gt", "running", "swapped", "pending", "waiting", "preempt", "kv", "hit"), _STATS.groupindex
+_COLOUR_LEFT = re.compile(r"(?:\[?\d{1,3}(?:;\d{1,3}){0,3}m)+(?=\()")
 _PREFIX = re.compile(
     r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
     r"(?:(DEBUG|INFO|WARNING|ERROR|CRITICAL) ((\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:\.\d{1,6})? "
@@ -231,6 +232,8 @@ class VllmParser(StreamParser):
     def split(self, text: str) -> Split:
         if text.startswith("{"):
             return self._split_json(text)
+        if text[:1] in "[0123456789" and (c := _COLOUR_LEFT.match(text)) is not None:
+            text = text[c.end():]  # a pasted colour code whose ESC was lost: `[36m(RayWorkerWrapper pid=…)`
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
             return Split(text)
