@@ -19,7 +19,7 @@ from datetime import timezone, tzinfo
 from typing import Protocol
 
 from agent.records import Record, Server
-from parsers.base import StreamParser, earliest
+from parsers.base import COMPOSE, OUTER, StreamParser, earliest
 from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
 from parsers.llamacpp import LlamaCppParser
@@ -64,24 +64,36 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
     server: tuple((re.compile(p), w) for p, w in signs)
     for server, signs in {
         Server.VLLM: (
-            (r"\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker_\w+|Worker) pid=\d+", 3),
-            (r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine|vllm\.\w", 3),
-            (r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?\w+\.py:\d+\] ", 2),
+            (r"\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker_\w+|Worker|RayWorkerWrapper)(?: rank=\d+| TP\d+)?"
+             r" pid=\d+", 3),
+            (r"vLLM API server version|vLLM server version|Initializing an? (?:V\d )?LLM engine|vllm\.\w"
+             r"|[/\\]vllm[/\\]", 3),
+            # the logger prefix, wherever a runtime or a Ray/process tag put it on the line
+            (r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.]+\.py:\d+\] ", 2),
             (r"Avg prompt throughput: [\d.]+ tokens/s", 3),
+            # messages only vLLM prints: a short excerpt (a comment, a crash tail) has no prefix at all
+            (r"# (?:GPU|gpu|cuda|CUDA) blocks: \d+|Maximum concurrency for [\d,]+ tokens per request|is preempted by "
+             r"PreemptionMode|No available memory for the cache blocks|max seq len \(\d+\) is larger than|EngineCore"
+             r"|Memory profiling results|Loading model weights took|EngineDeadError", 3),
         ),
         Server.SGLANG: (
             (r"server_args=ServerArgs\(|sglang", 3),
             (r"(?:Prefill|Decode) batch[.,] #", 3),
             (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:TP|DP|PP|EP)\d+)*\] ", 1),
+            (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens=", 3),
         ),
         Server.TGI: (
-            (r"text_generation_(?:launcher|router|server)", 3),
+            (r"text_generation_(?:launcher|router|server)|text-generation-(?:launcher|router|server)", 3),
             (r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z +(?:INFO|WARN|ERROR|DEBUG) ", 1),
+            (r"Not enough memory to handle \d+ prefill tokens|--max-batch-prefill-tokens"
+             r"|Error: (?:Shard|Webserver)[A-Z]\w+|Model is overloaded|shard-manager", 3),
         ),
         Server.LLAMACPP: (
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),
             (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,12}: ", 3),
             (r"level=\w+ source=\w+\.go:\d+", 3),
+            (r"GGML_ASSERT|load_tensors:|print_info:|llama runner|llama_kv_cache|llama_model_load|\bollama\b", 3),
+            (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
         ),
         Server.KERNEL: ((r"NVRM: ", 2), (r"kernel: \[ *\d+\.\d+\]", 1)),
     }.items()
@@ -89,13 +101,31 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
 DETECT_LINES = 200  # how many lines `AutoParser` looks at before settling on the best guess
 
 
+def _evidence(line: str) -> tuple[str, ...]:
+    """What signatures are matched against: the line, and the line without a `docker compose logs` service
+    prefix or a runtime time stamp, so the anchored signatures still see the server's own prefix (TGI's
+    own prefix *is* such a stamp, hence both)."""
+    line = line[:4096]
+    bare = line
+    if (m := COMPOSE.match(bare)) is not None:
+        bare = bare[m.end():]
+    if bare[:1].isdigit() or bare[:5] == "[pod/":
+        bare = bare[OUTER.match(bare).end():]  # type: ignore[union-attr]  # everything in OUTER is optional
+    return (line,) if bare == line else (line, bare)
+
+
+def _shows(pattern: re.Pattern[str], evidence: tuple[str, ...]) -> bool:
+    return any(pattern.search(text) is not None for text in evidence)
+
+
 def detect(lines: list[str]) -> Server | None:
     """The server whose signatures these lines show most; None when none shows any."""
     scores = dict.fromkeys(_SIGNS, 0)
     for line in lines:
+        evidence = _evidence(line)
         for server, signs in _SIGNS.items():
             for pattern, weight in signs:
-                if pattern.search(line[:4096]) is not None:
+                if _shows(pattern, evidence):
                     scores[server] += weight
     best = max(scores, key=lambda s: scores[s])
     return best if scores[best] > 0 else None
@@ -120,9 +150,10 @@ class AutoParser:
         if self._inner is not None:
             return self._inner.feed(text, ts, path, offset)
         self._held.append((text, ts, path, offset))
+        evidence = _evidence(text)
         for signs in _SIGNS.values():
             for pattern, weight in signs:
-                if pattern.search(text[:4096]) is not None:
+                if _shows(pattern, evidence):
                     self._score += weight
         if self._score >= 6 or len(self._held) >= DETECT_LINES:
             return self._settle()

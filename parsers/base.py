@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
@@ -157,11 +157,15 @@ _REFUSALS = ("429", "503", "504")  # the statuses an access line is classified f
 MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 # syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
-_SYSLOG = re.compile(r"[A-Z][a-z]{2} +(\d{1,2}) (\d\d):(\d\d):(\d\d) \S{1,100} [^\s:]{1,100}: (?:\[ *\d+\.\d+\] )?")
+_SYSLOG = re.compile(
+    r"[A-Z][a-z]{2} +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? \S{1,100} [^\s:]{1,100}: (?:\[ *\d+\.\d+\] )?"
+)  # `journalctl -o short-precise` adds microseconds to the second
 # `kubectl logs --prefix` / `docker logs --timestamps`: "[pod/name/container] 2025-09-14T03:11:15.5Z "
-_OUTER = re.compile(
+OUTER = re.compile(
     r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) )?"
 )
+# `docker compose logs`: "vllm-1  | " (service name, padding, bar) before whatever the container wrote
+COMPOSE = re.compile(r"[\w.-]{1,64} +\| ")
 _RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
 _CONTINUATION = re.compile(
     r"\s|Traceback \(most recent call last\)|The above exception|During handling of the above|\^+$|$"
@@ -183,6 +187,19 @@ def _boring_access(text: str) -> bool:
         return False
     j = text.find('" ', i)
     return j >= 0 and text[j + 2:j + 5] not in _REFUSALS
+
+
+def _source_last(lines: Iterable[str], deferred: list[str]) -> Iterator[str]:
+    """The lines of an occurrence, with traceback *source* lines (`raise ValueError("No available memory …"`)
+    moved after the rest: they quote the message the exception line states, so the exception line (or the
+    logger's own line) should name the event, and supply its numbers, when there is one."""
+    for msg in lines:
+        head = msg.lstrip()[:6]
+        if head.startswith(("raise ", '"', "f\"", "f'")):
+            deferred.append(msg)
+        else:
+            yield msg
+    yield from deferred
 
 
 def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, int]:
@@ -244,12 +261,14 @@ class StreamParser:
         if _boring_access(text) or (not self._blocks and not self._hot(text)):
             return []
         syslog_ts = None
+        if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
+            text = text[cm.end():]
         if text[:3] in MONTHS and (sm := _SYSLOG.match(text)) is not None:
             syslog_ts = self.yearless(MONTHS[text[:3]], int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
         elif self.OUTER_STAMP and (text[:1].isdigit() or text[:5] == "[pod/") and (
-                om := _OUTER.match(text)) is not None:
+                om := OUTER.match(text)) is not None:
             # `docker logs --timestamps` / `kubectl logs --timestamps --prefix`: the runtime's own time
             # (UTC, with a year) is the better one, as an envelope's would be
             if ts is None and om.group(1):
@@ -459,7 +478,8 @@ class StreamParser:
         its message; an incident kind already reported moments ago (by another rank, or re-raised
         through the API server) is not repeated."""
         found: dict[EventKind, Event | None] = {}
-        for msg in lines:
+        deferred: list[str] = []
+        for msg in _source_last(lines, deferred):
             if is_request_log(msg):
                 continue
             for r in self.RULES:
@@ -468,6 +488,8 @@ class StreamParser:
                 m = r.pattern.search(msg)
                 if m is None or (r.unless is not None and r.unless.search(msg) is not None):
                     continue
+                if r.phase is Phase.STARTUP:
+                    self._starting = True  # it never served: what fails next is part of the failed start
                 fields = r.extract(m) if r.extract else {}
                 severity = r.severity_of(fields) if r.severity_of else r.severity
                 repeat = r.incident and self._repeat(r.kind, split.ts)

@@ -101,9 +101,10 @@ NCCL_RULES: tuple[Rule, ...] = (
          r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after|got error: Socket Timeout"
          r"|DistStoreError: Timed out|Timed out after \d{1,9} seconds waiting for clients",
          Severity.ERROR, Phase.RUNTIME, extract=_nccl, incident=True),
-    # vLLM's shared-memory broadcast between ranks stalled: a rank hangs (or compiles); often precedes the above
+    # vLLM's shared-memory broadcast between ranks stalled: a rank hangs (or compiles); often precedes the above.
+    # The phase is the parser's: while starting it is usually compilation or warm-up, not a hang.
     rule(EventKind.NCCL_TIMEOUT, r"No available shared memory broadcast block found in (\d{1,9}) seconds",
-         Severity.WARNING, Phase.RUNTIME, extract=lambda m: {"mechanism": "shm_broadcast",
+         Severity.WARNING, None, extract=lambda m: {"mechanism": "shm_broadcast",
                                                              "waited_seconds": int(m.group(1))}, incident=True),
 )
 

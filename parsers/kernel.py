@@ -13,7 +13,7 @@ import re
 
 from agent.records import EventKind, FieldValue, Phase, Server, Severity
 from agent.xid import XID_MEANINGS, xid_severity  # pure data, shared with the NVML source
-from parsers.base import Rule, StreamParser, hot, rule
+from parsers.base import Rule, Split, StreamParser, hot, rule
 
 
 def _xid_fields(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -24,6 +24,9 @@ def _xid_fields(m: re.Match[str]) -> dict[str, FieldValue]:
 _XID = r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>(?!79,)\d{1,4}),"  # 79 is gpu_lost
 _LOST = (r"NVRM: The NVIDIA GPU (?P<bus>[0-9a-fA-F:.]{4,20})|GPU has fallen off the bus|GPU is lost"
          r"|NVMLError_GpuIsLost|NVML_ERROR_GPU_IS_LOST")
+
+
+_ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)")
 
 
 def _lost_fields(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -48,3 +51,10 @@ class KernelParser(StreamParser):
     server = Server.KERNEL
     HOT = hot(*HOT_WORDS)
     RULES = KERNEL_RULES
+
+    def split(self, text: str) -> Split:
+        """`dmesg --time-format iso`, `talosctl dmesg` and other collectors put an ISO time before `NVRM:`
+        (`host: kern: warning: [2026-04-22T21:29:21.342163186Z]: NVRM: …`); syslog stamps are read before this."""
+        i = text.find("NVRM")
+        m = _ISO.search(text, 0, i) if i > 0 else None
+        return Split(text, self.rfc3339(m.group(1).replace(",", ".")) if m is not None else None)

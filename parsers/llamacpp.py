@@ -30,7 +30,9 @@ LLAMACPP_RULES: tuple[Rule, ...] = (
     rule(EventKind.ENGINE_DEAD, r"timed out waiting for llama runner to start|error loading model|failed to load model",
          Severity.CRITICAL, Phase.STARTUP, incident=True),
     rule(EventKind.ENGINE_DEAD, r"llama runner process has terminated|llama runner process no longer running"
-         r"|GGML_ASSERT\(|Segmentation fault|core dumped", Severity.CRITICAL, incident=True),
+         r"|GGML_ASSERT\(|Segmentation fault|core dumped"
+         r"|: Assertion [`'][^\n]{1,300}' failed\.",  # a C / libstdc++ assert: the process aborts
+         Severity.CRITICAL, incident=True),
     rule(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
          Phase.GENERATION, lambda m: {"reason": "server_timeout"}),
     *http_access.TIMEOUT_RULES,
@@ -61,7 +63,9 @@ class LlamaCppParser(StreamParser):
 
     server = Server.LLAMACPP
     RULES = LLAMACPP_RULES
-    STARTING = re.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+")
+    # model loading: libllama's loader lines (any era) precede serving
+    STARTING = re.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+"
+                          r"|^(?:llm_)?load_tensors: |^llama_model_load: ")
     READY = re.compile(r"server is listening|HTTP server listening|all slots are idle|llama runner started"
                        r"|model loaded")
     HOT = hot("allocate", "insufficient memory", "more system memory", "free space in the KV cache", "memory slot",
@@ -69,7 +73,8 @@ class LlamaCppParser(StreamParser):
               "Segmentation fault", "core dumped", "deadline", "should_stop", "n_ctx", "n_seq_max", "n_slots",
               "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
               "server is listening", "HTTP server listening", "model loaded", "loaded meta data",
-              "starting llama server", "build: ", *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+              "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
+              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)

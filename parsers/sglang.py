@@ -12,8 +12,10 @@ rejection (`queue_full`, phase queue); a running timeout came after work began (
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from datetime import timezone, tzinfo
 
-from agent.records import EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
+from agent.records import Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import gpu, http_access, kernel
 from parsers.base import Rule, Split, StreamParser, hot, rule, size_bytes
 
@@ -30,14 +32,18 @@ def _kv_oom(m: re.Match[str]) -> dict[str, FieldValue]:
 
 
 SGLANG_RULES: tuple[Rule, ...] = (
-    rule(EventKind.PREEMPTION, r"(?:Decode out of memory happened|KV cache pool is full\. Retract requests)\. "
+    # ≤0.2 wrote "decode out of memory happened, #retracted_reqs: …" (lower case, comma)
+    rule(EventKind.PREEMPTION, r"(?:[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests)[.,] "
          r"#retracted_reqs: (\d+)", Severity.WARNING, Phase.RUNTIME, _retract),
     rule(EventKind.OOM, r"Not enough memory\. Please try to increase --mem-fraction-static", Severity.CRITICAL,
-         Phase.STARTUP),
+         Phase.STARTUP, incident=True),
     # the KV pool itself ran dry (no retraction possible): the scheduler raises and dies
     rule(EventKind.OOM, r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size\.?"
-         r"(?:\s{0,4}Try to allocate (?P<tokens>\d+) tokens)?|alloc_req_slots runs out of memory", Severity.ERROR,
+         r"(?:\s{0,4}Try to allocate (?P<tokens>\d+) tokens)?|alloc_req_slots runs out of memory"
+         r"|No space left for only one request", Severity.ERROR,  # retract_decode: nothing left to retract
          Phase.RUNTIME, _kv_oom, incident=True),
+    # the profiled KV pool came out negative: the weights left no room for any KV cache (then "Not enough memory")
+    rule(EventKind.OOM, r"is larger than the profiled value -\d+", Severity.CRITICAL, Phase.STARTUP, incident=True),
     *gpu.GPU_RULES,
     *kernel.KERNEL_RULES,
     rule(EventKind.QUEUE_FULL, r"The request queue is full", Severity.WARNING, Phase.ADMISSION,
@@ -98,11 +104,30 @@ class SglangParser(StreamParser):
     HOT = hot("batch", "retract", "Retract", "out of memory", "Out of memory", "Not enough memory", "queue is full",
               "timeout reached",
               "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",
-              "unexpectedly failed", "max_total_num_tokens", "server_args=", "KV Cache is allocated",
+              "unexpectedly failed", "No space left", "profiled value",
+              "max_total_num_tokens", "server_args=", "KV Cache is allocated",
               "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
               "kv_cache_dtype=", "page_size=", "model_path=",
               "Load weight", "Capture cuda graph end", "fired up", "startup complete",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+
+    def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
+        super().__init__(source, ref_time, tz)
+        self._retraction: tuple[str, float | None, set[str]] = ("", None, set())
+
+    def events_for(self, split: Split, lines: Iterable[str], path: str | None, offset: int | None) -> list[Record]:
+        """Every tensor-parallel rank runs the same scheduler and logs the same retraction: the same message at
+        the same second from another rank is that one occurrence again, not another (the same rank saying it
+        twice is two)."""
+        out = super().events_for(split, lines, path, offset)
+        for event in [e for e in out if isinstance(e, Event) and e.kind is EventKind.PREEMPTION]:
+            message, ts, tags = self._retraction
+            if event.message == message and event.ts == ts and split.tag not in tags:
+                tags.add(split.tag)
+                out.remove(event)
+            else:
+                self._retraction = (event.message, event.ts, {split.tag})
+        return out
 
     def split(self, text: str) -> Split:
         ray = ""

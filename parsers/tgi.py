@@ -19,15 +19,20 @@ from parsers import gpu, http_access, kernel
 from parsers.base import Rule, Split, StreamParser, hot, json_object, rule
 
 TGI_RULES: tuple[Rule, ...] = (
-    rule(EventKind.OOM, r"Not enough memory to handle (?:\d+ prefill tokens|`max_total_tokens)"
-         r"|Not enough VRAM to run the model", Severity.CRITICAL, Phase.STARTUP),
+    rule(EventKind.OOM, r"Not enough memory to handle (?:(?P<prefill>\d+) prefill tokens|`max_total_tokens)"
+         r"|Not enough VRAM to run the model", Severity.CRITICAL, Phase.STARTUP,
+         lambda m: {"prefill_tokens": int(m.group("prefill"))} if m.group("prefill") else {}),
     *gpu.GPU_RULES,
     *kernel.KERNEL_RULES,
     rule(EventKind.QUEUE_FULL, r"Model is overloaded", Severity.WARNING, Phase.ADMISSION,
          lambda m: {"reason": "max_concurrent_requests", "status": 429}),
-    rule(EventKind.ENGINE_DEAD, r"Shard \d+ failed to start|Unable to warmup (?:the Python model shards|model)",
+    rule(EventKind.ENGINE_DEAD, r"Shard \d+ failed to start|Unable to warmup (?:the Python model shards|model)"
+         r"|Method Warmup encountered an error|Error: (?:ShardCannotStart|WebserverCannotStart|DownloadError)\b",
          Severity.CRITICAL, Phase.STARTUP, incident=True),
-    rule(EventKind.ENGINE_DEAD, r"Shard \d+ crashed|Webserver Crashed|Shard process was signaled to shutdown",
+    # the launcher's exit (`Error: <LauncherError>`), and a router whose shard socket is gone
+    rule(EventKind.ENGINE_DEAD, r"Shard \d+ crashed|Webserver Crashed|Shard process was signaled to shutdown"
+         r"|Error: (?:ShardFailed|ShardDisconnected|WebserverFailed)\b"
+         r"|Server error: (?:error trying to connect|transport error)",
          Severity.CRITICAL, incident=True),
     *http_access.HTTP_RULES,
     *http_access.TIMEOUT_RULES,
@@ -61,7 +66,8 @@ class TgiParser(StreamParser):
     READY = re.compile(r"\bConnected\b|Starting Webserver")
     HOT = hot("Not enough", "overloaded", "Shard", "Webserver", "warmup", "max batch total tokens", "KV-cache blocks",
               "max_concurrent_requests", "max_batch_size", "max_total_tokens", "max_batch_prefill_tokens",
-              "cuda_memory_fraction", "num_shard", "model_id", "Args {", "Starting download", "Connected",
+              "cuda_memory_fraction", "num_shard", "model_id", "Args {", "Starting download", "Starting shard",
+              "Connected", "Error: ", "Server error", "Method Warmup",
               "failed during generation", *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
 
     def split(self, text: str) -> Split:
@@ -81,9 +87,11 @@ class TgiParser(StreamParser):
 
     def _split_json(self, text: str) -> Split:
         record = json_object(text)
-        if record is None or not isinstance(record.get("fields"), dict):
+        if record is None:
             return Split(text)
-        msg = record["fields"].get("message")
+        # tracing's JSON puts the message under `fields`; with flattened events (TGI v3) it is top-level
+        fields = record.get("fields")
+        msg = fields.get("message") if isinstance(fields, dict) else record.get("message")
         level = record.get("level")
         target = record.get("target")
         stamp = record.get("timestamp")

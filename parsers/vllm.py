@@ -44,6 +44,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
         ("max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: " + _NUM + r"x", _num),
         ("gpu_blocks", r"# (?:GPU|cuda|CUDA|gpu) blocks: " + _NUM, _num),
         ("cpu_blocks", r"# CPU blocks: " + _NUM, _num),
+        ("gpu_blocks", r"with initialization after num_gpu_blocks is: " + _NUM, _num),
         ("weights_bytes", r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B", _gib),
         ("kv_cache_bytes", r"Available KV cache memory: " + _NUM + r" ?GiB", _gib),
         ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB", _gib),
@@ -82,7 +83,7 @@ _ARG = re.compile(
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
 _FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
-               "estimated maximum", "with config: ", "args: ")
+               "estimated maximum", "with config: ", "args: ", "num_gpu_blocks is")
 _FACT_FILTER = hot(*_FACT_WORDS)
 
 
@@ -135,14 +136,26 @@ def _died(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"exit_code": int(code)} if code else {}
 
 
+def _dummy(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {"dummy_requests": int(m.group(1))} if m.group(1) else {}
+
+
+# Start-up capacity failures are incidents: each rank states them, and the engine re-raises them.
 VLLM_RULES: tuple[Rule, ...] = (
-    rule(EventKind.OOM, r"No available memory for the cache blocks", Severity.CRITICAL, Phase.STARTUP),
+    rule(EventKind.OOM, r"No available memory for the cache blocks", Severity.CRITICAL, Phase.STARTUP, incident=True),
     rule(EventKind.OOM, r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
-         r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len),
+         r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len,
+         incident=True),
     rule(EventKind.OOM, r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\)"
          r"(?:, \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
          r"\((?P<avail>[\d.]+) GiB)?",
-         Severity.CRITICAL, Phase.STARTUP, _kv_needed),
+         Severity.CRITICAL, Phase.STARTUP, _kv_needed, incident=True),
+    # ≤0.3 printed the block count and raised only after it: zero GPU blocks is the same failure
+    rule(EventKind.OOM, r"# (?:GPU|gpu|cuda|CUDA) blocks: 0\b", Severity.CRITICAL, Phase.STARTUP,
+         lambda m: {"gpu_blocks": 0}, incident=True),
+    # V1 warms the sampler/pooler up with max_num_seqs dummy requests before serving: an OOM there is start-up
+    rule(EventKind.OOM, r"CUDA out of memory occurred when warming up \w{1,20}(?: with (\d+) dummy requests)?",
+         Severity.CRITICAL, Phase.STARTUP, _dummy, incident=True),
     *gpu.GPU_RULES,
     *kernel.KERNEL_RULES,
     rule(EventKind.QUEUE_FULL,
@@ -156,7 +169,8 @@ VLLM_RULES: tuple[Rule, ...] = (
          r"|Worker proc \S{1,80} died unexpectedly(?: \(exit code: (?P<code2>-?\d+)\))?"
          r"|Engine core proc(?:ess)? \S{1,80} died unexpectedly"
          r"|Process \S{1,80} \(PID: \d+\) died with exit code (?P<code3>-?\d+)"
-         r"|EngineCore encountered a fatal error|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError"
+         r"|EngineCore encountered a fatal error|EngineCore hit an exception|WorkerProc hit an exception"
+         r"|EngineDeadError|AsyncEngineDeadError|MQEngineDeadError"
          r"|Engine background task failed"
          r"|AsyncLLM output_handler failed|Background loop (?:has errored|is not running|is stopped)"
          r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running"
@@ -181,6 +195,7 @@ _STATS = re.compile(
 # `_stats` unpacks `m.groups()` positionally (cheaper than named lookups on the hottest line).
 assert tuple(_STATS.groupindex) == (
     "engine", "pt", "gt", "running", "swapped", "pending", "waiting", "preempt", "kv", "hit"), _STATS.groupindex
+_COLOUR_LEFT = re.compile(r"(?:\[?\d{1,3}(?:;\d{1,3}){0,3}m)+(?=\()")
 _PREFIX = re.compile(
     r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
     r"(?:(DEBUG|INFO|WARNING|ERROR|CRITICAL) ((\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:\.\d{1,6})? "
@@ -197,13 +212,18 @@ class VllmParser(StreamParser):
 
     server = Server.VLLM
     RULES = VLLM_RULES
-    STARTING = re.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine")
+    # a (re)start, or a step only start-up takes (weights, profiling, warm-up, compilation)
+    STARTING = re.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine"
+                          r"|Loading (?:model )?weights took|Model loading took|Warming up model"
+                          r"|Initial profiling/warmup run|init engine \(profile")
     READY = re.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
     STATS_WORD = "prompt throughput: "
     HOT = hot(_PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
               "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
-              "Starting vLLM", "Background loop", "Engine loop")
+              "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
+              "ERROR",  # an ERROR record opens a block whatever it says (a traceback's first frame says nothing)
+              "warmup run", "init engine")
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
@@ -212,6 +232,8 @@ class VllmParser(StreamParser):
     def split(self, text: str) -> Split:
         if text.startswith("{"):
             return self._split_json(text)
+        if text[:1] in "[0123456789" and (c := _COLOUR_LEFT.match(text)) is not None:
+            text = text[c.end():]  # a pasted colour code whose ESC was lost: `[36m(RayWorkerWrapper pid=…)`
         m = _PREFIX.match(text)
         if m is None or m.end() == 0:
             return Split(text)

@@ -15,8 +15,9 @@ CASES: list[tuple[Server, str, EventKind, Phase]] = [
     # vLLM
     (Server.VLLM, "(EngineCore_DP0 pid=1) ERROR 02-03 08:00:41 [core.py:866] ValueError: No available memory for the "
      "cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine.", K.OOM, Phase.STARTUP),
+    # V1 runs the sampler warm-up only while initializing (profile run, compile/warm-up): a start-up failure
     (Server.VLLM, "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please "
-     "try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.", K.OOM, Phase.RUNTIME),
+     "try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.", K.OOM, Phase.STARTUP),
     (Server.VLLM, "RuntimeError: CUDA driver error: out of memory", K.OOM, Phase.RUNTIME),
     (Server.VLLM, "(APIServer pid=7) WARNING 11-02 10:02:00 [loggers.py:257] Engine 000: Avg prompt throughput: 1.0 "
      "tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 4 reqs, Waiting: 0 reqs, Preemptions: 3, GPU KV "
@@ -37,17 +38,29 @@ CASES: list[tuple[Server, str, EventKind, Phase]] = [
     (Server.VLLM, "(EngineCore_DP0 pid=5) WARNING 10-01 12:00:00 [shm_broadcast.py:466] No available shared memory "
      "broadcast block found in 60 seconds. This typically happens when some processes are hanging.",
      K.NCCL_TIMEOUT, Phase.RUNTIME),
+    (Server.VLLM, "INFO 04-27 10:13:05 llm_engine.py:275] # GPU blocks: 0, # CPU blocks: 256", K.OOM, Phase.STARTUP),
+    (Server.VLLM, "ERROR 03-21 07:20:45 [core.py:330] EngineCore hit an exception: Traceback (most recent call last):",
+     K.ENGINE_DEAD, Phase.RUNTIME),
+    (Server.VLLM, "vllm-1  | ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache blocks. "
+     "Try increasing `gpu_memory_utilization` when initializing the engine.", K.OOM, Phase.STARTUP),
     # SGLang
     (Server.SGLANG, "[2025-08-06 20:26:20 TP0] RuntimeError: Not enough memory. Please try to increase "
      "--mem-fraction-static. Current value: mem_fraction_static=0.88", K.OOM, Phase.STARTUP),
     (Server.SGLANG, "[2026-04-08 14:05:21 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 1, "
      "#new_token_ratio: 0.3000 -> 0.5000", K.PREEMPTION, Phase.RUNTIME),
+    # ≤0.2 (managers/router/model_rpc.py): lower case and a comma
+    (Server.SGLANG, "decode out of memory happened, #retracted_reqs: 1, #new_token_ratio: 0.9998 -> 1.0000",
+     K.PREEMPTION, Phase.RUNTIME),
     (Server.SGLANG, "[2026-04-08 14:05:21] The request queue is full.", K.QUEUE_FULL, Phase.ADMISSION),
     (Server.SGLANG, "[2026-04-08 14:05:22] Request running timeout reached.", K.DEADLINE_EXCEEDED, Phase.GENERATION),
     (Server.SGLANG, '[2026-04-05 20:02:51] INFO:     127.0.0.1:40052 - "POST /generate HTTP/1.1" 503 Service '
      "Unavailable", K.HTTP_503, Phase.ADMISSION),
     (Server.SGLANG, "[2025-02-27 04:48:00 TP0] Watchdog timeout (self.watchdog_timeout=300)", K.ENGINE_DEAD,
      Phase.RUNTIME),
+    (Server.SGLANG, "AssertionError: No space left for only one request, "
+     "self.token_to_kv_pool_allocator.available_size()=0", K.OOM, Phase.RUNTIME),
+    (Server.SGLANG, "[2025-07-02 07:41:59 DP0 TP0] max_total_tokens=131072 is larger than the profiled value -561981. "
+     "Use the profiled value instead.", K.OOM, Phase.STARTUP),
     # TGI
     (Server.TGI, "2025-05-01T01:33:00.000001Z ERROR chat_completions{parameters=\"x\"}: text_generation_router::infer: "
      "router/src/infer/mod.rs:66: Model is overloaded", K.QUEUE_FULL, Phase.ADMISSION),
@@ -56,6 +69,11 @@ CASES: list[tuple[Server, str, EventKind, Phase]] = [
     (Server.TGI, "2024-06-01T10:00:40.000001Z ERROR warmup{max_input_length=4095}:warmup: text_generation_client: "
      "router/client/src/lib.rs:33: Server error: Not enough memory to handle 4096 prefill tokens. You need to decrease "
      "`--max-batch-prefill-tokens`", K.OOM, Phase.STARTUP),
+    (Server.TGI, "Error: ShardFailed", K.ENGINE_DEAD, Phase.RUNTIME),
+    (Server.TGI, "Error: ShardCannotStart", K.ENGINE_DEAD, Phase.STARTUP),
+    (Server.TGI, '{"timestamp":"2025-08-29T14:40:17.288163Z","level":"ERROR","message":"Request failed during '
+     'generation: Server error: error trying to connect: No such file or directory (os error 2)","target":'
+     '"text_generation_router_v3::backend"}', K.ENGINE_DEAD, Phase.RUNTIME),
     # llama.cpp / Ollama
     (Server.LLAMACPP, "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc "
      "failed: out of memory", K.OOM, Phase.RUNTIME),
@@ -69,6 +87,8 @@ CASES: list[tuple[Server, str, EventKind, Phase]] = [
      K.HTTP_503, Phase.ADMISSION),
     (Server.LLAMACPP, "/src/ggml/src/ggml-cuda/ggml-cuda.cu:88: GGML_ASSERT(ctx->kv_self.size > 0) failed",
      K.ENGINE_DEAD, Phase.RUNTIME),
+    (Server.LLAMACPP, "llama-server: src/llama-sampler.cpp:1094: void llama_sampler_dist_apply(llama_sampler*, "
+     "llama_token_data_array*): Assertion `found' failed.", K.ENGINE_DEAD, Phase.RUNTIME),
     # kernel
     (Server.KERNEL, "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, Graphics SM Warp Exception", K.XID,
      Phase.RUNTIME),
