@@ -24,6 +24,7 @@ from parsers.base import ANSI, Rule, Split, StreamParser, hot, json_object, rule
 
 GIB = 1024**3
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
+_SNUM = r"(-?\d[\d,]*(?:\.\d+)?)"  # signed: V0 prints a negative KV budget when nothing is left
 
 
 def _num(text: str) -> float:
@@ -46,7 +47,18 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
         ("cpu_blocks", r"# CPU blocks: " + _NUM, _num),
         ("weights_bytes", r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B", _gib),
         ("kv_cache_bytes", r"Available KV cache memory: " + _NUM + r" ?GiB", _gib),
-        ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB", _gib),
+        ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _SNUM + r" ?GiB", _gib),
+        # 0.6.2 – 0.6.4 V0: one `Memory profiling results: key=valueGiB …` line (space- or comma-separated).
+        ("total_gpu_memory_bytes", r"Memory profiling results:.*?\btotal_gpu_memory=" + _NUM + r" ?GiB", _gib),
+        ("peak_torch_bytes", r"Memory profiling results:.*?\bpeak_torch_memory=" + _NUM + r" ?GiB", _gib),
+        ("non_torch_bytes", r"Memory profiling results:.*?\bnon_torch_memory=" + _NUM + r" ?GiB", _gib),
+        ("kv_cache_bytes", r"Memory profiling results:.*?\bkv_cache_size=" + _SNUM + r" ?GiB", _gib),
+        ("gpu_memory_utilization", r"Memory profiling results:.*?\bgpu_memory_utilization=" + _NUM, _num),
+        # 0.21+: CUDA-graph memory estimated during profiling and taken out of the KV budget (per rank).
+        ("cuda_graph_estimate_bytes", r"Estimated CUDA graph memory: " + _NUM + r" ?GiB", _gib),
+        # Hybrid attention + Mamba models: the attention block is stretched to the Mamba page (0.11+).
+        ("hybrid_block_size", r"Setting attention block size to " + _NUM + r" tokens to ensure", _num),
+        ("dcp_world_size", r"Multiplying the GPU KV cache size by the dcp_world_size " + _NUM, _num),
         ("total_gpu_memory_bytes", r"total_gpu_memory \(" + _NUM + r" ?GiB\)", _gib),
         ("gpu_memory_utilization", r"x gpu_memory_utilization \(" + _NUM + r"\)", _num),
         ("requested_memory_bytes", r"x gpu_memory_utilization \([\d.]+\) = " + _NUM + r" ?GiB", _gib),
@@ -82,6 +94,7 @@ _ARG = re.compile(
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
 _FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
+               "dcp_world_size",
                "estimated maximum", "with config: ", "args: ")
 _FACT_FILTER = hot(*_FACT_WORDS)
 
