@@ -182,10 +182,13 @@ def guess_preset(served_model: str) -> ModelShape | None:
             tail = part.rsplit("--", 1)[-1].lower()
             break
     tail = _QUANT_SUFFIX.sub("", tail)
-    try:
-        return find_preset(tail)
-    except ModelError:
-        return None
+    # `llama-3-1-70b` (a local folder named after the HF id with dots turned into dashes) is llama-3.1-70b.
+    for candidate in (tail, re.sub(r"(?<=\d)-(\d)(?=-)", r".\1", tail)):
+        try:
+            return find_preset(candidate)
+        except ModelError:
+            continue
+    return None
 
 
 # config.json `model_type`s whose per-request state is not a plain per-token KV cache.

@@ -95,6 +95,11 @@ def reconcile(budget: Budget, facts: dict[str, float | str]) -> Reconciliation:
         tokens = _num(facts, "estimated_max_model_len") or tokens
     else:
         per_token = kv_bytes / tokens if kv_bytes and kv_bytes > 0 and tokens else None
+    dcp = _num(facts, "dcp_world_size")
+    if dcp and dcp > 1 and per_token is not None and required is None:
+        # Decode context parallelism: each GPU keeps 1/dcp of every sequence, and vLLM multiplies the token
+        # count it prints by dcp_world_size; the bytes per token each GPU stores are dcp times the ratio.
+        per_token *= dcp
     engine_conc = _num(facts, "max_concurrency")
     engine_len = failed_len or _num(facts, "tokens_per_request") or _num(facts, "max_model_len")
     if failed_len and tokens:
@@ -161,6 +166,11 @@ def _explain(budget: Budget, rows: tuple[Row, ...], activation: float | None, no
                      f"{_gib(required)} of KV cache, more than the {_gib(kv.engine)} available"
                      + (f"; the longest that fits is {int(fits)} tokens" if fits else "")
                      + ". Lower --max-model-len, use --kv-cache-dtype fp8, or free memory (util, TP, quantization).")
+    dcp = _num(facts, "dcp_world_size")
+    if dcp and dcp > 1:
+        notes.append(f"decode context parallelism {int(dcp)}: the engine's token count is multiplied by {int(dcp)} "
+                     "(each GPU holds a slice of every sequence), so KV cache tokens and concurrency are "
+                     f"{int(dcp)}× what one GPU's memory alone gives; bytes per token are compared per GPU.")
     per_token_note = _per_token_note(budget, per_token, facts)
     if per_token_note:
         notes.append(per_token_note)

@@ -59,6 +59,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
         # Hybrid attention + Mamba models: the attention block is stretched to the Mamba page (0.11+).
         ("hybrid_block_size", r"Setting attention block size to " + _NUM + r" tokens to ensure", _num),
         ("dcp_world_size", r"Multiplying the GPU KV cache size by the dcp_world_size " + _NUM, _num),
+        # V0 and V1 alike: nothing was left for the KV cache (the numbers, if any, came on earlier lines).
+        ("kv_cache_bytes", r"(No) available memory for the cache blocks", lambda _: 0),
         ("total_gpu_memory_bytes", r"total_gpu_memory \(" + _NUM + r" ?GiB\)", _gib),
         ("gpu_memory_utilization", r"x gpu_memory_utilization \(" + _NUM + r"\)", _num),
         ("requested_memory_bytes", r"x gpu_memory_utilization \([\d.]+\) = " + _NUM + r" ?GiB", _gib),
@@ -88,13 +90,16 @@ _ARG_NAMES = {
     "kv_cache_dtype": "kv_cache_dtype", "tensor_parallel_size": "tensor_parallel_size",
     "quantization": "quantization", "model": "model",
 }
-_ARG_LINE = re.compile(r"with config: |\bargs: Namespace\(|non-default args: \{")
+# A config dump pasted without its `with config:` head still opens with `model='…', speculative_config=` or
+# `model='…', tokenizer=`.
+_ARG_LINE = re.compile(r"with config: |\bargs: Namespace\(|non-default args: \{"
+                       r"|^model='[^']*', (?:speculative_config|tokenizer)=")
 _ARG = re.compile(
     r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
 _FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
-               "dcp_world_size",
+               "dcp_world_size", "No available memory", "speculative_config=", "', tokenizer=",
                "estimated maximum", "with config: ", "args: ")
 _FACT_FILTER = hot(*_FACT_WORDS)
 
@@ -116,12 +121,31 @@ def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
             yield name, raw
 
 
+# Facts that only come once the engine has sized its KV cache: a start-up line after one of these begins
+# another start-up (a restart, or a second run appended to the same file).
+_RESULT_FACTS = frozenset({"kv_cache_tokens", "gpu_blocks", "kv_cache_bytes", "max_concurrency", "required_kv_bytes"})
+
+
 def startup_facts(lines: Iterable[str], source: str = "-") -> list[CapacityFact]:
-    """Every capacity fact in a vLLM log, in line order (later lines restate earlier ones after restarts)."""
+    """The capacity facts of the last start-up in a vLLM log, in line order.
+
+    A file often holds several start-ups (restarts, a retry with other flags). Mixing them would pair one
+    run's KV memory with another's token count, so a start-up banner (`vLLM API server version`,
+    `Initializing … LLM engine`) seen after KV-sizing facts drops everything before it. Ranks of one
+    start-up print the same lines; those are kept (the last value of each fact wins in `latest`).
+    """
     parser = VllmParser(source)
     records: list[Record] = []
+    sized = False
     for line in lines:
-        records.extend(parser.feed(line.rstrip("\r\n")))
+        text = line.rstrip("\r\n")
+        if sized and VllmParser.STARTING.search(text) is not None:
+            records.extend(parser.flush())
+            records = []
+            sized = False
+        new = parser.feed(text)
+        records.extend(new)
+        sized = sized or any(isinstance(r, CapacityFact) and r.name in _RESULT_FACTS for r in new)
     records.extend(parser.flush())
     return [r for r in records if isinstance(r, CapacityFact)]
 

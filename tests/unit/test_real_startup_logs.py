@@ -129,3 +129,38 @@ def test_v04_tp2_blocks() -> None:
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("real-*.log")))
 def test_every_real_log_yields_facts(name: str) -> None:
     assert facts_of(name)
+
+
+def test_config_dump_pasted_without_its_head_and_hf_cache_folder_name() -> None:
+    f = facts_of("real-0.5.4-v0-llama70b-tp2-config.log")
+    assert (f["max_model_len"], f["tensor_parallel_size"]) == (131072, 2)
+    shape = guess_preset(str(f["model"]))  # /mnt/models/models--meta-llama--llama-3-1-70b-instruct
+    assert shape is not None and shape.name == "llama-3.1-70b"
+
+
+def test_per_rank_weights_in_gb_and_inside_kubernetes_box_drawing() -> None:
+    assert facts_of("real-0.8.2-v1-gemma3-tp4-per-rank.log")["weights_bytes"] == round(13.1665 * GIB)
+    assert facts_of("real-0.8.1-v1-llama-guard-k8s-box.log")["weights_bytes"] == round(14.9888 * GIB)
+
+
+def test_no_available_memory_alone_is_a_zero_kv_budget() -> None:
+    assert facts_of("real-v0-nemotron-ultra-no-available-memory.log") == {"kv_cache_bytes": 0}
+    _, notes = check("real-v0-nemotron-ultra-no-available-memory.log",
+                     SizingRequest(model="llama-3.1-70b", vram_gib=40, tp=8))
+    assert any("No available memory" in n for n in notes)
+
+
+def test_v0_too_long_failure_alone() -> None:
+    f = facts_of("real-0.3-v0-gemma7b-too-long.log")
+    assert (f["max_model_len"], f["kv_cache_tokens"]) == (4096, 3664)
+
+
+def test_a_later_start_up_replaces_the_earlier_one() -> None:
+    # two real logs appended, as a restart leaves them: only the second start-up's facts count
+    lines = [*(DATA / "real-0.11-v1-qwen3-14b.log").read_text().splitlines(),
+             *(DATA / "vllm-0.6-v0-llama8b.log").read_text().splitlines()]
+    f = latest(startup_facts(lines))
+    assert "kv_cache_tokens" not in f and f["gpu_blocks"] == 5691 and f["kv_cache_bytes"] == round(11.12 * GIB)
+    # ranks of one start-up restating a line do not split it
+    f = facts_of("real-0.21-v1-tp4-cudagraph-estimate.log")
+    assert f["cuda_graph_estimate_bytes"] and f["kv_cache_bytes"]
