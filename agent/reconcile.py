@@ -200,6 +200,10 @@ def _per_token_note(budget: Budget, row: Row, facts: dict[str, float | str]) -> 
     kv_dtype = facts.get("kv_cache_dtype", inputs.kv_dtype.value)
     head = (f"KV bytes per token differ ({_fmt_bytes(computed)} computed, {_fmt_bytes(engine)} implied by the "
             "engine): ")
+    if shape.is_mla and str(kv_dtype).startswith("fp8_ds_mla"):
+        return head + (f"the engine stores the MLA latent as fp8_ds_mla, 656 bytes per token per layer (fp8 latent "
+                       f"+ scales + a 16-bit rope part), i.e. {_fmt_bytes(shape.layers * 656.0)} for {shape.layers} "
+                       "layers, which no --kv-dtype here describes.")
     if shape.is_mla and ratio < 0.5:
         return head + (f"{shape.name} is an MLA model, but the engine caches full K and V per head — vLLM before "
                        "0.7.1 (or VLLM_MLA_DISABLE=1) ran DeepSeek-V2/V3 without MLA, so its KV cache is "
