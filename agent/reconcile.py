@@ -177,7 +177,11 @@ def _explain(budget: Budget, rows: tuple[Row, ...], activation: float | None, no
     if _off(kv.computed, kv.engine) and kv.engine is not None and kv.engine > 0:
         notes.append(f"usable KV cache differs by {_delta(kv)}; from now on the agent compares live "
                      "usage with the engine's own figure.")
-    if not notes:
+    if not notes and all(r.engine is None for r in rows if r.label != "util × VRAM"):
+        notes.append("the log holds no capacity numbers to compare (only settings such as the model, max_model_len "
+                     "or TP, which were used above); the engine's KV cache, weights or token lines are needed for a "
+                     "check.")
+    elif not notes:
         notes.append("computed and engine-reported budgets agree (within 3 % or 0.1 GiB).")
     return notes
 

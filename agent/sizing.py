@@ -72,7 +72,8 @@ def _required(found: tuple[T | None, str], problem: str) -> tuple[T, str]:
     return value, origin
 
 
-def _shape(req: SizingRequest, config: Config | None, served_model: str | None) -> tuple[ModelShape, str]:
+def _shape(req: SizingRequest, config: Config | None, served_model: str | None,
+           from_log: bool = False) -> tuple[ModelShape, str]:
     explicit = (req.layers, req.kv_heads, req.head_dim)
     if any(v is not None for v in explicit):
         if req.model is not None:
@@ -99,6 +100,9 @@ def _shape(req: SizingRequest, config: Config | None, served_model: str | None) 
             return guessed, f"guessed from served model {served_model}"
         raise ModelError(f"the served model {served_model!r} matches no preset: pass --model with a preset "
                          "name or the model's config.json, or --layers/--kv-heads/--head-dim")
+    if from_log:
+        raise ModelError("the log does not name the served model (no `model=` in an args or config line): pass "
+                         "--model (a preset name or the model's config.json) or --layers/--kv-heads/--head-dim")
     raise ModelError("no model given: pass --model (a preset name or a config.json path) or "
                      "--layers/--kv-heads/--head-dim")
 
@@ -118,7 +122,7 @@ def resolve(req: SizingRequest, config: Config | None = None,
     facts = facts or {}
     cfg = config or Config()
     served = facts.get("model")
-    shape, shape_origin = _shape(req, config, str(served) if served is not None else None)
+    shape, shape_origin = _shape(req, config, str(served) if served is not None else None, bool(facts))
     if req.params_b is not None or cfg.model.params_b is not None:
         params_b = req.params_b if req.params_b is not None else cfg.model.params_b
         assert params_b is not None

@@ -164,3 +164,15 @@ def test_a_later_start_up_replaces_the_earlier_one() -> None:
     # ranks of one start-up restating a line do not split it
     f = facts_of("real-0.21-v1-tp4-cudagraph-estimate.log")
     assert f["cuda_graph_estimate_bytes"] and f["kv_cache_bytes"]
+
+
+def test_settings_only_log_does_not_claim_agreement() -> None:
+    _, notes = check("real-0.5.4-v0-llama70b-tp2-config.log", SizingRequest(vram_gib=80))
+    assert notes and notes[0].startswith("the log holds no capacity numbers")
+
+
+def test_log_without_a_model_name_asks_for_model() -> None:
+    from agent.errors import ModelError
+
+    with pytest.raises(ModelError, match="the log does not name the served model"):
+        resolve(SizingRequest(vram_gib=80), None, facts_of("real-0.11-v1-qwen3-14b.log"))
