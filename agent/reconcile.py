@@ -40,11 +40,24 @@ class Reconciliation:
     engine_tokens_per_request: int | None
 
 
+# Sizes every tensor-parallel rank prints for itself: the engine sizes the KV cache by the rank with the least
+# memory left (vLLM takes the minimum over workers), and the heaviest rank's weights and graphs bind.
+_PER_RANK_MIN = frozenset({"kv_cache_bytes"})
+_PER_RANK_MAX = frozenset({"weights_bytes", "cuda_graph_estimate_bytes", "cuda_graph_bytes"})
+
+
 def latest(facts: Iterable[CapacityFact]) -> dict[str, float | str]:
-    """The last value of each fact: after a restart the later start-up is the one running now."""
+    """One value per fact for the start-up `startup_facts` kept (the last one in the file): the last value
+    printed, except per-rank sizes, where the binding rank's (least KV memory, most weights) wins."""
     out: dict[str, float | str] = {}
     for fact in facts:
-        out[fact.name] = fact.value
+        before, value = out.get(fact.name), fact.value
+        if isinstance(before, int | float) and isinstance(value, int | float):
+            if fact.name in _PER_RANK_MIN:
+                value = min(before, value)
+            elif fact.name in _PER_RANK_MAX:
+                value = max(before, value)
+        out[fact.name] = value
     return out
 
 

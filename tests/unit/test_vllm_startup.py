@@ -122,3 +122,12 @@ def test_dcp_multiplied_token_count_is_compared_per_gpu() -> None:
     row = next(r for r in rec.rows if r.label.startswith("KV bytes per token"))
     assert row.engine == 131072
     assert any(n.startswith("decode context parallelism 2") for n in rec.explanations)
+
+
+def test_per_rank_sizes_take_the_binding_rank() -> None:
+    lines = ["(Worker_TP0 pid=1) INFO 05-14 00:04:17 [gpu_worker.py:460] Available KV cache memory: 15.72 GiB",
+             "(Worker_TP1 pid=2) INFO 05-14 00:04:17 [gpu_worker.py:460] Available KV cache memory: 15.31 GiB",
+             "(Worker_TP0 pid=1) INFO 05-14 00:04:10 [gpu_model_runner.py:1] Model loading took 15.2 GiB memory and 4s",
+             "(Worker_TP1 pid=2) INFO 05-14 00:04:10 [gpu_model_runner.py:1] Model loading took 15.9 GiB memory and 4s"]
+    f = latest(startup_facts(lines))
+    assert f["kv_cache_bytes"] == round(15.31 * GIB) and f["weights_bytes"] == round(15.9 * GIB)
