@@ -183,7 +183,9 @@ def guess_preset(served_model: str) -> ModelShape | None:
             break
     tail = _QUANT_SUFFIX.sub("", tail)
     # `llama-3-1-70b` (a local folder named after the HF id with dots turned into dashes) is llama-3.1-70b.
-    for candidate in (tail, re.sub(r"(?<=\d)-(\d)(?=-)", r".\1", tail)):
+    # A release-date suffix (`Qwen3-30B-A3B-Instruct-2507`) keeps the base model's shape.
+    undated = re.sub(r"[-_](?:2[0-9])(?:0[1-9]|1[0-2])$", "", _normalise(tail))
+    for candidate in (tail, re.sub(r"(?<=\d)-(\d)(?=-)", r".\1", tail), undated):
         try:
             return find_preset(candidate)
         except ModelError:

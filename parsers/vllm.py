@@ -61,6 +61,8 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
         ("dcp_world_size", r"Multiplying the GPU KV cache size by the dcp_world_size " + _NUM, _num),
         # V0 and V1 alike: nothing was left for the KV cache (the numbers, if any, came on earlier lines).
         ("kv_cache_bytes", r"(No) available memory for the cache blocks", lambda _: 0),
+        # 0.19+ start-up logo: `█▄█▀ █ … █  model   <name or path>` names the served model.
+        ("model", r"█  model\s+(\S+)\s*$", str),
         ("total_gpu_memory_bytes", r"total_gpu_memory \(" + _NUM + r" ?GiB\)", _gib),
         ("gpu_memory_utilization", r"x gpu_memory_utilization \(" + _NUM + r"\)", _num),
         ("requested_memory_bytes", r"x gpu_memory_utilization \([\d.]+\) = " + _NUM + r" ?GiB", _gib),
@@ -88,7 +90,7 @@ _ARG_NAMES = {
     "max_seq_len": "max_model_len", "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
     "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
     "kv_cache_dtype": "kv_cache_dtype", "tensor_parallel_size": "tensor_parallel_size",
-    "quantization": "quantization", "model": "model",
+    "quantization": "quantization", "model": "model", "model_tag": "model",
 }
 # A config dump pasted without its `with config:` head still opens with `model='…', speculative_config=` or
 # `model='…', tokenizer=`.
@@ -99,7 +101,7 @@ _ARG = re.compile(
 )
 _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
 _FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
-               "dcp_world_size", "No available memory", "speculative_config=", "', tokenizer=",
+               "dcp_world_size", "No available memory", "speculative_config=", "', tokenizer=", "█  model",
                "estimated maximum", "with config: ", "args: ")
 _FACT_FILTER = hot(*_FACT_WORDS)
 

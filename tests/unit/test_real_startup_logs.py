@@ -176,3 +176,24 @@ def test_log_without_a_model_name_asks_for_model() -> None:
 
     with pytest.raises(ModelError, match="the log does not name the served model"):
         resolve(SizingRequest(vram_gib=80), None, facts_of("real-0.11-v1-qwen3-14b.log"))
+
+
+def test_logo_banner_and_model_tag_name_the_served_model() -> None:
+    assert facts_of("real-0.19-v1-gemma4-logo-banner.log") == {"model": "google/gemma-4-31B-it"}
+    from agent.errors import ModelError
+
+    with pytest.raises(ModelError, match="'google/gemma-4-31B-it' matches no preset: pass --model"):
+        resolve(SizingRequest(vram_gib=80), None, facts_of("real-0.19-v1-gemma4-logo-banner.log"))
+
+
+def test_non_default_args_of_a_dp8_deepseek_v4_run() -> None:
+    f = facts_of("real-0.25-v1-dsv4-dp8-nondefault.log")
+    assert str(f["model"]).endswith("/snapshots/7872f01b1d1fe23eabc4c98b48bffcef5a386062")
+    assert (f["block_size"], f["gpu_memory_utilization"], f["kv_cache_dtype"], f["max_num_seqs"]) == (
+        256, 0.95, "fp8", 256)
+    assert guess_preset(str(f["model"])) is None  # DeepSeek-V4 is no preset: asks for --model, guesses nothing
+
+
+def test_release_date_suffix_keeps_the_base_shape() -> None:
+    shape = guess_preset("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8")
+    assert shape is not None and shape.name == "qwen3-235b-a22b"
