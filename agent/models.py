@@ -139,6 +139,12 @@ _ALIASES: dict[str, str] = {
     "mistral-7b-v0.3": "mistral-7b",
     "phi-3-mini": "phi-3-mini-4k",
     "phi-3.5-mini": "phi-3-mini-128k",
+    # DeepSeek-R1 distills keep their base model's attention shape (their config.json is the base's).
+    "deepseek-r1-distill-qwen-7b": "qwen2.5-7b",
+    "deepseek-r1-distill-qwen-14b": "qwen2.5-14b",
+    "deepseek-r1-distill-qwen-32b": "qwen2.5-32b",
+    "deepseek-r1-distill-llama-8b": "llama-3.1-8b",
+    "deepseek-r1-distill-llama-70b": "llama-3.3-70b",
 }
 
 

@@ -233,7 +233,9 @@ def _per_token_note(budget: Budget, row: Row, facts: dict[str, float | str]) -> 
         if abs(ratio - k) / k < SIGNIFICANT:
             causes = []
             if not shape.is_mla and shape.kv_heads % (inputs.tp * k) == 0:
-                causes.append(f"the engine splits the KV heads over tensor parallel {inputs.tp * k} "
+                more = (f" (or more: past {shape.kv_heads} ranks the heads are replicated)"
+                        if inputs.tp * k == shape.kv_heads else "")
+                causes.append(f"the engine splits the KV heads over tensor parallel {inputs.tp * k}{more} "
                               f"(here {inputs.tp}): pass --tp {inputs.tp * k}")
             if k == 2 and inputs.kv_dtype.bytes == 2:
                 causes.append("the engine stores the KV cache in fp8 (pass --kv-dtype fp8)")

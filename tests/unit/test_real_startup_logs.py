@@ -197,3 +197,21 @@ def test_non_default_args_of_a_dp8_deepseek_v4_run() -> None:
 def test_release_date_suffix_keeps_the_base_shape() -> None:
     shape = guess_preset("Qwen/Qwen3-235B-A22B-Instruct-2507-FP8")
     assert shape is not None and shape.name == "qwen3-235b-a22b"
+
+
+@pytest.mark.parametrize(("served", "preset"), [
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", "qwen2.5-32b"),
+    ("casperhansen/deepseek-r1-distill-qwen-14b-awq", "qwen2.5-14b"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "llama-3.3-70b"),
+    ("deepseek-ai/DeepSeek-R1", "deepseek-v3"),
+])
+def test_r1_distills_take_their_base_shape(served: str, preset: str) -> None:
+    shape = guess_preset(served)
+    assert shape is not None and shape.name == preset
+
+
+def test_tp_beyond_kv_heads_is_mentioned() -> None:
+    # qwen3-235b has 4 KV heads: TP 4 and TP 8 both leave one head per GPU
+    _, notes = check("real-0.9-v1-qwen3-235b-fp8-tp4.log",
+                     SizingRequest(model="qwen3-235b-a22b", vram_gib=300, weights_gib=220, tp=1))
+    assert any("or more: past 4 ranks the heads are replicated" in n for n in notes)
