@@ -139,6 +139,7 @@ _ALIASES: dict[str, str] = {
     "mistral-7b-v0.3": "mistral-7b",
     "phi-3-mini": "phi-3-mini-4k",
     "phi-3.5-mini": "phi-3-mini-128k",
+    "qwen3-coder-30b-a3b": "qwen3-30b-a3b",  # same attention shape (48 layers × 4 KV heads × 128)
     # DeepSeek-R1 distills keep their base model's attention shape (their config.json is the base's).
     "deepseek-r1-distill-qwen-7b": "qwen2.5-7b",
     "deepseek-r1-distill-qwen-14b": "qwen2.5-14b",

@@ -217,6 +217,11 @@ def _per_token_note(budget: Budget, row: Row, facts: dict[str, float | str]) -> 
     kv_dtype = facts.get("kv_cache_dtype", inputs.kv_dtype.value)
     head = (f"KV bytes per token differ ({_fmt_bytes(computed)} computed, {_fmt_bytes(engine)} implied by the "
             "engine): ")
+    pp = facts.get("pipeline_parallel_size")
+    if isinstance(pp, int | float) and pp > 1:
+        return head + (f"the engine runs pipeline parallel {int(pp)}: each GPU holds only its stage's layers, so "
+                       f"its bytes per token are about 1/{int(pp)} of the whole model's (uneven splits differ); "
+                       "this budget does not model pipeline stages.")
     if shape.is_mla and str(kv_dtype).startswith("fp8_ds_mla"):
         return head + (f"the engine stores the MLA latent as fp8_ds_mla, 656 bytes per token per layer (fp8 latent "
                        f"+ scales + a 16-bit rope part), i.e. {_fmt_bytes(shape.layers * 656.0)} for {shape.layers} "

@@ -90,6 +90,7 @@ _ARG_NAMES = {
     "max_seq_len": "max_model_len", "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
     "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
     "kv_cache_dtype": "kv_cache_dtype", "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
     "quantization": "quantization", "model": "model", "model_tag": "model",
 }
 # A config dump pasted without its `with config:` head still opens with `model='…', speculative_config=` or
@@ -99,7 +100,8 @@ _ARG_LINE = re.compile(r"with config: |\bargs: Namespace\(|non-default args: \{"
 _ARG = re.compile(
     r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
 )
-_NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
+_NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size",
+                 "pipeline_parallel_size"}
 _FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
                "dcp_world_size", "No available memory", "speculative_config=", "', tokenizer=", "█  model",
                "estimated maximum", "with config: ", "args: ")

@@ -215,3 +215,17 @@ def test_tp_beyond_kv_heads_is_mentioned() -> None:
     _, notes = check("real-0.9-v1-qwen3-235b-fp8-tp4.log",
                      SizingRequest(model="qwen3-235b-a22b", vram_gib=300, weights_gib=220, tp=1))
     assert any("or more: past 4 ranks the heads are replicated" in n for n in notes)
+
+
+def test_pipeline_parallel_failure_of_issue_34076() -> None:
+    # vllm-0.15-startup-fail.log is the ValueError of #34076: Qwen3-Coder-30B-A3B-FP8, PP 2 over a 16 GB and a
+    # 32 GB card. Its 24.0 GiB for 262,144 tokens is 96 KiB/token: the whole model's 48 layers at 16 bit.
+    assert guess_preset("./Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8") is not None
+    rows, notes = check("vllm-0.15-startup-fail.log", SizingRequest(model="qwen3-coder-30b-a3b", vram_gib=32))
+    assert per_token_agrees(rows, 0.01)
+    assert any(n.startswith("the engine refused to start") and "34736" in n for n in notes)
+    facts = {**facts_of("vllm-0.15-startup-fail.log"), "pipeline_parallel_size": 2.0,
+             "kv_cache_tokens": 100_000.0, "kv_cache_bytes": 100_000 * 49152.0}
+    facts.pop("required_kv_bytes")
+    rec = reconcile(compute(resolve(SizingRequest(model="qwen3-30b-a3b", vram_gib=32), None, facts).inputs), facts)
+    assert any("pipeline parallel 2" in n for n in rec.explanations)
