@@ -19,7 +19,7 @@ from agent import __version__
 from agent.budget import KvDtype, WeightsDtype, compute
 from agent.budget_view import render_report, size, to_json
 from agent.config import DEFAULT_CONFIG_PATH, load_config
-from agent.errors import AgentError, ConfigError
+from agent.errors import AgentError, BudgetError, ConfigError
 from agent.framing import unwrap_cri, unwrap_docker
 from agent.models import PRESETS
 from agent.pipeline import budget_of
@@ -166,7 +166,19 @@ def budget(
             _fail(f"{from_log}: no vLLM start-up capacity lines found (GPU KV cache size, # GPU blocks, "
                   "Model loading took, Available KV cache memory)")
         sizing = resolve(request, cfg, facts)
-        result = compute(sizing.inputs)
+        try:
+            result = compute(sizing.inputs)
+        except BudgetError as exc:
+            if not facts:
+                raise
+            kv = facts.get("kv_cache_bytes")
+            if "required_kv_bytes" in facts or (isinstance(kv, int | float) and kv <= 0):
+                raise BudgetError(f"{exc}\nThe engine did not start either: the log shows no room for the KV "
+                                  "cache.") from exc
+            known = ", ".join(f"{k}={v}" for k, v in facts.items() if k in _SETTINGS) or "none"
+            raise BudgetError(f"{exc}\nThe engine did size a KV cache on its card, so an input here is not what "
+                              f"it ran with (settings the log states: {known}); pass the ones it leaves out, e.g. "
+                              "--tp, --vram-gib, --weights-gib or --weights-dtype.") from exc
         the_plan = plan(sizing.inputs, target_concurrency, sizing.workload_tokens) if target_concurrency else None
         rec = reconcile(result, facts) if facts else None
     except ConfigError as exc:
@@ -177,6 +189,10 @@ def budget(
         typer.echo(json.dumps(to_json(result, sizing, the_plan, rec), indent=2, default=str))
         return
     typer.echo(render_report(result, sizing, cfg, the_plan, rec))
+
+
+_SETTINGS = ("model", "tensor_parallel_size", "quantization", "kv_cache_dtype", "gpu_memory_utilization",
+             "max_model_len", "total_gpu_memory_bytes", "weights_bytes")
 
 
 def _read_lines(path: Path | None) -> list[str]:

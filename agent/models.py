@@ -80,6 +80,8 @@ _PRESET_LIST: tuple[ModelShape, ...] = (
                hf_id="meta-llama/Llama-3.2-3B-Instruct"),
     ModelShape("llama-3.3-70b", 80, 8, 128, 64, 70_553_706_496, _emb(128256, 8192, False), 131072,
                hf_id="meta-llama/Llama-3.3-70B-Instruct"),
+    ModelShape("qwen2.5-0.5b", 24, 2, 64, 14, 494_032_768, _emb(151936, 896, True), 32768,
+               hf_id="Qwen/Qwen2.5-0.5B-Instruct"),
     ModelShape("qwen2.5-7b", 28, 4, 128, 28, 7_615_616_512, _emb(152064, 3584, False), 32768,
                hf_id="Qwen/Qwen2.5-7B-Instruct"),
     ModelShape("qwen2.5-14b", 48, 8, 128, 40, 14_770_033_664, _emb(152064, 5120, False), 32768,
@@ -100,6 +102,10 @@ _PRESET_LIST: tuple[ModelShape, ...] = (
                hf_id="Qwen/Qwen3-14B"),
     ModelShape("qwen3-32b", 64, 8, 128, 64, 32_762_123_264, _emb(151936, 5120, False), 40960,
                hf_id="Qwen/Qwen3-32B"),
+    ModelShape("qwen3-30b-a3b", 48, 4, 128, 32, 30_532_122_624, _emb(151936, 2048, False), 40960,
+               hf_id="Qwen/Qwen3-30B-A3B"),
+    ModelShape("qwen3-235b-a22b", 94, 4, 128, 64, 235_093_634_560, _emb(151936, 4096, False), 40960,
+               hf_id="Qwen/Qwen3-235B-A22B"),
     ModelShape("mistral-7b", 32, 8, 128, 32, 7_248_023_552, _emb(32768, 4096, False), 32768,
                hf_id="mistralai/Mistral-7B-Instruct-v0.3"),
     ModelShape("mistral-7b-v0.1", 32, 8, 128, 32, 7_241_732_096, _emb(32000, 4096, False), 32768,
@@ -133,6 +139,13 @@ _ALIASES: dict[str, str] = {
     "mistral-7b-v0.3": "mistral-7b",
     "phi-3-mini": "phi-3-mini-4k",
     "phi-3.5-mini": "phi-3-mini-128k",
+    "qwen3-coder-30b-a3b": "qwen3-30b-a3b",  # same attention shape (48 layers × 4 KV heads × 128)
+    # DeepSeek-R1 distills keep their base model's attention shape (their config.json is the base's).
+    "deepseek-r1-distill-qwen-7b": "qwen2.5-7b",
+    "deepseek-r1-distill-qwen-14b": "qwen2.5-14b",
+    "deepseek-r1-distill-qwen-32b": "qwen2.5-32b",
+    "deepseek-r1-distill-llama-8b": "llama-3.1-8b",
+    "deepseek-r1-distill-llama-70b": "llama-3.3-70b",
 }
 
 
@@ -159,14 +172,32 @@ def find_preset(name: str) -> ModelShape:
     )
 
 
+# What quantizers append to a checkpoint's name: `-AWQ`, `-GPTQ-Int4`, `-FP8-Dynamic`, `-quantized.w8a8`,
+# `-bnb-4bit`, `-AutoRound`, `-NVFP4`, `-AWQ-4bit` … The shape is the base model's.
+_QUANT_SUFFIX = re.compile(
+    r"[-_.](awq|gptq|int4|int8|fp8|fp4|nvfp4|mxfp4|w4a16|w8a8|w8a16|w4a8|gguf|quantized|bnb|4bit|8bit|autoround"
+    r"|exl2|marlin|dynamic|fp8-dynamic)\b.*$"
+)
+
+
 def guess_preset(served_model: str) -> ModelShape | None:
     """The preset whose name or HF id matches a served model path, e.g. '/models/Qwen2.5-7B-Instruct-AWQ'."""
     tail = served_model.strip().rstrip("/").rsplit("/", 1)[-1].lower()
-    tail = re.sub(r"[-_](awq|gptq|int4|int8|fp8|w4a16|w8a8|gguf)\b.*$", "", tail)
-    try:
-        return find_preset(tail)
-    except ModelError:
-        return None
+    # HF cache snapshots (`models--Org--Name/snapshots/<sha>`) name the model in a parent folder.
+    for part in reversed(served_model.strip().rstrip("/").split("/")):
+        if part.startswith("models--"):
+            tail = part.rsplit("--", 1)[-1].lower()
+            break
+    tail = _QUANT_SUFFIX.sub("", tail)
+    # `llama-3-1-70b` (a local folder named after the HF id with dots turned into dashes) is llama-3.1-70b.
+    # A release-date suffix (`Qwen3-30B-A3B-Instruct-2507`) keeps the base model's shape.
+    undated = re.sub(r"[-_](?:2[0-9])(?:0[1-9]|1[0-2])$", "", _normalise(tail))
+    for candidate in (tail, re.sub(r"(?<=\d)-(\d)(?=-)", r".\1", tail), undated):
+        try:
+            return find_preset(candidate)
+        except ModelError:
+            continue
+    return None
 
 
 # config.json `model_type`s whose per-request state is not a plain per-token KV cache.

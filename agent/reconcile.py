@@ -40,11 +40,24 @@ class Reconciliation:
     engine_tokens_per_request: int | None
 
 
+# Sizes every tensor-parallel rank prints for itself: the engine sizes the KV cache by the rank with the least
+# memory left (vLLM takes the minimum over workers), and the heaviest rank's weights and graphs bind.
+_PER_RANK_MIN = frozenset({"kv_cache_bytes"})
+_PER_RANK_MAX = frozenset({"weights_bytes", "cuda_graph_estimate_bytes", "cuda_graph_bytes"})
+
+
 def latest(facts: Iterable[CapacityFact]) -> dict[str, float | str]:
-    """The last value of each fact: after a restart the later start-up is the one running now."""
+    """One value per fact for the start-up `startup_facts` kept (the last one in the file): the last value
+    printed, except per-rank sizes, where the binding rank's (least KV memory, most weights) wins."""
     out: dict[str, float | str] = {}
     for fact in facts:
-        out[fact.name] = fact.value
+        before, value = out.get(fact.name), fact.value
+        if isinstance(before, int | float) and isinstance(value, int | float):
+            if fact.name in _PER_RANK_MIN:
+                value = min(before, value)
+            elif fact.name in _PER_RANK_MAX:
+                value = max(before, value)
+        out[fact.name] = value
     return out
 
 
@@ -70,6 +83,9 @@ def reconcile(budget: Budget, facts: dict[str, float | str]) -> Reconciliation:
         total = _num(facts, "total_gpu_memory_bytes") or inputs.vram_bytes
         requested = util * total
     activation = _num(facts, "activation_peak_bytes")
+    peak_torch = _num(facts, "peak_torch_bytes")
+    if activation is None and peak_torch is not None and weights is not None:
+        activation = max(0.0, peak_torch - weights)  # 0.6.2–0.6.4 print the torch peak with the weights in it
     non_torch = _num(facts, "non_torch_bytes")
     graphs = _num(facts, "cuda_graph_bytes")
     measured = [v for v in (activation, non_torch) if v is not None]
@@ -82,9 +98,25 @@ def reconcile(budget: Budget, facts: dict[str, float | str]) -> Reconciliation:
     blocks = _num(facts, "gpu_blocks")
     if tokens is None and blocks is not None:
         tokens = blocks * inputs.block_size
-    per_token = kv_bytes / tokens if kv_bytes and tokens else None
+    required = _num(facts, "required_kv_bytes")
+    failed_len = _num(facts, "max_model_len") if required is not None else None
+    if required is not None and failed_len:
+        # V1 refused to start: "X GiB KV cache is needed" for max_model_len tokens is the engine's own
+        # per-token size, and the estimated maximum model length is what the available memory holds. Token
+        # counts printed by an earlier, successful start in the same file belong to other settings.
+        per_token: float | None = required / failed_len
+        tokens = _num(facts, "estimated_max_model_len") or tokens
+    else:
+        per_token = kv_bytes / tokens if kv_bytes and kv_bytes > 0 and tokens else None
+    dcp = _num(facts, "dcp_world_size")
+    if dcp and dcp > 1 and per_token is not None and required is None:
+        # Decode context parallelism: each GPU keeps 1/dcp of every sequence, and vLLM multiplies the token
+        # count it prints by dcp_world_size; the bytes per token each GPU stores are dcp times the ratio.
+        per_token *= dcp
     engine_conc = _num(facts, "max_concurrency")
-    engine_len = _num(facts, "tokens_per_request") or _num(facts, "max_model_len")
+    engine_len = failed_len or _num(facts, "tokens_per_request") or _num(facts, "max_model_len")
+    if failed_len and tokens:
+        engine_conc = tokens / failed_len
     if engine_conc is None and tokens is not None and engine_len:
         engine_conc = tokens / engine_len
     per_gpu_weights = weights  # vLLM logs the weights each worker loaded, i.e. per GPU
@@ -128,20 +160,97 @@ def _explain(budget: Budget, rows: tuple[Row, ...], activation: float | None, no
                          "activation peak, non-torch memory and CUDA graphs together)")
         notes.append(f"overhead differs by {_delta(over)}: the engine measured "
                      f"{'; '.join(parts)}, against the {_gib(over.computed)} assumed here.")
-    if graphs is not None:
+    estimate = _num(facts, "cuda_graph_estimate_bytes")
+    if estimate is not None:
+        notes.append(f"the engine estimated {_gib(estimate)} of CUDA-graph memory per GPU during profiling and "
+                     "already took it out of the KV budget (vLLM 0.21+), so it is part of the overhead above.")
+    elif graphs is not None:
         notes.append(f"CUDA graphs took {_gib(graphs)} after profiling; vLLM before 0.21 does not subtract "
                      "it from the KV budget, so the real headroom is that much smaller.")
-    if _off(per_token.computed, per_token.engine, floor=0):
-        notes.append(f"KV bytes per token differ ({_fmt_bytes(per_token.computed)} computed, "
-                     f"{_fmt_bytes(per_token.engine)} implied by the engine): the model shape, kv_cache_dtype "
-                     f"({facts.get('kv_cache_dtype', inputs.kv_dtype.value)}) or tensor parallel size here "
-                     "is not what the engine runs; check --model, --kv-dtype and --tp.")
-    if _off(kv.computed, kv.engine) and kv.engine is not None:
+    if kv.engine is not None and kv.engine <= 0:
+        notes.append(f"the engine had no memory left for the KV cache ({_gib(kv.engine)}): weights, activation "
+                     "peak and non-torch memory already exceed util × VRAM, so it cannot start (\"No available "
+                     "memory for the cache blocks\"). Raise --gpu-memory-utilization, quantize the weights, "
+                     "lower max_num_batched_tokens / max_model_len, or add tensor parallelism.")
+    required, failed_len = _num(facts, "required_kv_bytes"), _num(facts, "max_model_len")
+    if required is not None and failed_len:
+        fits = _num(facts, "estimated_max_model_len")
+        notes.append(f"the engine refused to start: one request of max_model_len {int(failed_len)} needs "
+                     f"{_gib(required)} of KV cache, more than the {_gib(kv.engine)} available"
+                     + (f"; the longest that fits is {int(fits)} tokens" if fits else "")
+                     + ". Lower --max-model-len, use --kv-cache-dtype fp8, or free memory (util, TP, quantization).")
+    dcp = _num(facts, "dcp_world_size")
+    if dcp and dcp > 1:
+        notes.append(f"decode context parallelism {int(dcp)}: the engine's token count is multiplied by {int(dcp)} "
+                     "(each GPU holds a slice of every sequence), so KV cache tokens and concurrency are "
+                     f"{int(dcp)}× what one GPU's memory alone gives; bytes per token are compared per GPU.")
+    per_token_note = _per_token_note(budget, per_token, facts)
+    if per_token_note:
+        notes.append(per_token_note)
+    if _off(kv.computed, kv.engine) and kv.engine is not None and kv.engine > 0:
         notes.append(f"usable KV cache differs by {_delta(kv)}; from now on the agent compares live "
                      "usage with the engine's own figure.")
-    if not notes:
+    if not notes and all(r.engine is None for r in rows if r.label != "util × VRAM"):
+        notes.append("the log holds no capacity numbers to compare (only settings such as the model, max_model_len "
+                     "or TP, which were used above); the engine's KV cache, weights or token lines are needed for a "
+                     "check.")
+    elif not notes:
         notes.append("computed and engine-reported budgets agree (within 3 % or 0.1 GiB).")
     return notes
+
+
+def _per_token_note(budget: Budget, row: Row, facts: dict[str, float | str]) -> str | None:
+    """Why the engine's bytes per token differ from the shape's, naming the likeliest cause."""
+    inputs, shape = budget.inputs, budget.inputs.shape
+    computed, engine = row.computed, row.engine
+    if computed is None or engine is None or engine <= 0:
+        return None
+    hybrid = facts.get("hybrid_block_size")
+    if hybrid is not None:
+        return (f"the engine runs a hybrid (attention + Mamba / linear-attention) model: it stretched the "
+                f"attention block to {int(float(hybrid))} tokens to match the Mamba page, and its token count is "
+                "derived from max concurrency × max_model_len, so KV bytes per token "
+                f"({_fmt_bytes(engine)}) is not a per-token cost and cannot check the shape here.")
+    if not _off(computed, engine, floor=0):
+        return None
+    ratio = computed / engine
+    kv_dtype = facts.get("kv_cache_dtype", inputs.kv_dtype.value)
+    head = (f"KV bytes per token differ ({_fmt_bytes(computed)} computed, {_fmt_bytes(engine)} implied by the "
+            "engine): ")
+    pp = facts.get("pipeline_parallel_size")
+    if isinstance(pp, int | float) and pp > 1:
+        return head + (f"the engine runs pipeline parallel {int(pp)}: each GPU holds only its stage's layers, so "
+                       f"its bytes per token are about 1/{int(pp)} of the whole model's (uneven splits differ); "
+                       "this budget does not model pipeline stages.")
+    if shape.is_mla and str(kv_dtype).startswith("fp8_ds_mla"):
+        return head + (f"the engine stores the MLA latent as fp8_ds_mla, 656 bytes per token per layer (fp8 latent "
+                       f"+ scales + a 16-bit rope part), i.e. {_fmt_bytes(shape.layers * 656.0)} for {shape.layers} "
+                       "layers, which no --kv-dtype here describes.")
+    if shape.is_mla and ratio < 0.5:
+        return head + (f"{shape.name} is an MLA model, but the engine caches full K and V per head — vLLM before "
+                       "0.7.1 (or VLLM_MLA_DISABLE=1) ran DeepSeek-V2/V3 without MLA, so its KV cache is "
+                       f"{1 / ratio:.0f}× larger than the latent this budget assumes.")
+    if shape.sliding_layers:
+        return head + (f"{shape.name} has {shape.sliding_layers} sliding-window layers; vLLM versions differ in "
+                       "whether the token count covers them, so the per-token figure is not comparable. Compare "
+                       "max concurrency instead.")
+    for k in (2, 4, 8, 16):
+        if abs(ratio - k) / k < SIGNIFICANT:
+            causes = []
+            if not shape.is_mla and shape.kv_heads % (inputs.tp * k) == 0:
+                more = (f" (or more: past {shape.kv_heads} ranks the heads are replicated)"
+                        if inputs.tp * k == shape.kv_heads else "")
+                causes.append(f"the engine splits the KV heads over tensor parallel {inputs.tp * k}{more} "
+                              f"(here {inputs.tp}): pass --tp {inputs.tp * k}")
+            if k == 2 and inputs.kv_dtype.bytes == 2:
+                causes.append("the engine stores the KV cache in fp8 (pass --kv-dtype fp8)")
+            if causes:
+                return head + f"{k}× fewer bytes per token than assumed; likely " + ", or ".join(causes) + "."
+        if abs(1 / ratio - k) / k < SIGNIFICANT and inputs.tp % k == 0:
+            return head + (f"{k}× more bytes per token than assumed; the engine runs tensor parallel "
+                           f"{inputs.tp // k}, not {inputs.tp} (pass --tp {inputs.tp // k}).")
+    return head + (f"the model shape, kv_cache_dtype ({kv_dtype}) or tensor parallel size here is not what the "
+                   "engine runs; check --model, --kv-dtype and --tp.")
 
 
 def _gib(value: float | None) -> str:

@@ -31,6 +31,8 @@ FACT_NAMES = frozenset({
     "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes", "non_kv_cache_bytes",
     "kv_cache_bytes", "kv_cache_tokens", "gpu_blocks", "cpu_blocks", "max_concurrency", "tokens_per_request",
     "required_kv_bytes", "estimated_max_model_len", "max_concurrent_requests", "max_batch_prefill_tokens",
+    "peak_torch_bytes", "cuda_graph_estimate_bytes", "hybrid_block_size", "dcp_world_size",
+    "pipeline_parallel_size",
 })
 
 

@@ -7,6 +7,7 @@ number came from. Estimates (weights from the parameter count) are labelled as e
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
@@ -71,7 +72,8 @@ def _required(found: tuple[T | None, str], problem: str) -> tuple[T, str]:
     return value, origin
 
 
-def _shape(req: SizingRequest, config: Config | None, served_model: str | None) -> tuple[ModelShape, str]:
+def _shape(req: SizingRequest, config: Config | None, served_model: str | None,
+           from_log: bool = False) -> tuple[ModelShape, str]:
     explicit = (req.layers, req.kv_heads, req.head_dim)
     if any(v is not None for v in explicit):
         if req.model is not None:
@@ -98,6 +100,9 @@ def _shape(req: SizingRequest, config: Config | None, served_model: str | None) 
             return guessed, f"guessed from served model {served_model}"
         raise ModelError(f"the served model {served_model!r} matches no preset: pass --model with a preset "
                          "name or the model's config.json, or --layers/--kv-heads/--head-dim")
+    if from_log:
+        raise ModelError("the log does not name the served model (no `model=` in an args or config line): pass "
+                         "--model (a preset name or the model's config.json) or --layers/--kv-heads/--head-dim")
     raise ModelError("no model given: pass --model (a preset name or a config.json path) or "
                      "--layers/--kv-heads/--head-dim")
 
@@ -117,7 +122,7 @@ def resolve(req: SizingRequest, config: Config | None = None,
     facts = facts or {}
     cfg = config or Config()
     served = facts.get("model")
-    shape, shape_origin = _shape(req, config, str(served) if served is not None else None)
+    shape, shape_origin = _shape(req, config, str(served) if served is not None else None, bool(facts))
     if req.params_b is not None or cfg.model.params_b is not None:
         params_b = req.params_b if req.params_b is not None else cfg.model.params_b
         assert params_b is not None
@@ -148,12 +153,22 @@ def resolve(req: SizingRequest, config: Config | None = None,
     native = WeightsDtype(shape.native_dtype) if shape.native_dtype in {d.value for d in WeightsDtype} else None
     wdtype, origin["weights_dtype"] = _first(
         (req.weights_dtype, "flag"), (cfg.model.weights_dtype, "config"),
-        (_weights_dtype_from_log(facts.get("quantization")), "log"), (native, "model"))
+        (_weights_dtype_from_log(facts.get("quantization")), "log"),
+        (_weights_dtype_from_log(_quant_suffix(str(served))) if served is not None else None, "served model name"),
+        (native, "model"))
     weights_gib, origin["weights"] = _first((req.weights_gib, "flag"), (cfg.model.weights_gib, "config"))
     if weights_gib is None:
         wdtype = wdtype or WeightsDtype.BF16
         weights_bytes = estimate_weights_bytes(shape, wdtype)
         origin["weights"] = f"estimated from {(shape.params or 0) / 1e9:.2f} B parameters at {wdtype.value}"
+        logged = log_num("weights_bytes")
+        if logged is not None and logged > 0 and weights_bytes / tp + overhead * GIB >= util * vram * GIB:
+            # The estimate cannot fit the card the engine did run on: its own loaded weights (per GPU) win.
+            weights_bytes = int(logged * tp)
+            wdtype = None
+            weights_gib = weights_bytes / GIB
+            origin["weights"] = (f"log: the engine loaded {logged / GIB:.2f} GiB per GPU (the estimate from the "
+                                 "parameter count does not fit this card: quantized or split further than assumed)")
     else:
         weights_bytes = int(weights_gib * GIB)
     input_p95 = req.input_p95 if req.input_p95 is not None else cfg.workload.input_p95_tokens
@@ -189,4 +204,12 @@ def _weights_dtype_from_log(value: object) -> WeightsDtype | None:
     for dtype in (WeightsDtype.AWQ, WeightsDtype.GPTQ, WeightsDtype.FP8):
         if text.startswith(dtype.value):
             return dtype
+    if text.startswith(("w8a8", "int8", "w8a16")):
+        return WeightsDtype.INT8
     return None
+
+
+def _quant_suffix(served: str) -> str:
+    """The quantization a checkpoint's name announces (`…-AWQ`, `…-FP8`, `…-quantized.w8a8`), if any."""
+    m = re.search(r"[-_.](awq|gptq|fp8|w8a8|w8a16|int8)\b", served.lower())
+    return m.group(1) if m else ""

@@ -24,6 +24,7 @@ from parsers.base import ANSI, Rule, Split, StreamParser, hot, json_object, rule
 
 GIB = 1024**3
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
+_SNUM = r"(-?\d[\d,]*(?:\.\d+)?)"  # signed: V0 prints a negative KV budget when nothing is left
 
 
 def _num(text: str) -> float:
@@ -47,7 +48,22 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
         ("gpu_blocks", r"with initialization after num_gpu_blocks is: " + _NUM, _num),
         ("weights_bytes", r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B", _gib),
         ("kv_cache_bytes", r"Available KV cache memory: " + _NUM + r" ?GiB", _gib),
-        ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _NUM + r" ?GiB", _gib),
+        ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _SNUM + r" ?GiB", _gib),
+        # 0.6.2 – 0.6.4 V0: one `Memory profiling results: key=valueGiB …` line (space- or comma-separated).
+        ("total_gpu_memory_bytes", r"Memory profiling results:.*?\btotal_gpu_memory=" + _NUM + r" ?GiB", _gib),
+        ("peak_torch_bytes", r"Memory profiling results:.*?\bpeak_torch_memory=" + _NUM + r" ?GiB", _gib),
+        ("non_torch_bytes", r"Memory profiling results:.*?\bnon_torch_memory=" + _NUM + r" ?GiB", _gib),
+        ("kv_cache_bytes", r"Memory profiling results:.*?\bkv_cache_size=" + _SNUM + r" ?GiB", _gib),
+        ("gpu_memory_utilization", r"Memory profiling results:.*?\bgpu_memory_utilization=" + _NUM, _num),
+        # 0.21+: CUDA-graph memory estimated during profiling and taken out of the KV budget (per rank).
+        ("cuda_graph_estimate_bytes", r"Estimated CUDA graph memory: " + _NUM + r" ?GiB", _gib),
+        # Hybrid attention + Mamba models: the attention block is stretched to the Mamba page (0.11+).
+        ("hybrid_block_size", r"Setting attention block size to " + _NUM + r" tokens to ensure", _num),
+        ("dcp_world_size", r"Multiplying the GPU KV cache size by the dcp_world_size " + _NUM, _num),
+        # V0 and V1 alike: nothing was left for the KV cache (the numbers, if any, came on earlier lines).
+        ("kv_cache_bytes", r"(No) available memory for the cache blocks", lambda _: 0),
+        # 0.19+ start-up logo: `█▄█▀ █ … █  model   <name or path>` names the served model.
+        ("model", r"█  model\s+(\S+)\s*$", str),
         ("total_gpu_memory_bytes", r"total_gpu_memory \(" + _NUM + r" ?GiB\)", _gib),
         ("gpu_memory_utilization", r"x gpu_memory_utilization \(" + _NUM + r"\)", _num),
         ("requested_memory_bytes", r"x gpu_memory_utilization \([\d.]+\) = " + _NUM + r" ?GiB", _gib),
@@ -75,14 +91,20 @@ _ARG_NAMES = {
     "max_seq_len": "max_model_len", "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
     "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
     "kv_cache_dtype": "kv_cache_dtype", "tensor_parallel_size": "tensor_parallel_size",
-    "quantization": "quantization", "model": "model",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "quantization": "quantization", "model": "model", "model_tag": "model",
 }
-_ARG_LINE = re.compile(r"with config: |\bargs: Namespace\(|non-default args: \{")
+# A config dump pasted without its `with config:` head still opens with `model='…', speculative_config=` or
+# `model='…', tokenizer=`.
+_ARG_LINE = re.compile(r"with config: |\bargs: Namespace\(|non-default args: \{"
+                       r"|^model='[^']*', (?:speculative_config|tokenizer)=")
 _ARG = re.compile(
     r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
 )
-_NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size"}
+_NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size",
+                 "pipeline_parallel_size"}
 _FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
+               "dcp_world_size", "No available memory", "speculative_config=", "', tokenizer=", "█  model",
                "estimated maximum", "with config: ", "args: ", "num_gpu_blocks is")
 _FACT_FILTER = hot(*_FACT_WORDS)
 
@@ -104,12 +126,35 @@ def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
             yield name, raw
 
 
+# Facts that only come once the engine has sized its KV cache: a start-up line after one of these begins
+# another start-up (a restart, or a second run appended to the same file).
+_RESULT_FACTS = frozenset({"kv_cache_tokens", "gpu_blocks", "kv_cache_bytes", "max_concurrency", "required_kv_bytes"})
+
+
+# A new start-up begins (not merely a start-up step such as loading weights, which ranks print in any order).
+_BANNER = re.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine")
+
+
 def startup_facts(lines: Iterable[str], source: str = "-") -> list[CapacityFact]:
-    """Every capacity fact in a vLLM log, in line order (later lines restate earlier ones after restarts)."""
+    """The capacity facts of the last start-up in a vLLM log, in line order.
+
+    A file often holds several start-ups (restarts, a retry with other flags). Mixing them would pair one
+    run's KV memory with another's token count, so a start-up banner (`vLLM API server version`,
+    `Initializing … LLM engine`) seen after KV-sizing facts drops everything before it. Ranks of one
+    start-up print the same lines; those are kept (the last value of each fact wins in `latest`).
+    """
     parser = VllmParser(source)
     records: list[Record] = []
+    sized = False
     for line in lines:
-        records.extend(parser.feed(line.rstrip("\r\n")))
+        text = line.rstrip("\r\n")
+        if sized and _BANNER.search(text) is not None:
+            records.extend(parser.flush())
+            records = []
+            sized = False
+        new = parser.feed(text)
+        records.extend(new)
+        sized = sized or any(isinstance(r, CapacityFact) and r.name in _RESULT_FACTS for r in new)
     records.extend(parser.flush())
     return [r for r in records if isinstance(r, CapacityFact)]
 

@@ -193,3 +193,12 @@ def test_every_command_is_documented_in_the_readme() -> None:
     assert names
     for name in names:
         assert f"deepinfer-agent {name}" in readme, f"README does not document `deepinfer-agent {name}`"
+
+
+def test_from_log_paper_overflow_says_which_inputs_to_pass() -> None:
+    code, _, err = run("budget", "--from-log", str(STARTUP / "real-0.9-v1-qwen3-235b-fp8-tp4.log"),
+                       "--model", "qwen3-235b-a22b", "--vram-gib", "80")
+    assert code != 0 and "no memory left" in err and "--tp" in err and "did size a KV cache" in err
+    code, _, err = run("budget", "--from-log", str(STARTUP / "real-0.7-v0-qwen7b-awq-no-memory.log"),
+                       "--model", "qwen2.5-7b", "--weights-dtype", "awq")
+    assert code != 0 and "did not start either" in err

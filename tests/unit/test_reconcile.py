@@ -46,3 +46,14 @@ def test_v1_log_guesses_the_preset_and_derives_overhead() -> None:
     assert overhead is not None and abs(overhead / 2**30 - 1.65) < 0.01
     assert rows["max concurrency at 8192 tokens"][1] == 21.51
     assert notes == ["computed and engine-reported budgets agree (within 3 % or 0.1 GiB)."]
+
+
+def test_fp8_ds_mla_is_named_rather_than_blamed_on_the_model() -> None:
+    from agent.sizing import SizingRequest as Req
+
+    # DeepSeek-V3.2's fp8_ds_mla: 656 B per token per layer (0.11 MLAAttentionSpec.page_size_bytes)
+    facts: dict[str, float | str] = {"kv_cache_dtype": "fp8_ds_mla", "kv_cache_bytes": 61 * 656 * 100_000,
+                                     "kv_cache_tokens": 100_000, "block_size": 64}
+    budget = compute(resolve(Req(model="deepseek-v3", vram_gib=141, tp=8, weights_gib=640), None, facts).inputs)
+    notes = reconcile(budget, facts).explanations
+    assert any("fp8_ds_mla" in n and "656 bytes" in n for n in notes)

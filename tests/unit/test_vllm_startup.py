@@ -104,3 +104,30 @@ def test_never_raises_on_arbitrary_text(lines: list[str]) -> None:
 def test_number_shapes_never_raise(number: str) -> None:
     startup_facts([f"GPU KV cache size: {number} tokens", f"Model loading took {number} GiB",
                    f"non-default args: {{'max_num_seqs': {number}}}"])
+
+
+def test_dcp_multiplied_token_count_is_compared_per_gpu() -> None:
+    from agent.budget import compute
+    from agent.reconcile import reconcile
+    from agent.sizing import SizingRequest, resolve
+
+    # the format strings of vllm/v1/core/kv_cache_utils.py (0.10+) with Llama-3.1-8B numbers: 8 GiB per GPU
+    # holds 65,536 tokens at 128 KiB; with DCP 2 the engine prints twice that
+    lines = ["INFO 10-01 00:00:00 [kv_cache_utils.py:1] Multiplying the GPU KV cache size by the dcp_world_size 2.",
+             "INFO 10-01 00:00:00 [gpu_worker.py:1] Available KV cache memory: 8.00 GiB",
+             "INFO 10-01 00:00:00 [kv_cache_utils.py:1] GPU KV cache size: 131,072 tokens"]
+    facts = latest(startup_facts(lines))
+    assert facts["dcp_world_size"] == 2
+    rec = reconcile(compute(resolve(SizingRequest(model="llama-3.1-8b", vram_gib=80), None, facts).inputs), facts)
+    row = next(r for r in rec.rows if r.label.startswith("KV bytes per token"))
+    assert row.engine == 131072
+    assert any(n.startswith("decode context parallelism 2") for n in rec.explanations)
+
+
+def test_per_rank_sizes_take_the_binding_rank() -> None:
+    lines = ["(Worker_TP0 pid=1) INFO 05-14 00:04:17 [gpu_worker.py:460] Available KV cache memory: 15.72 GiB",
+             "(Worker_TP1 pid=2) INFO 05-14 00:04:17 [gpu_worker.py:460] Available KV cache memory: 15.31 GiB",
+             "(Worker_TP0 pid=1) INFO 05-14 00:04:10 [gpu_model_runner.py:1] Model loading took 15.2 GiB memory and 4s",
+             "(Worker_TP1 pid=2) INFO 05-14 00:04:10 [gpu_model_runner.py:1] Model loading took 15.9 GiB memory and 4s"]
+    f = latest(startup_facts(lines))
+    assert f["kv_cache_bytes"] == round(15.31 * GIB) and f["weights_bytes"] == round(15.9 * GIB)
