@@ -153,30 +153,29 @@ def _counters(totals: Totals) -> Iterator[Metric]:
         yield family
 
 
+def _single(name: str, doc: str, value: float | None) -> GaugeMetricFamily:
+    """A gauge with one unlabelled sample, or none when the value is unknown."""
+    family = _gauge(name, doc)
+    if value is not None:
+        family.add_metric([], float(value))
+    return family
+
+
 def _agent(snap: Snapshot) -> Iterator[Metric]:
     info = InfoMetricFamily("deepinfer_agent", "The agent's version.", labels=["version"])
     info.add_metric([snap.version], {})
     yield info
-    started = _gauge("agent_start_time_seconds", "When the agent process started (Unix time).")
-    started.add_metric([], snap.started_at)
-    yield started
-    store_up = _gauge("store_up", "1 while SQLite writes succeed; 0 while records are buffered or dropped.")
-    store_up.add_metric([], float(snap.store_up))
-    yield store_up
-    buffered = _gauge("store_buffered_records", "Records held in memory while the database cannot be written.")
-    buffered.add_metric([], snap.store_buffered_records)
-    yield buffered
+    yield _single("agent_start_time_seconds", "When the agent process started (Unix time).", snap.started_at)
+    yield _single("store_up", "1 while SQLite writes succeed; 0 while records are buffered or dropped.",
+                  snap.store_up)
+    yield _single("store_buffered_records", "Records held in memory while the database cannot be written.",
+                  snap.store_buffered_records)
     if snap.store_size_bytes is not None:
-        size = _gauge("store_size_bytes", "Size of the SQLite database.")
-        size.add_metric([], snap.store_size_bytes)
-        yield size
-    reload_ok = _gauge("config_last_reload_success", "1 when the last config reload was accepted.")
-    reload_ok.add_metric([], float(snap.config_last_reload_ok))
-    yield reload_ok
-    nvml = _gauge("nvml_up", "1 while NVML answers for every GPU; 0 when the driver is missing or a GPU is lost.")
-    if snap.nvml_enabled:
-        nvml.add_metric([], float(snap.nvml_up))
-    yield nvml
+        yield _single("store_size_bytes", "Size of the SQLite database.", snap.store_size_bytes)
+    yield _single("config_last_reload_success", "1 when the last config reload was accepted.",
+                  snap.config_last_reload_ok)
+    yield _single("nvml_up", "1 while NVML answers for every GPU; 0 when the driver is missing or a GPU is lost.",
+                  snap.nvml_up if snap.nvml_enabled else None)
     up = _gauge("scrape_up", "1 when the last scrape of the engine's /metrics succeeded.", ("target",))
     duration = _gauge("scrape_duration_seconds", "How long the last scrape of the engine's /metrics took.",
                       ("target",))
@@ -265,10 +264,7 @@ _BUDGET_GAUGES: tuple[tuple[str, str, str], ...] = (
 def _budget(snap: Snapshot) -> Iterator[Metric]:
     for metric, key, doc in _BUDGET_GAUGES:
         values = snap.budget if metric.startswith("budget_") else snap.configured
-        family = _gauge(metric, doc)
-        if key in values:
-            family.add_metric([], values[key])
-        yield family
+        yield _single(metric, doc, values.get(key))
 
 
 # --- serving -----------------------------------------------------------------------------------------
