@@ -20,13 +20,12 @@ from agent.budget import KvDtype, WeightsDtype, compute
 from agent.budget_view import render_report, size, to_json
 from agent.config import DEFAULT_CONFIG_PATH, load_config
 from agent.errors import AgentError, BudgetError, ConfigError
-from agent.framing import unwrap_cri, unwrap_docker
 from agent.models import PRESETS
 from agent.pipeline import budget_of
 from agent.planner import plan
 from agent.reconcile import latest, reconcile
 from agent.records import Server
-from agent.scan import FileScan, jsonl, parse_tz, render_text, scan_stream
+from agent.scan import FileScan, Unwrapper, jsonl, parse_tz, render_text, scan_stream
 from agent.service import serve, setup_logging
 from agent.sizing import SizingRequest, resolve
 from agent.status import gather
@@ -200,15 +199,10 @@ def _read_lines(path: Path | None) -> list[str]:
     if path is None:
         return []
     try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            return [_unwrapped(line.rstrip("\n")) for line in handle]
+        with path.open("rb") as handle:
+            return [text for text, _, _ in Unwrapper().read(handle)]
     except OSError as exc:
         _fail(f"{path}: cannot read: {exc.strerror or exc}")
-
-
-def _unwrapped(line: str) -> str:
-    frame = unwrap_docker(line) if line.startswith("{") else unwrap_cri(line) if line[:1].isdigit() else None
-    return frame.text if frame is not None else line
 
 
 class ScanServer(str, Enum):

@@ -64,36 +64,51 @@ def detect_format(first_line: str) -> str:
     return "plain"
 
 
+@dataclass
+class Unwrapper:
+    """Reads a saved log's lines out of their envelope (plain, Docker json-file or CRI, told by the first
+    non-empty line), re-joining runtime-split pieces; `fmt` and `lines` say what it saw."""
+
+    fmt: str | None = None
+    lines: int = 0
+
+    def read(self, handle: BinaryIO) -> Iterator[tuple[str, float | None, int]]:
+        """(text, envelope time, byte offset of the line's first piece) for each logical line."""
+        joiner = PartialJoiner()
+        offset = 0
+        for raw in handle:
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            line_offset = offset
+            offset += len(raw)
+            self.lines += 1
+            if self.fmt is None:
+                if not text.strip():
+                    continue
+                self.fmt = detect_format(text)
+            frame = unwrap(text, self.fmt)
+            if frame is None:  # a malformed envelope line is still a line
+                yield text, None, line_offset
+                continue
+            whole = joiner.feed(frame, line_offset)  # a split line is located by its first piece
+            if whole is not None:
+                joined, start = whole
+                yield joined.text, joined.ts, start
+        for held, start in joiner.flush():
+            yield held.text, held.ts, start
+
+
 def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref_time: float | None = None,
                 tz: tzinfo = timezone.utc) -> FileScan:
     """Classify one byte stream. `ref_time` (the file's mtime) gives yearless stamps their year."""
     parser = make_parser(server, source, ref_time, tz)
-    joiner = PartialJoiner()
     result = FileScan(source, "plain", server)
-    fmt: str | None = None
-    offset = 0
     path = None if source == "-" else source
-    for raw in handle:
-        text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        line_offset = offset
-        offset += len(raw)
-        result.lines += 1
-        if fmt is None:
-            if not text.strip():
-                continue
-            fmt = detect_format(text)
-            result.fmt = fmt
-        frame = unwrap(text, fmt)
-        if frame is None:  # a malformed envelope line is still a line
-            result.records.extend(parser.feed(text, None, path, line_offset))
-            continue
-        whole = joiner.feed(frame, line_offset)  # a split line is located by its first piece
-        if whole is not None:
-            joined, start = whole
-            result.records.extend(parser.feed(joined.text, joined.ts, path, start))
-    for held, start in joiner.flush():
-        result.records.extend(parser.feed(held.text, held.ts, path, start))
+    unwrapper = Unwrapper()
+    for text, ts, offset in unwrapper.read(handle):
+        result.records.extend(parser.feed(text, ts, path, offset))
     result.records.extend(parser.flush())
+    result.fmt = unwrapper.fmt or "plain"
+    result.lines = unwrapper.lines
     result.server = parser.server
     result.parse_errors = parser.parse_errors
     return result
