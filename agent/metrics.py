@@ -170,8 +170,8 @@ def _agent(snap: Snapshot) -> Iterator[Metric]:
                   snap.store_up)
     yield _single("store_buffered_records", "Records held in memory while the database cannot be written.",
                   snap.store_buffered_records)
-    if snap.store_size_bytes is not None:
-        yield _single("store_size_bytes", "Size of the SQLite database.", snap.store_size_bytes)
+    yield _single("store_size_bytes", "Size of the SQLite database (no sample while it cannot be opened).",
+                  snap.store_size_bytes)
     yield _single("config_last_reload_success", "1 when the last config reload was accepted.",
                   snap.config_last_reload_ok)
     yield _single("nvml_up", "1 while NVML answers for every GPU; 0 when the driver is missing or a GPU is lost.",
