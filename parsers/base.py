@@ -1,4 +1,4 @@
-"""The machinery every server parser shares: one stateful pass per line, rules, multi-line incidents.
+"""The machinery every server parser shares: one stateful pass per line, signatures, multi-line incidents.
 
 A parser is fed one line at a time (`feed`) and returns the records that line completes; `flush`
 returns what is still held (an open traceback) at the end of a stream or after a quiet spell. State
@@ -10,7 +10,7 @@ previous total.
 
 Cost model: most lines are boring. An access line whose status is not 429/503 is dropped after one
 `find`; the server's stats line goes straight to its parser; anything else must match one pre-filter
-of literal keywords; only then is a line split and matched against rules (or when a traceback is
+of literal keywords; only then is a line split and matched against signatures (or when a traceback is
 open). Patterns use the standard `re` module, which runs these patterns about twice as fast as
 `regex`; safety comes from the patterns themselves: bounded repeats, no nested quantifiers, and
 lines cut at `MAX_LINE_CHARS`. tests/unit/test_properties.py recompiles every pattern with `regex`
@@ -60,7 +60,7 @@ def size_bytes(number: str, unit: str) -> int:
 
 
 @dataclass(frozen=True)
-class Rule:
+class Signature:
     """A line pattern that means one event kind; `phase` None means "ask the parser's state"."""
 
     kind: EventKind
@@ -116,12 +116,13 @@ def _trie_pattern(node: dict[str, Any]) -> str:
     return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
 
 
-def rule(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,
-         extract: Extract | None = None, incident: bool = False,
-         severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None, unless: str | None = None) -> Rule:
-    """A Rule from a pattern string (compiled once, at import)."""
+def signature(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,
+              extract: Extract | None = None, incident: bool = False,
+              severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None,
+              unless: str | None = None) -> Signature:
+    """A Signature from a pattern string (compiled once, at import)."""
     compiled = re.compile(pattern)
-    return Rule(kind, compiled, severity, phase, extract, incident, severity_of,
+    return Signature(kind, compiled, severity, phase, extract, incident, severity_of,
                 re.compile(unless) if unless else None, required_literals(compiled))
 
 
@@ -212,7 +213,7 @@ def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, in
 
 
 class StreamParser:
-    """One log stream of one server. Subclasses give the prefix splitter, the rules and the ready markers.
+    """One log stream of one server. Subclasses give the prefix splitter, the signatures and the ready markers.
 
     `ref_time` (epoch seconds: the envelope time, or the file's mtime) supplies the year to time
     stamps that have none (vLLM's `%m-%d %H:%M:%S`, syslog); `tz` is the zone of local-time stamps.
@@ -221,7 +222,7 @@ class StreamParser:
     server: Server = Server.AUTO
     UTC: tzinfo = timezone.utc
     HOT: re.Pattern[str] = re.compile(r"(?!)")  # literal keywords that make a line worth a look
-    RULES: tuple[Rule, ...] = ()
+    SIGNATURES: tuple[Signature, ...] = ()
     STARTING: re.Pattern[str] = re.compile(r"(?!)")  # a (re)start began: failures are start-up
     READY: re.Pattern[str] = re.compile(r"(?!)")  # the server is serving
     STATS_WORD = "\x00"  # a literal only the server's periodic stats line contains (fast path)
@@ -295,7 +296,7 @@ class StreamParser:
             if sample is not None:
                 if self._starting and self.READY.search(split.msg) is not None:
                     self._starting = False
-                return out + sample  # a stats line is only that: no rules, no facts
+                return out + sample  # a stats line is only that: no signatures, no facts
         if is_request_log(split.msg):
             return out
         self._track_phase(split.msg)
@@ -342,12 +343,12 @@ class StreamParser:
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         """Capacity facts and stateful events of a single line (server-specific); other events come from
-        RULES."""
+        SIGNATURES."""
         return []
 
     # ---- helpers for subclasses ---------------------------------------------------------------
     def _hot(self, text: str) -> bool:
-        """The pre-filter: the stats line, or one of the literal keywords the rules and facts need."""
+        """The pre-filter: the stats line, or one of the literal keywords the signatures and facts need."""
         return self.STATS_WORD in text or self.HOT.search(text) is not None
 
     def phase(self) -> Phase:
@@ -482,7 +483,7 @@ class StreamParser:
         for msg in _source_last(lines, deferred):
             if is_request_log(msg):
                 continue
-            for r in self.RULES:
+            for r in self.SIGNATURES:
                 if r.kind in found or not r.could_match(msg):
                     continue
                 m = r.pattern.search(msg)

@@ -1,5 +1,5 @@
 """Lines of a stream no server parser claimed (a proxy's access log, a wrapper's stderr): only the
-server-independent rules apply — CUDA/NCCL failures, Xid, HTTP 429/503, request deadlines.
+server-independent signatures apply — CUDA/NCCL failures, Xid, HTTP 429/503, request deadlines.
 
 The nginx/Apache time stamp (`[29/Nov/2026:09:00:00 +0000]`) is read so proxy refusals line up in
 time with the engine's own events.
@@ -18,10 +18,11 @@ _CLF_TIME = re.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) (
 
 
 class GenericParser(StreamParser):
-    """Server-independent rules only; `server` stays `auto` (not recognised)."""
+    """Server-independent signatures only; `server` stays `auto` (not recognised)."""
 
     server = Server.AUTO
-    RULES = (*gpu.GPU_RULES, *kernel.KERNEL_RULES, *http_access.HTTP_RULES, *http_access.TIMEOUT_RULES)
+    SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *http_access.HTTP_SIGNATURES,
+                  *http_access.TIMEOUT_SIGNATURES)
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
 
     def split(self, text: str) -> Split:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, FieldValue, Phase, Severity
-from parsers.base import Rule, rule, size_bytes
+from parsers.base import Signature, signature, size_bytes
 
 _SIZE = r"([\d.,]+) ([KMGT]i?B)"
 
@@ -70,11 +70,11 @@ def _nccl(m: re.Match[str]) -> dict[str, FieldValue]:
     return out
 
 
-OOM_RULES: tuple[Rule, ...] = (
-    rule(EventKind.OOM, _TORCH_OOM, Severity.ERROR, extract=_torch_oom_fields, incident=True),
-    rule(EventKind.OOM, r"allocating ([\d.]+) MiB on device (\d+): cudaMalloc failed: out of memory",
+OOM_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.OOM, _TORCH_OOM, Severity.ERROR, extract=_torch_oom_fields, incident=True),
+    signature(EventKind.OOM, r"allocating ([\d.]+) MiB on device (\d+): cudaMalloc failed: out of memory",
          Severity.ERROR, extract=_ggml_oom, incident=True),
-    rule(EventKind.OOM, r"OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
+    signature(EventKind.OOM, r"OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
          r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)"
          r"|cudaMalloc failed: out of memory"
          r"|ggml_backend_\w+_buffer_type_alloc_buffer: allocating|failed to allocate \w+ buffer of size"
@@ -83,19 +83,19 @@ OOM_RULES: tuple[Rule, ...] = (
          Severity.ERROR, incident=True),
 )
 
-CUDA_RULES: tuple[Rule, ...] = (
-    rule(EventKind.CUDA_ERROR, r"CUDA (?:driver )?error: (?!out of memory)([^.\n]{1,120})"
+CUDA_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.CUDA_ERROR, r"CUDA (?:driver )?error: (?!out of memory)([^.\n]{1,120})"
          r"|cudaError(?!MemoryAllocation)(\w+)", Severity.ERROR,
          extract=_cuda_error, incident=True),
-    rule(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+"
+    signature(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+"
          r"|CUDNN_STATUS_(?!ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)\w+|an illegal memory access was encountered"
          r"|device-side assert triggered|unspecified launch failure|misaligned address|NCCL error[^\n]{0,80}"
          r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError)", Severity.ERROR, extract=_cuda_error,
          incident=True),
 )
 
-NCCL_RULES: tuple[Rule, ...] = (
-    rule(EventKind.NCCL_TIMEOUT, r"Watchdog caught collective operation timeout(?:: WorkNCCL\(SeqNum=\d+, "
+NCCL_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.NCCL_TIMEOUT, r"Watchdog caught collective operation timeout(?:: WorkNCCL\(SeqNum=\d+, "
          r"OpType=(?P<op>\w+)[^)]{0,200}Timeout\(ms\)=(?P<timeout_ms>\d+)\) ran for (?P<ran_ms>\d+) milliseconds)?"
          r"|Exception \(either an error or timeout\) detected by watchdog|Some NCCL operations have failed or timed out"
          r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after|got error: Socket Timeout"
@@ -103,12 +103,12 @@ NCCL_RULES: tuple[Rule, ...] = (
          Severity.ERROR, Phase.RUNTIME, extract=_nccl, incident=True),
     # vLLM's shared-memory broadcast between ranks stalled: a rank hangs (or compiles); often precedes the above.
     # The phase is the parser's: while starting it is usually compilation or warm-up, not a hang.
-    rule(EventKind.NCCL_TIMEOUT, r"No available shared memory broadcast block found in (\d{1,9}) seconds",
+    signature(EventKind.NCCL_TIMEOUT, r"No available shared memory broadcast block found in (\d{1,9}) seconds",
          Severity.WARNING, None, extract=lambda m: {"mechanism": "shm_broadcast",
                                                              "waited_seconds": int(m.group(1))}, incident=True),
 )
 
-GPU_RULES: tuple[Rule, ...] = OOM_RULES + NCCL_RULES + CUDA_RULES
+GPU_SIGNATURES: tuple[Signature, ...] = OOM_SIGNATURES + NCCL_SIGNATURES + CUDA_SIGNATURES
 
 HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "NCCL", "Nccl", "nccl", "CUBLAS", "CUDNN",
              "Watchdog", "watchdog", "Barrier timed out", "illegal memory", "device-side assert",

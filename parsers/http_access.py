@@ -2,7 +2,7 @@
 
 Only the status, method and route (query string dropped) are kept. uvicorn logs when the response
 *starts*, so a stream that fails later shows 200; 429/503 here are refusals before any token — the
-seeds' "rejection at admission". A 504 from a proxy is a `deadline_exceeded` (TIMEOUT_RULES).
+seeds' "rejection at admission". A 504 from a proxy is a `deadline_exceeded` (TIMEOUT_SIGNATURES).
 Formats: shared/reference/server-formats.md §5 and §4.3; GIN:
 `[GIN] 2024/12/11 - 09:58:58 | 503 |  1.2ms |  10.0.0.1 | POST     "/api/chat"`.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, FieldValue, Phase, Severity
-from parsers.base import Rule, rule
+from parsers.base import Signature, signature
 from parsers.redact import route
 
 _STATUS = r"(?P<status>429|503)"
@@ -36,13 +36,13 @@ _PATTERNS = (
 )
 
 
-def _rules(kind: EventKind, status: str, phase: Phase) -> tuple[Rule, ...]:
-    return tuple(rule(kind, p.replace(_STATUS, f"(?P<status>{status})"), Severity.WARNING, phase, _fields)
+def _signatures(kind: EventKind, status: str, phase: Phase) -> tuple[Signature, ...]:
+    return tuple(signature(kind, p.replace(_STATUS, f"(?P<status>{status})"), Severity.WARNING, phase, _fields)
                  for p in _PATTERNS)
 
 
-HTTP_RULES: tuple[Rule, ...] = (_rules(EventKind.HTTP_429, "429", Phase.ADMISSION)
-                                + _rules(EventKind.HTTP_503, "503", Phase.ADMISSION))
+HTTP_SIGNATURES: tuple[Signature, ...] = (_signatures(EventKind.HTTP_429, "429", Phase.ADMISSION)
+                                + _signatures(EventKind.HTTP_503, "503", Phase.ADMISSION))
 
 
 def _tokens(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -53,9 +53,9 @@ def _tokens(m: re.Match[str]) -> dict[str, FieldValue]:
 # A request that ran out of time after work began (the seeds' "timeout": tokens were produced), in the
 # words gRPC, Go contexts and HTTP clients use; the token count is kept when the line has one. A proxy's
 # 504 Gateway Timeout is a timeout too, but the line cannot say whether tokens had been produced.
-TIMEOUT_RULES: tuple[Rule, ...] = (
-    *_rules(EventKind.DEADLINE_EXCEEDED, "504", Phase.RUNTIME),
-    rule(EventKind.DEADLINE_EXCEEDED, r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)"
+TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
+    *_signatures(EventKind.DEADLINE_EXCEEDED, "504", Phase.RUNTIME),
+    signature(EventKind.DEADLINE_EXCEEDED, r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)"
          r"(?:[^\n]{0,200}?\b(?:generated_tokens|completion_tokens|output_tokens|n_decoded|tokens_generated)"
          r"[=: ]{1,3}(?P<tokens>\d+))?", Severity.WARNING, Phase.GENERATION, _tokens,
          # a model that timed out loading is a start-up failure, not a request deadline

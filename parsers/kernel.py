@@ -13,7 +13,7 @@ import re
 
 from agent.records import EventKind, FieldValue, Phase, Server, Severity
 from agent.xid import XID_MEANINGS, xid_severity  # pure data, shared with the NVML source
-from parsers.base import Rule, Split, StreamParser, hot, rule
+from parsers.base import Signature, Split, StreamParser, hot, signature
 
 
 def _xid_fields(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -34,11 +34,12 @@ def _lost_fields(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"pci_bus": bus} if bus else {}
 
 
-KERNEL_RULES: tuple[Rule, ...] = (
-    rule(EventKind.GPU_LOST, r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>79),", Severity.CRITICAL,
+KERNEL_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.GPU_LOST,
+        r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>79),", Severity.CRITICAL,
          Phase.RUNTIME, _xid_fields, incident=True),
-    rule(EventKind.GPU_LOST, _LOST, Severity.CRITICAL, Phase.RUNTIME, _lost_fields, incident=True),
-    rule(EventKind.XID, _XID, Severity.ERROR, Phase.RUNTIME, _xid_fields, severity_of=lambda f: xid_severity(
+    signature(EventKind.GPU_LOST, _LOST, Severity.CRITICAL, Phase.RUNTIME, _lost_fields, incident=True),
+    signature(EventKind.XID, _XID, Severity.ERROR, Phase.RUNTIME, _xid_fields, severity_of=lambda f: xid_severity(
         int(f["xid"] or 0))),
 )
 
@@ -50,7 +51,7 @@ class KernelParser(StreamParser):
 
     server = Server.KERNEL
     HOT = hot(*HOT_WORDS)
-    RULES = KERNEL_RULES
+    SIGNATURES = KERNEL_SIGNATURES
 
     def split(self, text: str) -> Split:
         """`dmesg --time-format iso`, `talosctl dmesg` and other collectors put an ISO time before `NVRM:`

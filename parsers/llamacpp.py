@@ -16,27 +16,29 @@ from datetime import timezone, tzinfo
 
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import gpu, http_access, kernel
-from parsers.base import Rule, Split, StreamParser, hot, json_object, rule, size_bytes
+from parsers.base import Signature, Split, StreamParser, hot, json_object, signature, size_bytes
 
-LLAMACPP_RULES: tuple[Rule, ...] = (
-    *gpu.GPU_RULES,
-    rule(EventKind.OOM, r"unable to allocate \w{1,20} buffer|failed to allocate (?:compute|KV) buffers?"
+LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
+    *gpu.GPU_SIGNATURES,
+    signature(EventKind.OOM, r"unable to allocate \w{1,20} buffer|failed to allocate (?:compute|KV) buffers?"
          r"|insufficient memory|model requires more system memory", Severity.ERROR, incident=True),
-    *kernel.KERNEL_RULES,
-    rule(EventKind.PREEMPTION, r"failed to find free space in the KV cache|failed to find a memory slot for batch",
+    *kernel.KERNEL_SIGNATURES,
+    signature(EventKind.PREEMPTION, r"failed to find free space in the KV cache|failed to find a memory slot for batch",
          Severity.WARNING, Phase.RUNTIME, lambda m: {"reason": "kv_cache_full"}),
-    rule(EventKind.QUEUE_FULL, r"server busy, please try again|maximum pending requests exceeded", Severity.WARNING,
+    signature(EventKind.QUEUE_FULL,
+        r"server busy, please try again|maximum pending requests exceeded", Severity.WARNING,
          Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
-    rule(EventKind.ENGINE_DEAD, r"timed out waiting for llama runner to start|error loading model|failed to load model",
+    signature(EventKind.ENGINE_DEAD,
+        r"timed out waiting for llama runner to start|error loading model|failed to load model",
          Severity.CRITICAL, Phase.STARTUP, incident=True),
-    rule(EventKind.ENGINE_DEAD, r"llama runner process has terminated|llama runner process no longer running"
+    signature(EventKind.ENGINE_DEAD, r"llama runner process has terminated|llama runner process no longer running"
          r"|GGML_ASSERT\(|Segmentation fault|core dumped"
          r"|: Assertion [`'][^\n]{1,300}' failed\.",  # a C / libstdc++ assert: the process aborts
          Severity.CRITICAL, incident=True),
-    rule(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
+    signature(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
          Phase.GENERATION, lambda m: {"reason": "server_timeout"}),
-    *http_access.TIMEOUT_RULES,
-    *http_access.HTTP_RULES,
+    *http_access.TIMEOUT_SIGNATURES,
+    *http_access.HTTP_SIGNATURES,
 )
 
 _SINCE_START = re.compile(r"\d{1,6}\.\d\d\.\d{3}\.\d{3} ([IWED]) ")
@@ -62,7 +64,7 @@ class LlamaCppParser(StreamParser):
     """One llama-server (or Ollama) log stream."""
 
     server = Server.LLAMACPP
-    RULES = LLAMACPP_RULES
+    SIGNATURES = LLAMACPP_SIGNATURES
     # model loading: libllama's loader lines (any era) precede serving
     STARTING = re.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+"
                           r"|^(?:llm_)?load_tensors: |^llama_model_load: ")

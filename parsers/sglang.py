@@ -17,7 +17,7 @@ from datetime import timezone, tzinfo
 
 from agent.records import Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import gpu, http_access, kernel
-from parsers.base import Rule, Split, StreamParser, hot, rule, size_bytes
+from parsers.base import Signature, Split, StreamParser, hot, signature, size_bytes
 
 
 def _retract(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -31,32 +31,34 @@ def _kv_oom(m: re.Match[str]) -> dict[str, FieldValue]:
 
 
 
-SGLANG_RULES: tuple[Rule, ...] = (
+SGLANG_SIGNATURES: tuple[Signature, ...] = (
     # ≤0.2 wrote "decode out of memory happened, #retracted_reqs: …" (lower case, comma)
-    rule(EventKind.PREEMPTION, r"(?:[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests)[.,] "
+    signature(EventKind.PREEMPTION,
+        r"(?:[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests)[.,] "
          r"#retracted_reqs: (\d+)", Severity.WARNING, Phase.RUNTIME, _retract),
-    rule(EventKind.OOM, r"Not enough memory\. Please try to increase --mem-fraction-static", Severity.CRITICAL,
+    signature(EventKind.OOM, r"Not enough memory\. Please try to increase --mem-fraction-static", Severity.CRITICAL,
          Phase.STARTUP, incident=True),
     # the KV pool itself ran dry (no retraction possible): the scheduler raises and dies
-    rule(EventKind.OOM, r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size\.?"
+    signature(EventKind.OOM, r"(?:(?:Prefill|Decode) out|\bOut) of memory\. Try to lower your batch size\.?"
          r"(?:\s{0,4}Try to allocate (?P<tokens>\d+) tokens)?|alloc_req_slots runs out of memory"
          r"|No space left for only one request", Severity.ERROR,  # retract_decode: nothing left to retract
          Phase.RUNTIME, _kv_oom, incident=True),
     # the profiled KV pool came out negative: the weights left no room for any KV cache (then "Not enough memory")
-    rule(EventKind.OOM, r"is larger than the profiled value -\d+", Severity.CRITICAL, Phase.STARTUP, incident=True),
-    *gpu.GPU_RULES,
-    *kernel.KERNEL_RULES,
-    rule(EventKind.QUEUE_FULL, r"The request queue is full", Severity.WARNING, Phase.ADMISSION,
+    signature(EventKind.OOM,
+        r"is larger than the profiled value -\d+", Severity.CRITICAL, Phase.STARTUP, incident=True),
+    *gpu.GPU_SIGNATURES,
+    *kernel.KERNEL_SIGNATURES,
+    signature(EventKind.QUEUE_FULL, r"The request queue is full", Severity.WARNING, Phase.ADMISSION,
          lambda m: {"reason": "max_queued_requests", "status": 503}),
-    rule(EventKind.QUEUE_FULL, r"Request waiting timeout reached", Severity.WARNING, Phase.QUEUE,
+    signature(EventKind.QUEUE_FULL, r"Request waiting timeout reached", Severity.WARNING, Phase.QUEUE,
          lambda m: {"reason": "queue_timeout", "status": 503}),
-    rule(EventKind.DEADLINE_EXCEEDED, r"Request running timeout reached", Severity.WARNING, Phase.GENERATION,
+    signature(EventKind.DEADLINE_EXCEEDED, r"Request running timeout reached", Severity.WARNING, Phase.GENERATION,
          lambda m: {"reason": "running_timeout"}),
-    rule(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an "
+    signature(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an "
          r"exception|Received sigquit from a child process|SIGQUIT received|[Ww]atchdog timeout \(|Health check failed"
          r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
-    *http_access.HTTP_RULES,
-    *http_access.TIMEOUT_RULES,
+    *http_access.HTTP_SIGNATURES,
+    *http_access.TIMEOUT_SIGNATURES,
 )
 
 # `[date ranks] ` (ranks may be absent), or ranks alone (`[TP0] `).
@@ -97,7 +99,7 @@ class SglangParser(StreamParser):
     """One SGLang log stream (scheduler ranks, tokenizer and HTTP server interleaved)."""
 
     server = Server.SGLANG
-    RULES = SGLANG_RULES
+    SIGNATURES = SGLANG_SIGNATURES
     STARTING = re.compile(r"server_args=|Load weight begin")
     READY = re.compile(r"The server is fired up and ready to roll|Application startup complete|Decode batch")
     STATS_WORD = "#running-req: "

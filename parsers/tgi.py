@@ -16,26 +16,26 @@ import re
 
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import gpu, http_access, kernel
-from parsers.base import Rule, Split, StreamParser, hot, json_object, rule
+from parsers.base import Signature, Split, StreamParser, hot, json_object, signature
 
-TGI_RULES: tuple[Rule, ...] = (
-    rule(EventKind.OOM, r"Not enough memory to handle (?:(?P<prefill>\d+) prefill tokens|`max_total_tokens)"
+TGI_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.OOM, r"Not enough memory to handle (?:(?P<prefill>\d+) prefill tokens|`max_total_tokens)"
          r"|Not enough VRAM to run the model", Severity.CRITICAL, Phase.STARTUP,
          lambda m: {"prefill_tokens": int(m.group("prefill"))} if m.group("prefill") else {}),
-    *gpu.GPU_RULES,
-    *kernel.KERNEL_RULES,
-    rule(EventKind.QUEUE_FULL, r"Model is overloaded", Severity.WARNING, Phase.ADMISSION,
+    *gpu.GPU_SIGNATURES,
+    *kernel.KERNEL_SIGNATURES,
+    signature(EventKind.QUEUE_FULL, r"Model is overloaded", Severity.WARNING, Phase.ADMISSION,
          lambda m: {"reason": "max_concurrent_requests", "status": 429}),
-    rule(EventKind.ENGINE_DEAD, r"Shard \d+ failed to start|Unable to warmup (?:the Python model shards|model)"
+    signature(EventKind.ENGINE_DEAD, r"Shard \d+ failed to start|Unable to warmup (?:the Python model shards|model)"
          r"|Method Warmup encountered an error|Error: (?:ShardCannotStart|WebserverCannotStart|DownloadError)\b",
          Severity.CRITICAL, Phase.STARTUP, incident=True),
     # the launcher's exit (`Error: <LauncherError>`), and a router whose shard socket is gone
-    rule(EventKind.ENGINE_DEAD, r"Shard \d+ crashed|Webserver Crashed|Shard process was signaled to shutdown"
+    signature(EventKind.ENGINE_DEAD, r"Shard \d+ crashed|Webserver Crashed|Shard process was signaled to shutdown"
          r"|Error: (?:ShardFailed|ShardDisconnected|WebserverFailed)\b"
          r"|Server error: (?:error trying to connect|transport error)",
          Severity.CRITICAL, incident=True),
-    *http_access.HTTP_RULES,
-    *http_access.TIMEOUT_RULES,
+    *http_access.HTTP_SIGNATURES,
+    *http_access.TIMEOUT_SIGNATURES,
 )
 
 _PREFIX = re.compile(
@@ -61,7 +61,7 @@ class TgiParser(StreamParser):
 
     server = Server.TGI
     OUTER_STAMP = False  # a TGI line *starts* with its RFC 3339 time
-    RULES = TGI_RULES
+    SIGNATURES = TGI_SIGNATURES
     STARTING = re.compile(r"Args \{|Starting download process|Starting shard")
     READY = re.compile(r"\bConnected\b|Starting Webserver")
     HOT = hot("Not enough", "overloaded", "Shard", "Webserver", "warmup", "max batch total tokens", "KV-cache blocks",

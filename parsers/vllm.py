@@ -20,7 +20,7 @@ from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import gpu, http_access, kernel
-from parsers.base import ANSI, Rule, Split, StreamParser, hot, json_object, rule
+from parsers.base import ANSI, Signature, Split, StreamParser, hot, json_object, signature
 
 GIB = 1024**3
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
@@ -186,31 +186,33 @@ def _dummy(m: re.Match[str]) -> dict[str, FieldValue]:
 
 
 # Start-up capacity failures are incidents: each rank states them, and the engine re-raises them.
-VLLM_RULES: tuple[Rule, ...] = (
-    rule(EventKind.OOM, r"No available memory for the cache blocks", Severity.CRITICAL, Phase.STARTUP, incident=True),
-    rule(EventKind.OOM, r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
-         r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len,
-         incident=True),
-    rule(EventKind.OOM, r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\)"
+VLLM_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.OOM,
+        r"No available memory for the cache blocks", Severity.CRITICAL, Phase.STARTUP, incident=True),
+    signature(EventKind.OOM,
+        r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
+        r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len,
+        incident=True),
+    signature(EventKind.OOM, r"To serve at least one request with the models?'s max seq len \((?P<len>\d+)\)"
          r"(?:, \((?P<need>[\d.]+) GiB KV cache is needed, which is larger than the available KV cache memory "
          r"\((?P<avail>[\d.]+) GiB)?",
          Severity.CRITICAL, Phase.STARTUP, _kv_needed, incident=True),
     # ≤0.3 printed the block count and raised only after it: zero GPU blocks is the same failure
-    rule(EventKind.OOM, r"# (?:GPU|gpu|cuda|CUDA) blocks: 0\b", Severity.CRITICAL, Phase.STARTUP,
+    signature(EventKind.OOM, r"# (?:GPU|gpu|cuda|CUDA) blocks: 0\b", Severity.CRITICAL, Phase.STARTUP,
          lambda m: {"gpu_blocks": 0}, incident=True),
     # V1 warms the sampler/pooler up with max_num_seqs dummy requests before serving: an OOM there is start-up
-    rule(EventKind.OOM, r"CUDA out of memory occurred when warming up \w{1,20}(?: with (\d+) dummy requests)?",
+    signature(EventKind.OOM, r"CUDA out of memory occurred when warming up \w{1,20}(?: with (\d+) dummy requests)?",
          Severity.CRITICAL, Phase.STARTUP, _dummy, incident=True),
-    *gpu.GPU_RULES,
-    *kernel.KERNEL_RULES,
-    rule(EventKind.QUEUE_FULL,
+    *gpu.GPU_SIGNATURES,
+    *kernel.KERNEL_SIGNATURES,
+    signature(EventKind.QUEUE_FULL,
          r"engine is currently busy and cannot accept new requests|Request queue full - rejecting",
          Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_reqs")),
-    rule(EventKind.QUEUE_FULL, r"reached its prefill token backlog limit|Max queued tokens reached - rejecting",
+    signature(EventKind.QUEUE_FULL, r"reached its prefill token backlog limit|Max queued tokens reached - rejecting",
          Severity.WARNING, Phase.ADMISSION, _reason("max_num_queued_tokens")),
-    rule(EventKind.ENGINE_DEAD, r"EngineCore failed to start|Engine core initialization failed"
+    signature(EventKind.ENGINE_DEAD, r"EngineCore failed to start|Engine core initialization failed"
          r"|Engine process failed to start", Severity.CRITICAL, Phase.STARTUP, incident=True),
-    rule(EventKind.ENGINE_DEAD, r"Worker \S{1,80} pid \d+ died, exit code: (?P<code>-?\d+)"
+    signature(EventKind.ENGINE_DEAD, r"Worker \S{1,80} pid \d+ died, exit code: (?P<code>-?\d+)"
          r"|Worker proc \S{1,80} died unexpectedly(?: \(exit code: (?P<code2>-?\d+)\))?"
          r"|Engine core proc(?:ess)? \S{1,80} died unexpectedly"
          r"|Process \S{1,80} \(PID: \d+\) died with exit code (?P<code3>-?\d+)"
@@ -221,8 +223,8 @@ VLLM_RULES: tuple[Rule, ...] = (
          r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running"
          r"|RayActorError|The actor died unexpectedly",
          Severity.CRITICAL, extract=_died, incident=True),
-    *http_access.HTTP_RULES,
-    *http_access.TIMEOUT_RULES,
+    *http_access.HTTP_SIGNATURES,
+    *http_access.TIMEOUT_SIGNATURES,
 )
 
 _PREEMPT_V0 = re.compile(
@@ -256,7 +258,7 @@ class VllmParser(StreamParser):
     """One vLLM log stream (API server and engine processes interleaved, any era)."""
 
     server = Server.VLLM
-    RULES = VLLM_RULES
+    SIGNATURES = VLLM_SIGNATURES
     # a (re)start, or a step only start-up takes (weights, profiling, warm-up, compilation)
     STARTING = re.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine"
                           r"|Loading (?:model )?weights took|Model loading took|Warming up model"

@@ -1,4 +1,4 @@
-"""The rules' derived needles never hide a match: every line a pattern matches holds one of its needles."""
+"""The signatures' derived needles never hide a match: every line a pattern matches holds one of its needles."""
 
 from __future__ import annotations
 
@@ -14,18 +14,18 @@ from parsers.needles import required_literals
 
 from .conftest import LOGS
 
-RULES = {(cls.__name__, i): r for cls in (*REGISTRY.values(), GenericParser) for i, r in enumerate(cls.RULES)}
+SIGNATURES = {(cls.__name__, i): r for cls in (*REGISTRY.values(), GenericParser) for i, r in enumerate(cls.SIGNATURES)}
 FIXTURE_LINES = [line for path in sorted(LOGS.rglob("*.log")) for line in path.read_text("utf-8").splitlines()]
 
 
 def test_most_rules_get_needles() -> None:
-    with_needles = sum(1 for r in RULES.values() if r.needles)
-    assert with_needles >= 0.9 * len(RULES), "the derivation stopped understanding the patterns"
+    with_needles = sum(1 for r in SIGNATURES.values() if r.needles)
+    assert with_needles >= 0.9 * len(SIGNATURES), "the derivation stopped understanding the patterns"
 
 
-@pytest.mark.parametrize("key", sorted(RULES), ids=lambda k: f"{k[0]}-{k[1]}")
+@pytest.mark.parametrize("key", sorted(SIGNATURES), ids=lambda k: f"{k[0]}-{k[1]}")
 def test_no_fixture_match_lacks_a_needle(key: tuple[str, int]) -> None:
-    rule = RULES[key]
+    rule = SIGNATURES[key]
     for line in FIXTURE_LINES:
         if rule.pattern.search(line):
             assert rule.could_match(line), (rule.pattern.pattern, line)

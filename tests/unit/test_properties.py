@@ -189,7 +189,7 @@ def _all_patterns() -> dict[str, re.Pattern[str]]:
                 found[f"{module.__name__}.{name}"] = value
             elif isinstance(value, tuple):
                 for i, item in enumerate(value):
-                    if isinstance(item, base.Rule):
+                    if isinstance(item, base.Signature):
                         found[f"{module.__name__}.{name}[{i}]"] = item.pattern
                         if item.unless is not None:
                             found[f"{module.__name__}.{name}[{i}].unless"] = item.unless
