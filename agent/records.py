@@ -333,3 +333,98 @@ class StoreStats:
     pruned_rows_total: int = 0
     db_bytes: int | None = None
     last_error: str | None = None
+
+
+class Knob(str, Enum):
+    """The settings a finding may recommend turning; values are the names operators type.
+
+    The first group are the serving budget's own keys (the config's `server:`/`limits:`/`session:` and
+    vLLM's flags); the second are engine-internal timeouts that a timeout event can name; `replicas` is
+    the answer when no knob on this node helps.
+    """
+
+    MAX_NUM_SEQS = "max_num_seqs"
+    MAX_QUEUE_SIZE = "max_queue_size"
+    REQUEST_TIMEOUT_MS = "request_timeout_ms"
+    QUEUE_TIMEOUT_MS = "queue_timeout_ms"
+    MAX_OUTPUT_TOKENS = "max_output_tokens"
+    MAX_MODEL_LEN = "max_model_len"
+    MAX_SESSION_TOKENS = "max_session_tokens"
+    GPU_MEMORY_UTILIZATION = "gpu_memory_utilization"
+    KV_CACHE_DTYPE = "kv_cache_dtype"
+    REPLICAS = "replicas"
+    VLLM_ENGINE_ITERATION_TIMEOUT_S = "VLLM_ENGINE_ITERATION_TIMEOUT_S"
+    VLLM_RPC_TIMEOUT = "VLLM_RPC_TIMEOUT"
+    WATCHDOG_TIMEOUT = "watchdog_timeout"
+    OLLAMA_LOAD_TIMEOUT = "OLLAMA_LOAD_TIMEOUT"
+
+
+class Direction(str, Enum):
+    """Which way a finding says to turn its knob; `review` when the numbers disagree and a person must look."""
+
+    RAISE = "raise"
+    LOWER = "lower"
+    KEEP = "keep"
+    REVIEW = "review"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One judgement of the advisor: which knob to turn, to what, and the numbers that say so.
+
+    `engine` is the engine instance judged (a source, container or unit name), `rule` the rule that
+    fired. `current` is the knob's configured value where known ("from"), `recommended` the value the
+    rule's built-in computed ("to"). `evidence` holds the window aggregates the rule compared (already
+    numbers, never log text); `arithmetic` spells out how `recommended` was computed. `ts` is when it
+    was judged, `since` when it first became active (a finding that stays active keeps its `since`).
+    """
+
+    ts: float
+    since: float
+    rule: str
+    engine: str
+    severity: Severity
+    message: str
+    knob: Knob | None = None
+    direction: Direction | None = None
+    current: float | str | None = None
+    recommended: float | str | None = None
+    evidence: Mapping[str, FieldValue] = field(default_factory=dict)
+    arithmetic: str = ""
+    window_seconds: float | None = None
+    active: bool = True
+
+
+@dataclass(frozen=True)
+class LoadStep:
+    """One level of a step-up load test: what `level` concurrent clients got, and what the engine did.
+
+    Latencies in seconds (`ttft_*` only with streaming); `errors` counts failed requests by class
+    (`http_429`, `http_503`, `http_5xx`, `timeout`, `connection`, `other`); the engine-side peaks come
+    from its /metrics, the agent's store or NVML and are None where none was reachable.
+    """
+
+    run_id: str
+    target: str
+    level: int
+    started: float
+    ended: float
+    requests: int
+    ok: int
+    errors: Mapping[str, int] = field(default_factory=dict)
+    throughput_rps: float | None = None
+    output_tokens_per_second: float | None = None
+    latency_p50_seconds: float | None = None
+    latency_p95_seconds: float | None = None
+    latency_p99_seconds: float | None = None
+    ttft_p50_seconds: float | None = None
+    ttft_p95_seconds: float | None = None
+    ttft_p99_seconds: float | None = None
+    gpu_memory_peak_bytes: int | None = None
+    kv_usage_peak_ratio: float | None = None
+    running_peak: int | None = None
+    waiting_peak: int | None = None
+    oom_events: int = 0
+    preemption_events: int = 0
+    broke: bool = False
+    reason: str = ""
