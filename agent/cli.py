@@ -16,20 +16,20 @@ from typing import Annotated, NoReturn
 import typer
 
 from agent import __version__
-from agent.budget import KvDtype, WeightsDtype, compute
-from agent.budget_view import render_report, size, to_json
+from agent.capacity.budget import KvDtype, WeightsDtype, compute
+from agent.capacity.inputs import SizingRequest, resolve
+from agent.capacity.plan import plan
+from agent.capacity.reconcile import latest, reconcile
+from agent.capacity.shapes import PRESETS
 from agent.config import DEFAULT_CONFIG_PATH, load_config
+from agent.daemon.loop import budget_of
+from agent.daemon.service import serve, setup_logging
 from agent.errors import AgentError, BudgetError, ConfigError
-from agent.models import PRESETS
-from agent.pipeline import budget_of
-from agent.planner import plan
-from agent.reconcile import latest, reconcile
 from agent.records import Server
-from agent.scan import FileScan, Unwrapper, jsonl, parse_tz, render_text, scan_stream
-from agent.service import serve, setup_logging
-from agent.sizing import SizingRequest, resolve
-from agent.status import gather
-from agent.status import render as render_status
+from agent.sources.saved import FileScan, Unwrapper, jsonl, parse_tz, render_text, scan_stream
+from agent.views.budget_text import render_report, size, to_json
+from agent.views.status import gather
+from agent.views.status import render as render_status
 from parsers.vllm import startup_facts
 
 app = typer.Typer(

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agent.budget import KvDtype, WeightsDtype
+from agent.capacity.budget import KvDtype, WeightsDtype
 from agent.errors import ConfigError
 from agent.records import Server
 
@@ -57,7 +57,7 @@ class GpuSection(_Section):
 
 
 class ServerSection(_Section):
-    """The seed's serving skeleton: memory fraction, context length and concurrency written together."""
+    """The budget method's serving skeleton: memory fraction, context length and concurrency written together."""
 
     gpu_memory_fraction: float | None = Field(None, gt=0, le=1)
     max_model_len: int | None = Field(None, gt=0)
@@ -93,7 +93,7 @@ class SessionSection(_Section):
 
 
 class WorkloadSection(_Section):
-    """The real request lengths; with limits.max_output_tokens they size a request (seed: P95 + output)."""
+    """The real request lengths; with limits.max_output_tokens they size a request (the budget method: P95 + output)."""
 
     input_p95_tokens: int | None = Field(None, gt=0)
 
@@ -148,7 +148,7 @@ class NvmlSection(_Section):
 
 
 class ScrapeTarget(_Section):
-    """One engine `/metrics` endpoint to poll (agent/scrape.py); `server: auto` detects the engine from
+    """One engine `/metrics` endpoint to poll (agent/sources/scrape.py); `server: auto` detects the engine from
     the metric names. The timeout bounds the connect and each read, so a hung engine costs one timeout
     per interval, never a stuck loop."""
 

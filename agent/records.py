@@ -81,7 +81,7 @@ class Severity(str, Enum):
 
 
 class Phase(str, Enum):
-    """Where in a request's or the server's life an event happened — the seeds' distinctions hinge on it.
+    """Where in a request's or the server's life an event happened — the budget method's distinctions hinge on it.
 
     `startup`: before the server served (KV cache could not be allocated); `admission`: rejected at the
     door, no token produced; `queue`: accepted but waiting for a slot; `generation`: after work began

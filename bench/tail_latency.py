@@ -16,9 +16,9 @@ import textwrap
 import time
 from pathlib import Path
 
-from agent.store import Store
-from agent.tailer import FileTailer, TailOptions
-from agent.wake import Waker
+from agent.sinks.store import Store
+from agent.sources.tailer import FileTailer, TailOptions
+from agent.sources.wake import Waker
 
 WRITER = textwrap.dedent("""
     import os, random, sys, time

@@ -2,7 +2,7 @@
 
 Only the status, method and route (query string dropped) are kept. uvicorn logs when the response
 *starts*, so a stream that fails later shows 200; 429/503 here are refusals before any token — the
-seeds' "rejection at admission". A 504 from a proxy is a `deadline_exceeded` (TIMEOUT_SIGNATURES).
+the budget method's "rejection at admission". A 504 from a proxy is a `deadline_exceeded` (TIMEOUT_SIGNATURES).
 Formats: shared/reference/server-formats.md §5 and §4.3; GIN:
 `[GIN] 2024/12/11 - 09:58:58 | 503 |  1.2ms |  10.0.0.1 | POST     "/api/chat"`.
 """
@@ -50,7 +50,7 @@ def _tokens(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"tokens": int(tokens)} if tokens else {}
 
 
-# A request that ran out of time after work began (the seeds' "timeout": tokens were produced), in the
+# A request that ran out of time after work began (the budget method's "timeout": tokens were produced), in the
 # words gRPC, Go contexts and HTTP clients use; the token count is kept when the line has one. A proxy's
 # 504 Gateway Timeout is a timeout too, but the line cannot say whether tokens had been produced.
 TIMEOUT_SIGNATURES: tuple[Signature, ...] = (

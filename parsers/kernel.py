@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, FieldValue, Phase, Server, Severity
-from agent.xid import XID_MEANINGS, xid_severity  # pure data, shared with the NVML source
 from parsers.base import Signature, Split, StreamParser, hot, signature
+from parsers.xid import XID_MEANINGS, xid_severity  # pure data, shared with the NVML source
 
 
 def _xid_fields(m: re.Match[str]) -> dict[str, FieldValue]:

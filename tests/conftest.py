@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from agent.records import LogLine
-from agent.store import Store
-from agent.tailer import FileTailer, TailOptions
+from agent.sinks.store import Store
+from agent.sources.tailer import FileTailer, TailOptions
 from tests.fake_nvml import FakeNvml, build
 
 # CI machines are shared and slow at moments: a property test is about correctness, never about how

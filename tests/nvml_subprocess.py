@@ -59,7 +59,7 @@ class PollerProcess:
 def _child(retry_initial_s: float) -> None:
     import logging
 
-    from agent.nvml import GpuPoller
+    from agent.sources.nvml import GpuPoller
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     poller = GpuPoller(retry_initial_s=retry_initial_s)

@@ -11,9 +11,9 @@ import signal
 import sys
 import time
 
-from agent.store import Store
-from agent.tailer import FileTailer, TailOptions
-from agent.wake import Waker
+from agent.sinks.store import Store
+from agent.sources.tailer import FileTailer, TailOptions
+from agent.sources.wake import Waker
 
 SOURCE = "crash"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.store import Store
+from agent.sinks.store import Store
 
 LINES = 200_000
 EVERY = 8_000

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.journal import JournalSource, journal_command
 from agent.records import LogLine
-from agent.store import Store
+from agent.sinks.store import Store
+from agent.sources.journal import JournalSource, journal_command
 
 JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")
 pytestmark = [

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.budget import KvDtype
+from agent.capacity.budget import KvDtype
 from agent.config import load_config
 from agent.errors import ConfigError
 

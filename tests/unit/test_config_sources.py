@@ -8,8 +8,8 @@ import pytest
 
 from agent.config import load_config
 from agent.errors import ConfigError
-from agent.journal import JournalSource
-from agent.tailer import FileTailer, TailOptions
+from agent.sources.journal import JournalSource
+from agent.sources.tailer import FileTailer, TailOptions
 
 
 def write(tmp_path: Path, text: str) -> Path:

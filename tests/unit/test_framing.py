@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.framing import Frame, PartialJoiner, parse_rfc3339, unwrap
+from agent.sources.framing import Frame, PartialJoiner, parse_rfc3339, unwrap
 
 line_text = st.text(st.characters(codec="utf-8", exclude_characters="\n"), max_size=300)
 streams = st.sampled_from(["stdout", "stderr"])

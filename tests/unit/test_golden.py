@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from agent.records import CapacityFact, Event, ServerStats
-from agent.scan import FileScan, scan_stream
+from agent.sources.saved import FileScan, scan_stream
 
 from .conftest import LOGS, REF_TIME
 

@@ -7,8 +7,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.framing import Frame
-from agent.lines import LineAssembler
+from agent.sources.framing import Frame
+from agent.sources.lines import LineAssembler
 
 content = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=12)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from agent.metrics import MetricsServer, Snapshot, SnapshotCollector, exposition_samples
 from agent.records import GpuProcessSample, GpuSample, Server, ServerStats, SourceStats
+from agent.sinks.exporter import MetricsServer, Snapshot, SnapshotCollector, exposition_samples
 
 README = (Path(__file__).parent.parent.parent / "README.md").read_text()
 

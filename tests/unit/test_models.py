@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from agent.capacity.shapes import PRESETS, find_preset, guess_preset, load_hf_config
 from agent.errors import ModelError
-from agent.models import PRESETS, find_preset, guess_preset, load_hf_config
 
 # Per-token KV bytes at 16 bit, all layers, from each model's published config.json.
 EXPECTED_KV_BYTES_PER_TOKEN = {

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.nvml import SOURCE, GpuPoller
 from agent.records import EventKind, GpuProcessSample, GpuSample, Phase, Server, Severity
-from agent.xid import XID_MEANINGS, xid_severity
+from agent.sources.nvml import SOURCE, GpuPoller
+from parsers.xid import XID_MEANINGS, xid_severity
 from tests.fake_nvml import (
     DRIVER_NOT_LOADED,
     FUNCTION_NOT_FOUND,
@@ -148,7 +148,7 @@ def test_errors_are_counted_by_call_and_logged_once(
     h100: FakeNvml, poller: GpuPoller, caplog: pytest.LogCaptureFixture
 ) -> None:
     h100.set({"gpu0.rc.nvmlDeviceGetUtilizationRates": UNKNOWN})
-    caplog.set_level(logging.INFO, logger="agent.nvml")
+    caplog.set_level(logging.INFO, logger="agent.sources.nvml")
 
     results = [poller.poll(float(t)) for t in range(3)]
 
@@ -215,7 +215,7 @@ def test_init_failure_is_one_hint_then_backoff_then_up(
     h100: FakeNvml, poller: GpuPoller, caplog: pytest.LogCaptureFixture
 ) -> None:
     h100.set({"init_rc": DRIVER_NOT_LOADED})
-    caplog.set_level(logging.INFO, logger="agent.nvml")
+    caplog.set_level(logging.INFO, logger="agent.sources.nvml")
 
     assert poller.poll(0.0).gpus == ()  # attempt 1 fails: next at 5
     poller.poll(4.0)
@@ -348,7 +348,7 @@ def test_no_library_at_all_then_one_appears(fake_nvml: FakeNvml, tmp_path: Path)
 
 def test_import_emits_no_warning() -> None:
     """The deprecated `pynvml` PyPI shim warns on import; nvidia-ml-py must be what is installed."""
-    done = subprocess.run([sys.executable, "-W", "error", "-c", "import agent.nvml"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-W", "error", "-c", "import agent.sources.nvml"], cwd=ROOT,
                           capture_output=True, text=True)
 
     assert (done.returncode, done.stderr) == (0, "")
@@ -362,7 +362,7 @@ def test_only_the_adapter_imports_pynvml() -> None:
         if any(line.split()[:2] in (["import", "pynvml"], ["from", "pynvml"]) for line in p.read_text().splitlines())
     ]
 
-    assert importers == ["agent/nvml.py"]
+    assert importers == ["agent/sources/nvml.py"]
 
 
 def test_xid_table_covers_the_common_codes() -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agent.budget import GIB, BudgetInputs, KvDtype, WeightsDtype
-from agent.models import find_preset
-from agent.planner import plan
+from agent.capacity.budget import GIB, BudgetInputs, KvDtype, WeightsDtype
+from agent.capacity.plan import plan
+from agent.capacity.shapes import find_preset
 
 QWEN7B = find_preset("qwen2.5-7b")
 

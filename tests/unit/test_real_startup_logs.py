@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.budget import KvDtype, WeightsDtype, compute
-from agent.models import guess_preset
-from agent.reconcile import latest, reconcile
-from agent.sizing import SizingRequest, resolve
+from agent.capacity.budget import KvDtype, WeightsDtype, compute
+from agent.capacity.inputs import SizingRequest, resolve
+from agent.capacity.reconcile import latest, reconcile
+from agent.capacity.shapes import guess_preset
 from parsers.vllm import startup_facts
 
 DATA = Path(__file__).parent.parent / "data" / "startup"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.budget import compute
-from agent.reconcile import latest, reconcile
-from agent.sizing import SizingRequest, resolve
+from agent.capacity.budget import compute
+from agent.capacity.inputs import SizingRequest, resolve
+from agent.capacity.reconcile import latest, reconcile
 from parsers.vllm import startup_facts
 
 DATA = Path(__file__).parent.parent / "data" / "startup"
@@ -49,7 +49,7 @@ def test_v1_log_guesses_the_preset_and_derives_overhead() -> None:
 
 
 def test_fp8_ds_mla_is_named_rather_than_blamed_on_the_model() -> None:
-    from agent.sizing import SizingRequest as Req
+    from agent.capacity.inputs import SizingRequest as Req
 
     # DeepSeek-V3.2's fp8_ds_mla: 656 B per token per layer (0.11 MLAAttentionSpec.page_size_bytes)
     facts: dict[str, float | str] = {"kv_cache_dtype": "fp8_ds_mla", "kv_cache_bytes": 61 * 656 * 100_000,

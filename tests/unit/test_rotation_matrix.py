@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.store import Store
-from agent.tailer import TailOptions
-from agent.wake import Waker
+from agent.sinks.store import Store
+from agent.sources.tailer import TailOptions
+from agent.sources.wake import Waker
 from tests.conftest import Follow
 
 ROTATIONS = ["rename_create", "copytruncate", "create_from_temp", "delete_recreate", "symlink_swap"]

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from agent.config import ScrapeTarget, load_config
 from agent.errors import ConfigError
 from agent.records import CapacityFact, Event, EventKind, Phase, Record, Server, ServerStats, Severity
-from agent.scrape import Scraper
+from agent.sources.scrape import Scraper
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scrape"
 T0 = 1_764_412_800.0  # 2025-11-29 10:40 UTC: any epoch works, the scraper only compares
@@ -342,7 +342,7 @@ def test_failures_are_counted_logged_once_per_episode_and_never_raise(engine: En
     s = Scraper(engine.url, source="engine-a", interval_seconds=1.0, timeout_seconds=0.2)
     assert s.poll(T0)
     assert s.stats().up
-    caplog.set_level(logging.INFO, logger="agent.scrape")
+    caplog.set_level(logging.INFO, logger="agent.sources.scrape")
 
     engine.serve("<html><body>502 Bad Gateway</body></html>")
     assert s.poll(T0 + 1) == []

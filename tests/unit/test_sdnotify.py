@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.sdnotify import Notifier
+from agent.daemon.sdnotify import Notifier
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from agent.errors import StoreError
 from agent.records import Cursor, JournalCursor, LogLine
-from agent.store import SCHEMA_VERSION, Store
+from agent.sinks.store import SCHEMA_VERSION, Store
 
 
 def line(offset: int, text: str = "x", key: str = "1:2:ab") -> LogLine:
@@ -91,7 +91,7 @@ def test_an_unusable_path_is_a_store_error(tmp_path: Path) -> None:
 
 def test_two_processes_creating_the_store_at_once_both_succeed(tmp_path: Path) -> None:
     db = tmp_path / "agent.db"
-    script = "import sys; from agent.store import Store; Store.open(sys.argv[1]).close()"
+    script = "import sys; from agent.sinks.store import Store; Store.open(sys.argv[1]).close()"
     root = Path(__file__).parent.parent.parent
     procs = [subprocess.Popen([sys.executable, "-c", script, str(db)], cwd=root, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]

@@ -23,7 +23,7 @@ from agent.records import (
     ServerStats,
     Severity,
 )
-from agent.store import MIGRATIONS, SCHEMA_VERSION, Store
+from agent.sinks.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 ROOT = Path(__file__).parent.parent.parent
 

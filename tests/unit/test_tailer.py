@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.store import Store
-from agent.tailer import FileTailer, TailOptions
+from agent.sinks.store import Store
+from agent.sources.tailer import FileTailer, TailOptions
 from tests.conftest import Follow, FollowFactory
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -192,7 +192,7 @@ def test_backlog_is_read_in_bounded_steps_and_lag_is_reported(tmp_path: Path, st
 
 PERMISSION_SCRIPT = textwrap.dedent("""
     import json, os, sys
-    from agent.tailer import FileTailer, TailOptions
+    from agent.sources.tailer import FileTailer, TailOptions
     log = sys.argv[1]
     tailer = FileTailer("test", log, TailOptions(start_at="beginning"))
     denied = tailer.poll(0)

@@ -20,8 +20,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from agent.store import Store
-from agent.tailer import TailOptions
+from agent.sinks.store import Store
+from agent.sources.tailer import TailOptions
 from tests.conftest import Follow
 
 

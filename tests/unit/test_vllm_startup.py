@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.reconcile import latest
+from agent.capacity.reconcile import latest
 from parsers.vllm import startup_facts
 
 DATA = Path(__file__).parent.parent / "data" / "startup"
@@ -107,9 +107,9 @@ def test_number_shapes_never_raise(number: str) -> None:
 
 
 def test_dcp_multiplied_token_count_is_compared_per_gpu() -> None:
-    from agent.budget import compute
-    from agent.reconcile import reconcile
-    from agent.sizing import SizingRequest, resolve
+    from agent.capacity.budget import compute
+    from agent.capacity.inputs import SizingRequest, resolve
+    from agent.capacity.reconcile import reconcile
 
     # the format strings of vllm/v1/core/kv_cache_utils.py (0.10+) with Llama-3.1-8B numbers: 8 GiB per GPU
     # holds 65,536 tokens at 128 KiB; with DCP 2 the engine prints twice that

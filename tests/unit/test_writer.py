@@ -15,8 +15,8 @@ import pytest
 
 from agent.errors import StoreError
 from agent.records import CapacityFact, Cursor, Event, EventKind, Phase, Server, Severity
-from agent.store import Store
-from agent.writer import ResilientWriter
+from agent.sinks.store import Store
+from agent.sinks.writer import ResilientWriter
 
 PATH = "/var/log/vllm.log"
 
@@ -52,7 +52,7 @@ def test_a_full_store_buffers_and_everything_lands_once_when_room_is_made(tmp_pa
     writer = ResilientWriter(lambda: Store.open(db, hard_max_bytes=cap[0]), max_buffered_records=100_000)
     counted = 0
     now, offset = 0.0, 0
-    with caplog.at_level(logging.WARNING, logger="agent.writer"):
+    with caplog.at_level(logging.WARNING, logger="agent.sinks.writer"):
         while writer.stats().up or offset == 0:  # fill until the real engine says SQLITE_FULL
             records, cursors = batch(offset, 50)
             counted += len(writer.commit(records, cursors, now=now).new_events)
@@ -141,7 +141,7 @@ def test_a_full_buffer_drops_the_oldest_records_and_keeps_their_cursors(tmp_path
     writer.open(0.0)
     other = sqlite3.connect(db, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")
-    with caplog.at_level(logging.ERROR, logger="agent.writer"):
+    with caplog.at_level(logging.ERROR, logger="agent.sinks.writer"):
         for i in range(4):
             writer.commit(*batch(i * 10, 10), now=float(i))
         writer.commit([], [cursor(45)], now=4.0)  # a tick that read nothing new but moved its cursor

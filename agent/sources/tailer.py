@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Literal
 
 from agent.config import SourceSection
-from agent.framing import Frame
-from agent.lines import LineAssembler
 from agent.records import Cursor, LogLine, SourceBatch, SourceStats
+from agent.sources.framing import Frame
+from agent.sources.lines import LineAssembler
 
 FINGERPRINT_BYTES = 128
 READ_CHUNK_BYTES = 64 * 1024
@@ -62,7 +62,7 @@ class TailOptions:
     @classmethod
     def from_section(cls, section: SourceSection) -> TailOptions:
         if section.format == "journald":
-            raise ValueError("a journald source is read by agent.journal, not the file tailer")
+            raise ValueError("a journald source is read by agent.sources.journal, not the file tailer")
         return cls(section.format, section.start_at, section.max_line_bytes, section.partial_flush_seconds,
                    section.rotate_wait_seconds, section.cursor_grace_seconds)
 

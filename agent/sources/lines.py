@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 
-from agent.framing import Frame, PartialJoiner, unwrap
+from agent.sources.framing import Frame, PartialJoiner, unwrap
 
 Emit = Callable[[Frame, int], None]  # a complete line and the file offset of its first byte
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from agent.errors import StoreError
 from agent.records import CommitResult, Cursor, JournalCursor, StoreStats
-from agent.store import Store, TotalsKey, failure_hint
+from agent.sinks.store import Store, TotalsKey, failure_hint
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The inverse question — "I need N concurrent streams: how?" — answered in the seed's order.
+"""The inverse question — "I need N concurrent streams: how?" — answered in the budget method's order.
 
 1. Quantize the weights (AWQ/GPTQ 4-bit): the largest fixed cost, freeing the most memory.
 2. FP8 KV cache: halves the bytes per token.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from agent.budget import Budget, BudgetInputs, KvDtype, WeightsDtype, compute, estimate_weights_bytes
+from agent.capacity.budget import Budget, BudgetInputs, KvDtype, WeightsDtype, compute, estimate_weights_bytes
+from agent.capacity.shapes import ModelShape
 from agent.errors import BudgetError
-from agent.models import ModelShape
 
 TP_SIZES = (2, 4, 8)
 
@@ -83,7 +83,7 @@ def _longest_len_reaching(inputs: BudgetInputs, target: int) -> int | None:
 
 
 def plan(inputs: BudgetInputs, target: int, workload_tokens: int | None = None) -> Plan:
-    """Apply the seed's steps in order until `target` concurrent requests fit."""
+    """Apply the budget method's steps in order until `target` concurrent requests fit."""
     if target <= 0:
         raise BudgetError(f"target concurrency must be positive, got {target}")
     steps = [_step("as configured", None, inputs)]

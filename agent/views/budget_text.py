@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
-from agent.budget import GIB, KIB, MIB, Budget, KvDtype, compute
+from agent.capacity.budget import GIB, KIB, MIB, Budget, KvDtype, compute
+from agent.capacity.inputs import Sizing
+from agent.capacity.plan import Plan
+from agent.capacity.reconcile import Reconciliation, Row
 from agent.config import Config
-from agent.planner import Plan
-from agent.reconcile import Reconciliation, Row
-from agent.sizing import Sizing
 
-# The seed's skeleton values for what the budget does not decide; confirm them with the load test.
+# The budget method's skeleton values for what the budget does not decide; confirm them with the load test.
 SKELETON_DEFAULTS = {
     ("server", "max_queue_size"): 32,
     ("limits", "request_timeout_ms"): 30000,
@@ -96,7 +96,7 @@ def render_budget(budget: Budget, sizing: Sizing) -> str:
 
 
 def config_snippet(budget: Budget, config: Config | None = None) -> str:
-    """The seed's config skeleton with this budget's numbers filled in."""
+    """The budget method's config skeleton with this budget's numbers filled in."""
     cfg = config or Config()
     i = budget.inputs
 
@@ -104,7 +104,7 @@ def config_snippet(budget: Budget, config: Config | None = None) -> str:
         value = getattr(getattr(cfg, section), key)
         if value is not None:
             return value, "from your config"
-        return SKELETON_DEFAULTS[(section, key)], "seed default: confirm with the step-up load test"
+        return SKELETON_DEFAULTS[(section, key)], "default of the budget method: confirm with the step-up load test"
 
     per_request = f"floor({size(budget.usable_kv_bytes)} usable KV / {size(budget.kv_bytes_per_request)} per request)"
     rows: list[tuple[str, object, str]] = [
@@ -145,7 +145,7 @@ def vllm_flags(budget: Budget) -> str:
 
 
 def render_plan(plan: Plan) -> str:
-    lines = [f"Plan for {plan.target} concurrent requests (the seed's order: weights → KV dtype → length):"]
+    lines = [f"Plan for {plan.target} concurrent requests (the budget method's order: weights → KV dtype → length):"]
     for n, step in enumerate(plan.steps):
         got = (f"{step.concurrency:>4}   (weights {size(step.budget.inputs.weights_bytes)}, "
                f"{size(step.budget.kv_bytes_per_request)} per request)") if step.budget else f"0 ({step.error})"
@@ -189,7 +189,7 @@ def render_report(budget: Budget, sizing: Sizing, config: Config | None, plan: P
         parts.append(render_reconciliation(rec))
     if plan is not None:
         parts.append(render_plan(plan))
-    parts.append("Config (the seed's skeleton, max_num_seqs from this budget):\n" + config_snippet(budget, config))
+    parts.append("Config (max_num_seqs from this budget):\n" + config_snippet(budget, config))
     parts.append("Equivalent vLLM flags:\n" + vllm_flags(budget))
     if sizing.origin.get("overhead") == "default":
         parts.append(f"Note: overhead {budget.inputs.overhead_bytes / GIB:.1f} GiB is a default; measure it with "

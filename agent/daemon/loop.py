@@ -16,12 +16,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from agent import __version__
-from agent.budget import compute
+from agent.capacity.budget import compute
+from agent.capacity.inputs import SizingRequest, resolve
 from agent.config import Config, SourceSection
 from agent.errors import AgentError
-from agent.journal import JournalSource
-from agent.metrics import Snapshot, TargetState
-from agent.nvml import GpuPoller
 from agent.records import (
     CapacityFact,
     Cursor,
@@ -35,12 +33,14 @@ from agent.records import (
     Server,
     ServerStats,
 )
-from agent.scrape import Scraper
-from agent.sizing import SizingRequest, resolve
-from agent.store import Store, TotalsKey, default_event_counters
-from agent.tailer import FileTailer
-from agent.wake import Waker
-from agent.writer import ResilientWriter
+from agent.sinks.exporter import Snapshot, TargetState
+from agent.sinks.store import Store, TotalsKey, default_event_counters
+from agent.sinks.writer import ResilientWriter
+from agent.sources.journal import JournalSource
+from agent.sources.nvml import GpuPoller
+from agent.sources.scrape import Scraper
+from agent.sources.tailer import FileTailer
+from agent.sources.wake import Waker
 from parsers import Parser, make_parser
 
 log = logging.getLogger("deepinfer.pipeline")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.budget import GIB, Budget
+from agent.capacity.budget import GIB, Budget
 from agent.records import CapacityFact
 
 SIGNIFICANT = 0.03  # relative: under 3 % is rounding in the engine's two-decimal GiB lines

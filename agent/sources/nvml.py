@@ -33,7 +33,7 @@ from typing import Any
 import pynvml
 
 from agent.records import Event, EventKind, GpuProcessSample, GpuSample, Phase, Server, Severity
-from agent.xid import xid_meaning, xid_severity
+from parsers.xid import xid_meaning, xid_severity
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from typing import Any, BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
-from agent.framing import PartialJoiner, unwrap
 from agent.records import CapacityFact, Event, Record, Server, ServerStats, Severity, as_dict
+from agent.sources.framing import PartialJoiner, unwrap
 from parsers import make_parser
 
 NOTABLE_LIMIT = 20
@@ -171,7 +171,7 @@ def _value(value: float | str) -> str:
 
 
 def render_text(scans: list[FileScan]) -> str:
-    """The human summary: inputs, time span, counts by kind, the seeds' two distinctions, capacity, peaks,
+    """The human summary: inputs, time span, counts by kind, the two distinctions of the budget method, capacity, peaks,
     notable events."""
     records = [r for s in scans for r in s.records]
     summary = summarize(records)
@@ -204,7 +204,7 @@ def render_text(scans: list[FileScan]) -> str:
 
 
 def _distinctions(summary: Summary) -> list[str]:
-    """The seeds' readings: OOM vs queueing; refused at admission vs timed out after work began."""
+    """The budget method's readings: OOM vs queueing; refused at admission vs timed out after work began."""
     c = summary.counts
     oom, queued = c.get("oom", 0), c.get("pending", 0)
     refused = c.get("queue_full", 0) + c.get("http_429", 0) + c.get("http_503", 0)

@@ -14,12 +14,12 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
-from agent.budget_view import size
 from agent.config import Config
 from agent.errors import StoreError
-from agent.metrics import Samples, exposition_samples
 from agent.records import Event, GpuSample, ServerStats
-from agent.store import Store, failure_hint
+from agent.sinks.exporter import Samples, exposition_samples
+from agent.sinks.store import Store, failure_hint
+from agent.views.budget_text import size
 
 
 @dataclass(frozen=True)

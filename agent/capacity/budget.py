@@ -1,4 +1,4 @@
-"""The KV-cache budget: the seeds' arithmetic, with every intermediate number kept for display.
+"""The KV-cache budget (docs/budget.md): the arithmetic, with every intermediate number kept for display.
 
     kv_bytes_per_token = 2 × layers × kv_heads_per_gpu × head_dim × kv_dtype_bytes   (K and V)
                          layers × (kv_lora_rank + qk_rope_head_dim) × bytes           (MLA: one latent)
@@ -17,8 +17,8 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
+from agent.capacity.shapes import ModelShape
 from agent.errors import BudgetError
-from agent.models import ModelShape
 
 GIB = 1024**3
 MIB = 1024**2

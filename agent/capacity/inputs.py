@@ -12,13 +12,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-from agent.budget import GIB, BudgetInputs, KvDtype, WeightsDtype, estimate_weights_bytes
+from agent.capacity.budget import GIB, BudgetInputs, KvDtype, WeightsDtype, estimate_weights_bytes
+from agent.capacity.shapes import ModelShape, find_preset, guess_preset, load_hf_config
 from agent.config import Config
 from agent.errors import BudgetError, ModelError
-from agent.models import ModelShape, find_preset, guess_preset, load_hf_config
 
 DEFAULT_UTIL = 0.9  # vLLM's default gpu_memory_utilization
-DEFAULT_OVERHEAD_GIB = 2.0  # activations + CUDA context + framework: seed 000's framework reserve
+DEFAULT_OVERHEAD_GIB = 2.0  # activations + CUDA context + framework reserve (docs/budget.md)
 DEFAULT_BLOCK_SIZE = 16  # vLLM on CUDA
 
 

@@ -19,10 +19,10 @@ from pathlib import Path
 from types import FrameType
 
 from agent.config import Config, load_config
+from agent.daemon.loop import Daemon, run_forever
+from agent.daemon.sdnotify import Notifier
 from agent.errors import AgentError
-from agent.metrics import MetricsServer
-from agent.pipeline import Daemon, run_forever
-from agent.sdnotify import Notifier
+from agent.sinks.exporter import MetricsServer
 
 log = logging.getLogger("deepinfer")
 

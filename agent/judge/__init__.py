@@ -1,0 +1,1 @@
+"""Judgement: rule files evaluated over stored windows against the capacity, producing findings."""

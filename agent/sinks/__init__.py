@@ -1,0 +1,1 @@
+"""Where records go: SQLite (the write side and the read-only queries) and the Prometheus exporter."""

@@ -1,0 +1,1 @@
+"""Renderers: turn records and reports into text, Markdown, HTML or JSON. Views never write to the store."""
