@@ -16,21 +16,9 @@ from typing import Annotated, NoReturn
 import typer
 
 from agent import __version__
-from agent.capacity.budget import KvDtype, WeightsDtype, compute
-from agent.capacity.inputs import SizingRequest, resolve
-from agent.capacity.plan import plan
-from agent.capacity.reconcile import latest, reconcile
-from agent.capacity.shapes import PRESETS
-from agent.config import DEFAULT_CONFIG_PATH, load_config
-from agent.daemon.loop import budget_of
-from agent.daemon.service import serve, setup_logging
+from agent.config import DEFAULT_CONFIG_PATH
 from agent.errors import AgentError, BudgetError, ConfigError
-from agent.records import Server
-from agent.sources.saved import FileScan, Unwrapper, jsonl, parse_tz, render_text, scan_stream
-from agent.views.budget_text import render_report, size, to_json
-from agent.views.status import gather
-from agent.views.status import render as render_status
-from parsers.vllm import startup_facts
+from agent.records import KvDtype, Server, WeightsDtype
 
 app = typer.Typer(
     name="deepinfer-agent",
@@ -65,6 +53,8 @@ def check(
     config: Annotated[Path, typer.Option("--config", "-c", help="Config file to validate.")] = DEFAULT_CONFIG_PATH,
 ) -> None:
     """Validate a config file: print every problem (file:line: field: expected …) or a one-line summary."""
+    from agent.config import load_config
+
     try:
         cfg = load_config(config)
     except ConfigError as exc:
@@ -83,6 +73,9 @@ def run(
                                                       "system's (unusual installs, e.g. WSL).")] = None,
 ) -> None:
     """Run the agent: follow logs, poll NVML and engines, store events, serve /metrics (SIGHUP reloads)."""
+    from agent.config import load_config
+    from agent.daemon.service import serve, setup_logging
+
     setup_logging()
     try:
         cfg = load_config(config)
@@ -100,6 +93,11 @@ def status(
     config: Annotated[Path, typer.Option("--config", "-c", help="The agent's config file.")] = DEFAULT_CONFIG_PATH,
 ) -> None:
     """What the running agent sees now: sources, load vs budget, GPUs, last events (from the store)."""
+    from agent.config import load_config
+    from agent.daemon.loop import budget_of
+    from agent.daemon.status import gather
+    from agent.views.status import render as render_status
+
     try:
         cfg = load_config(config)
     except ConfigError as exc:
@@ -111,6 +109,9 @@ def status(
 @app.command()
 def models() -> None:
     """List the model presets with the per-token KV size (bf16) each implies."""
+    from agent.capacity.shapes import PRESETS
+    from agent.views.units import size
+
     for preset in PRESETS.values():
         per_token = preset.layers * preset.kv_bytes_per_token_layer(dtype_bytes=2)
         params = f"{preset.params / 1e9:.1f}B" if preset.params else "?"
@@ -152,6 +153,14 @@ def budget(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
 ) -> None:
     """Compute the KV-cache budget and max concurrency, showing every step of the arithmetic."""
+    from agent.capacity.budget import compute
+    from agent.capacity.inputs import SizingRequest, resolve
+    from agent.capacity.plan import plan
+    from agent.capacity.reconcile import latest, reconcile
+    from agent.config import load_config
+    from agent.views.budget_text import render_budget, to_json
+    from parsers.vllm import startup_facts
+
     request = SizingRequest(
         model=model, layers=layers, kv_heads=kv_heads, head_dim=head_dim, params_b=params_b,
         vram_gib=vram_gib, util=util, weights_gib=weights_gib, weights_dtype=weights_dtype,
@@ -187,7 +196,7 @@ def budget(
     if as_json:
         typer.echo(json.dumps(to_json(result, sizing, the_plan, rec), indent=2, default=str))
         return
-    typer.echo(render_report(result, sizing, cfg, the_plan, rec))
+    typer.echo(render_budget(result, sizing, cfg, the_plan, rec))
 
 
 _SETTINGS = ("model", "tensor_parallel_size", "quantization", "kv_cache_dtype", "gpu_memory_utilization",
@@ -198,6 +207,8 @@ def _read_lines(path: Path | None) -> list[str]:
     """A saved log's lines, unwrapped from Docker json-file or CRI envelopes where they have one."""
     if path is None:
         return []
+    from agent.sources.saved import Unwrapper
+
     try:
         with path.open("rb") as handle:
             return [text for text, _, _ in Unwrapper().read(handle)]
@@ -236,6 +247,9 @@ def scan(
 
     Exits 0 whether or not problems are found (it is a report, not a check); 1 when a file cannot be read.
     """
+    from agent.sources.saved import FileScan, parse_tz, scan_stream
+    from agent.views.scan_text import jsonl, render_text
+
     scans: list[FileScan] = []
     try:
         zone = parse_tz(tz)

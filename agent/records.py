@@ -24,6 +24,47 @@ class Server(str, Enum):
     NVML = "nvml"  # the NVIDIA driver library (GPU samples, Xid events), not an inference server
 
 
+class KvDtype(str, Enum):
+    """KV-cache element type; `auto` follows the model's activation dtype (16-bit for every preset)."""
+
+    AUTO = "auto"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+
+    @property
+    def bytes(self) -> int:
+        return 1 if self is KvDtype.FP8 else 2
+
+    @classmethod
+    def parse(cls, text: str) -> KvDtype:
+        """Accept vLLM's spellings too (`bfloat16`, `float16`, `fp8_e4m3`, `fp8_e5m2`)."""
+        t = text.strip().lower()
+        aliases = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
+                   "fp8_inc": "fp8"}
+        return cls(aliases.get(t, t))
+
+
+class WeightsDtype(str, Enum):
+    """How the weights are stored; 4-bit schemes keep embeddings and LM head in 16 bit."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    INT8 = "int8"
+    AWQ = "awq"
+    GPTQ = "gptq"
+
+    @property
+    def bytes_per_param(self) -> float:
+        """Bytes per quantized parameter: 4-bit + one fp16 scale and 4-bit zero per 128-weight group."""
+        return {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}.get(self.value, 0.5 + 2.5 / 128)
+
+    @property
+    def is_4bit(self) -> bool:
+        return self in (WeightsDtype.AWQ, WeightsDtype.GPTQ)
+
+
 # The closed vocabulary of capacity facts an engine reports at start-up. Sizes in bytes, ratios 0–1.
 FACT_NAMES = frozenset({
     "model", "quantization", "kv_cache_dtype", "block_size", "tensor_parallel_size", "max_model_len",

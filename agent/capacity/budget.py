@@ -15,55 +15,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import Enum
 
 from agent.capacity.shapes import ModelShape
 from agent.errors import BudgetError
+from agent.records import KvDtype, WeightsDtype
 
 GIB = 1024**3
 MIB = 1024**2
 KIB = 1024
-
-
-class KvDtype(str, Enum):
-    """KV-cache element type; `auto` follows the model's activation dtype (16-bit for every preset)."""
-
-    AUTO = "auto"
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8 = "fp8"
-
-    @property
-    def bytes(self) -> int:
-        return 1 if self is KvDtype.FP8 else 2
-
-    @classmethod
-    def parse(cls, text: str) -> KvDtype:
-        """Accept vLLM's spellings too (`bfloat16`, `float16`, `fp8_e4m3`, `fp8_e5m2`)."""
-        t = text.strip().lower()
-        aliases = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8",
-                   "fp8_inc": "fp8"}
-        return cls(aliases.get(t, t))
-
-
-class WeightsDtype(str, Enum):
-    """How the weights are stored; 4-bit schemes keep embeddings and LM head in 16 bit."""
-
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8 = "fp8"
-    INT8 = "int8"
-    AWQ = "awq"
-    GPTQ = "gptq"
-
-    @property
-    def bytes_per_param(self) -> float:
-        """Bytes per quantized parameter: 4-bit + one fp16 scale and 4-bit zero per 128-weight group."""
-        return {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0}.get(self.value, 0.5 + 2.5 / 128)
-
-    @property
-    def is_4bit(self) -> bool:
-        return self in (WeightsDtype.AWQ, WeightsDtype.GPTQ)
 
 
 def estimate_weights_bytes(shape: ModelShape, dtype: WeightsDtype) -> int:

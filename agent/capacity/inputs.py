@@ -12,10 +12,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
-from agent.capacity.budget import GIB, BudgetInputs, KvDtype, WeightsDtype, estimate_weights_bytes
+from agent.capacity.budget import GIB, BudgetInputs, estimate_weights_bytes
 from agent.capacity.shapes import ModelShape, find_preset, guess_preset, load_hf_config
 from agent.config import Config
 from agent.errors import BudgetError, ModelError
+from agent.records import KvDtype, WeightsDtype
 
 DEFAULT_UTIL = 0.9  # vLLM's default gpu_memory_utilization
 DEFAULT_OVERHEAD_GIB = 2.0  # activations + CUDA context + framework reserve (docs/budget.md)

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from agent.capacity.budget import Budget, BudgetInputs, KvDtype, WeightsDtype, compute, estimate_weights_bytes
+from agent.capacity.budget import Budget, BudgetInputs, compute, estimate_weights_bytes
 from agent.capacity.shapes import ModelShape
 from agent.errors import BudgetError
+from agent.records import KvDtype, WeightsDtype
 
 TP_SIZES = (2, 4, 8)
 

@@ -11,7 +11,6 @@ prompts, pids or hostnames.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from agent.records import GpuProcessSample, GpuSample, ServerStats, SourceStats
@@ -307,26 +305,3 @@ class MetricsServer:
     def close(self) -> None:
         self._httpd.shutdown()
         self._httpd.server_close()
-
-
-Samples = dict[str, list[tuple[dict[str, str], float]]]
-
-
-def exposition_samples(text: str) -> Samples:
-    """Metric name → (labels, value) of every sample of a text exposition (an engine's /metrics);
-    raises ValueError on garbage.
-
-    Names lose a `_total` suffix so a counter reads the same whether the engine's exporter appends it
-    (prometheus_client) or not (TGI's Rust exporter); `_created` samples and values that are not
-    finite (NaN, ±Inf) are dropped.
-    """
-    out: Samples = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            name = sample.name
-            if name.endswith("_created") or not math.isfinite(sample.value):
-                continue
-            if name.endswith("_total"):
-                name = name[:-6]
-            out.setdefault(name, []).append((dict(sample.labels), float(sample.value)))
-    return out

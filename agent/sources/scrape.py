@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from http.client import HTTPException
 
 from agent.config import ScrapeTarget
+from agent.prom import Samples, exposition_samples
 from agent.records import CapacityFact, Event, EventKind, Phase, Record, Server, ServerStats, Severity
-from agent.sinks.exporter import Samples, exposition_samples
 
 log = logging.getLogger(__name__)
 

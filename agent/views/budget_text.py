@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from typing import Any
 
-from agent.capacity.budget import GIB, KIB, MIB, Budget, KvDtype, compute
+from agent.capacity.budget import GIB, Budget, compute
 from agent.capacity.inputs import Sizing
 from agent.capacity.plan import Plan
 from agent.capacity.reconcile import Reconciliation, Row
 from agent.config import Config
+from agent.records import KvDtype
+from agent.views.units import size
 
 # The budget method's skeleton values for what the budget does not decide; confirm them with the load test.
 SKELETON_DEFAULTS = {
@@ -24,14 +26,6 @@ SKELETON_DEFAULTS = {
     ("session", "idle_timeout_ms"): 60000,
     ("session", "max_session_tokens"): 16384,
 }
-
-
-def size(value: float) -> str:
-    """Bytes in the largest unit that keeps the number readable."""
-    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
-        if abs(value) >= scale:
-            return f"{value / scale:.2f} {unit}"
-    return f"{value:.0f} B"
 
 
 def _kv_dtype_name(budget: Budget) -> str:
@@ -53,7 +47,7 @@ def describe_model(budget: Budget) -> str:
     return f"{shape.name} ({geometry}); KV {_kv_dtype_name(budget)}, block {inputs.block_size}, TP {inputs.tp}"
 
 
-def render_budget(budget: Budget, sizing: Sizing) -> str:
+def render_arithmetic(budget: Budget, sizing: Sizing) -> str:
     """The arithmetic, one line per step, each input tagged with where it came from."""
     i, s, o = budget.inputs, budget.inputs.shape, sizing.origin
     dtype_b = i.kv_dtype.bytes
@@ -181,10 +175,10 @@ def render_reconciliation(rec: Reconciliation) -> str:
     return "\n".join(["Computed vs engine-reported:", *lines])
 
 
-def render_report(budget: Budget, sizing: Sizing, config: Config | None, plan: Plan | None,
+def render_budget(budget: Budget, sizing: Sizing, config: Config | None, plan: Plan | None,
                   rec: Reconciliation | None) -> str:
     """The whole `budget` text: arithmetic, engine comparison, plan, config snippet and vLLM flags."""
-    parts = [render_budget(budget, sizing)]
+    parts = [render_arithmetic(budget, sizing)]
     if rec is not None:
         parts.append(render_reconciliation(rec))
     if plan is not None:

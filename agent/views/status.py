@@ -10,52 +10,10 @@ when nothing answers there, the report says the agent is not running.
 from __future__ import annotations
 
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
 
 from agent.config import Config
-from agent.errors import StoreError
-from agent.records import Event, GpuSample, ServerStats
-from agent.sinks.exporter import Samples, exposition_samples
-from agent.sinks.store import Store, failure_hint
-from agent.views.budget_text import size
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    metrics_url: str
-    live: Samples | None  # the agent's own /metrics; None when it did not answer
-    stats: dict[str, ServerStats] = field(default_factory=dict)
-    facts: dict[str, dict[str, float | str]] = field(default_factory=dict)
-    gpus: list[GpuSample] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    totals: dict[tuple[str, str, str], int] = field(default_factory=dict)
-    store_error: str | None = None
-
-
-def gather(config: Config, timeout: float = 2.0) -> StatusReport:
-    """Read the store and ask the running agent; neither failing stops the report."""
-    host = "127.0.0.1" if config.metrics.listen in ("0.0.0.0", "::", "") else config.metrics.listen
-    url = f"http://{host}:{config.metrics.port}/metrics"
-    live: Samples | None
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            live = exposition_samples(response.read().decode("utf-8", "replace"))
-    except (OSError, ValueError, urllib.error.URLError):
-        live = None
-    try:
-        store = Store.open_readonly(config.store.path)
-    except StoreError as exc:
-        return StatusReport(url, live, store_error=f"{exc} ({failure_hint(exc)})")
-    try:
-        events_total: dict[tuple[str, str, str], int] = {
-            (labels[0], labels[1], labels[2]): int(v) for (name, labels), v in store.load_totals().items()
-            if name == "events_total" and len(labels) == 3}
-        return StatusReport(url, live, store.latest_stats(), store.latest_facts(), store.latest_gpu_samples(),
-                            store.recent_events(limit=10), events_total)
-    finally:
-        store.close()
+from agent.daemon.status import StatusReport
+from agent.views.units import size
 
 
 def _live(report: StatusReport, name: str, **labels: str) -> float | None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.capacity.budget import GIB, KIB, BudgetInputs, KvDtype, WeightsDtype, compute, estimate_weights_bytes
+from agent.capacity.budget import GIB, KIB, BudgetInputs, compute, estimate_weights_bytes
 from agent.capacity.shapes import ModelShape, find_preset
 from agent.errors import BudgetError
+from agent.records import KvDtype, WeightsDtype
 
 QWEN7B = find_preset("qwen2.5-7b")
 SEED_000 = ModelShape("seed-000", layers=32, kv_heads=8, head_dim=128, attention_heads=32)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.capacity.budget import KvDtype
 from agent.config import load_config
 from agent.errors import ConfigError
+from agent.records import KvDtype
 
 DATA = Path(__file__).parent.parent / "data" / "config"
 ROOT = Path(__file__).parent.parent.parent

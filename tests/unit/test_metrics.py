@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from agent.prom import exposition_samples
 from agent.records import GpuProcessSample, GpuSample, Server, ServerStats, SourceStats
-from agent.sinks.exporter import MetricsServer, Snapshot, SnapshotCollector, exposition_samples
+from agent.sinks.exporter import MetricsServer, Snapshot, SnapshotCollector
 
 README = (Path(__file__).parent.parent.parent / "README.md").read_text()
 

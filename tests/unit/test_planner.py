@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from agent.capacity.budget import GIB, BudgetInputs, KvDtype, WeightsDtype
+from agent.capacity.budget import GIB, BudgetInputs
 from agent.capacity.plan import plan
 from agent.capacity.shapes import find_preset
+from agent.records import KvDtype, WeightsDtype
 
 QWEN7B = find_preset("qwen2.5-7b")
 

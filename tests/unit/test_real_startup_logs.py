@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.capacity.budget import KvDtype, WeightsDtype, compute
+from agent.capacity.budget import compute
 from agent.capacity.inputs import SizingRequest, resolve
 from agent.capacity.reconcile import latest, reconcile
 from agent.capacity.shapes import guess_preset
+from agent.records import KvDtype, WeightsDtype
 from parsers.vllm import startup_facts
 
 DATA = Path(__file__).parent.parent / "data" / "startup"
