@@ -233,6 +233,9 @@ class Cursor:
     source's start marker (it has run before; `seen_seconds` is when).
     `seen_seconds` is when the tailer produced this cursor (wall clock), used after a restart to tell
     rotated files written while the agent was down from ones it had already finished.
+    `near` is a fingerprint of the bytes just before `offset` (same `"<length>:<hex>"` form; empty at 0):
+    a file truncated in place and regrown past the cursor while the agent was down keeps its first
+    bytes, but not these.
     """
 
     source: str
@@ -243,6 +246,7 @@ class Cursor:
     offset: int
     file_key: str
     seen_seconds: float
+    near: str = ""
 
 
 @dataclass(frozen=True)
@@ -291,6 +295,8 @@ class SourceStats:
     framing_errors_total: int = 0
     restarts_total: int = 0
     lag_bytes: int = 0
+    down_reason: str = ""  # why `up` is False, in words (a missing path, a directory, permission denied)
+    emfile_total: int = 0  # opens refused with EMFILE (the process ran out of file descriptors)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,8 @@ COUNTERS: dict[str, tuple[str, Labels]] = {
     "source_framing_errors_total": ("Lines that did not parse as the source's envelope (Docker, CRI, journal).",
                               ("source",)),
     "source_restarts_total": ("journald: times journalctl exited and was restarted.", ("source",)),
+    "source_emfile_total": ("Files that could not be opened because the agent ran out of file descriptors.",
+                            ("source",)),
     "parse_errors_total": ("Lines a parser skipped because their numbers could not be read.", ("source",)),
     "nvml_errors_total": ("NVML calls that failed, by call.", ("call",)),
     "scrapes_total": ("Scrapes of an engine's /metrics.", ("target",)),
@@ -186,14 +188,19 @@ def _agent(snap: Snapshot) -> Iterator[Metric]:
 
 
 def _sources(sources: Iterable[SourceStats]) -> Iterator[Metric]:
-    up = _gauge("source_up", "1 while the log source can read; 0 e.g. on permission denied.", ("source",))
+    up = _gauge("source_up", "1 while the log source can read; 0 when its path is missing, a directory, a dangling "
+                "symlink, unreadable, or the agent's own store.", ("source",))
     lag = _gauge("source_lag_bytes", "Bytes written to the source's files but not read yet.", ("source",))
     files = _gauge("source_files", "Files the source has open (live and draining rotated ones).", ("source",))
+    down = InfoMetricFamily("deepinfer_source_down", "Why a source is down (no sample while it is up).",
+                            labels=["source", "reason"])
     for s in sources:
         up.add_metric([s.source], float(s.up))
         lag.add_metric([s.source], s.lag_bytes)
         files.add_metric([s.source], s.files)
-    yield from (up, lag, files)
+        if not s.up and s.down_reason:
+            down.add_metric([s.source, s.down_reason], {})
+    yield from (up, lag, files, down)
 
 
 def _servers(servers: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str, float | str]]) -> Iterator[Metric]:
@@ -272,11 +279,40 @@ _LANDING = b"""<!doctype html><html><head><title>deepinfer-agent</title></head><
 """
 
 
+MAX_CONNECTIONS = 16  # scrapes are short; more at once are refused rather than allowed to eat descriptors
+IDLE_SECONDS = 5.0  # a connection that sends no complete request in this long is closed
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True
+    request_queue_size = 64
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.refused = 0
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = IDLE_SECONDS
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes every few seconds are not news; errors still reach the exporter's own counters."""
 

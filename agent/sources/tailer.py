@@ -23,14 +23,22 @@ The loop never sleeps: `poll(now)` does one bounded step, and the caller waits (
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import errno
+import fnmatch
 import glob
+import gzip
 import hashlib
+import io
+import lzma
 import os
+import re
 import secrets
 import stat
+import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -41,11 +49,22 @@ from agent.sources.framing import Frame
 from agent.sources.lines import LineAssembler
 
 FINGERPRINT_BYTES = 128
+NEAR_BYTES = 64  # the bytes before a cursor that must still be there when it is resumed
 READ_CHUNK_BYTES = 64 * 1024
 MAX_BYTES_PER_POLL = 4 * 1024 * 1024  # shared by the open files; the rest waits for the next poll
 MAX_LINES_PER_POLL = 20_000  # likewise: bounds a batch of short lines in memory and in one transaction
 START_MARKER = ""  # the file_key of a source's start-marker cursor
 COMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".zip")
+# The compressions a rotated file may be finished from (logrotate `compress` without `delaycompress`).
+DECOMPRESSED_SUFFIXES = (".gz", ".xz", ".bz2")
+
+
+def _open_compressed(path: str, suffix: str) -> io.BufferedIOBase:
+    if suffix == ".gz":
+        return gzip.GzipFile(path, "rb")
+    return lzma.LZMAFile(path, "rb") if suffix == ".xz" else bz2.BZ2File(path, "rb")
+# A rotation suffix: `.1`, `-20250101`, `.2025-01-01`, `-1701234567`, optionally compressed.
+_ROTATION_SUFFIX = re.compile(r"(?:[.-]\d[\w-]*)+(?:\.(?:gz|xz|bz2|zst|lz4|zip))?$")
 
 
 @dataclass(frozen=True)
@@ -82,6 +101,26 @@ def _fingerprint_matches(fd: int, stored: str) -> bool:
     return fingerprint(fd, _fingerprint_length(stored)) == stored
 
 
+def near_fingerprint(fd: int, offset: int) -> str:
+    """`"<n>:<hash>"` of the n ≤ NEAR_BYTES bytes before `offset` ("" at offset 0)."""
+    start = max(0, offset - NEAR_BYTES)
+    if offset <= 0:
+        return ""
+    data = os.pread(fd, offset - start, start)
+    return f"{len(data)}:{hashlib.blake2b(data, digest_size=8).hexdigest()}"
+
+
+def _near_matches(fd: int, offset: int, stored: str) -> bool:
+    """Whether the bytes before `offset` are still those `stored` was taken from (True when unknown)."""
+    return not stored or near_fingerprint(fd, offset) == stored
+
+
+def rotation_base(name: str) -> str:
+    """The live name a rotated file was shifted from: `vllm.log.2.gz` → `vllm.log`."""
+    base = _ROTATION_SUFFIX.sub("", name)
+    return base or name
+
+
 @dataclass
 class _File:
     """One open file incarnation and the line being assembled from it."""
@@ -99,6 +138,7 @@ class _File:
     emitted: tuple[int, str] | None = None  # (offset, fingerprint) of the last cursor handed out
     mtime_ns: int = 0  # as of the last poll, to notice a file that changed without growing
     real: str = ""  # the resolved path at open time: where a restart looks for it (symlink targets too)
+    near: str = ""  # near_fingerprint at read_pos: bytes rewritten in place before it mean truncation
 
     def committed(self) -> int:
         """The first byte not yet delivered as part of a line: where a restart must resume."""
@@ -113,10 +153,14 @@ class FileTailer:
     file found after a restart, is read from its beginning.
     """
 
-    def __init__(self, name: str, pattern: str, options: TailOptions, cursors: Sequence[Cursor] = ()) -> None:
+    def __init__(self, name: str, pattern: str, options: TailOptions, cursors: Sequence[Cursor] = (),
+                 exclude: Collection[str] = ()) -> None:
         self.name = name
         self.pattern = pattern
         self.options = options
+        # Files never to open (the agent's own store and its -wal/-shm: reading them would feed the
+        # agent its own writes, and closing a descriptor of them drops SQLite's locks).
+        self._exclude = {str(Path(p).expanduser().absolute()) for p in exclude}
         # A cursor with an empty file_key is the source's start marker: it records that the source has
         # run before (so files found later are read from their start) and when it last looked.
         self._restored = [c for c in cursors if c.file_key != START_MARKER]
@@ -127,7 +171,10 @@ class FileTailer:
         self._count: Counter[str] = Counter()
         self._up = True
         self._lag = 0
-        self._failed_paths: set[str] = set()
+        self._failed_paths: dict[str, str] = {}  # path → why it cannot be opened
+        self._drop: list[Cursor] = []  # cursors found stale at restart (their file was rewritten): delete
+        self._named: set[tuple[int, int]] = set()  # identities the glob named at the last discovery
+        self._down_reason = ""
         self._first_discovery = True
         self._budget = MAX_BYTES_PER_POLL  # bytes each file may read in this poll (set per poll)
         self._line_budget = MAX_LINES_PER_POLL  # and lines it may deliver (a batch of tiny lines stays small)
@@ -135,12 +182,13 @@ class FileTailer:
         self._last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
 
     @classmethod
-    def from_section(cls, section: SourceSection, cursors: Sequence[Cursor] = ()) -> FileTailer:
+    def from_section(cls, section: SourceSection, cursors: Sequence[Cursor] = (),
+                     exclude: Collection[str] = ()) -> FileTailer:
         """The tailer for one `sources:` entry (not journald), resumed from `Store.cursors(name)`."""
         if section.path is None:
             raise ValueError("a file source needs a path")
         return cls(section.source_name(), str(Path(section.path).expanduser()), TailOptions.from_section(section),
-                   cursors)
+                   cursors, exclude)
 
     # --- the loop -------------------------------------------------------------------------------------
 
@@ -161,6 +209,8 @@ class FileTailer:
         share = max(1, len(self._open))
         self._budget = max(READ_CHUNK_BYTES, MAX_BYTES_PER_POLL // share)
         self._line_budget = max(100, MAX_LINES_PER_POLL // share)
+        out.expired.extend(self._drop)
+        self._drop.clear()
         for f in list(self._open.values()):
             more |= self._service(f, now, out)
         more |= self._discover(now, out)
@@ -186,7 +236,8 @@ class FileTailer:
         c = self._count
         return SourceStats(self.name, self._up, len(self._open), c["lines"], c["bytes"], c["rotations"],
                            c["truncations"], c["read_errors"], c["partial_flushes"], c["invalid_utf8"],
-                           c["truncated_lines"], c["framing_errors"], 0, self._lag)
+                           c["truncated_lines"], c["framing_errors"], 0, self._lag, self._down_reason,
+                           c["emfile"])
 
     def watch_dirs(self) -> set[str]:
         """Directories whose changes should wake the loop: the glob's fixed part and every open file's."""
@@ -209,18 +260,34 @@ class FileTailer:
             with contextlib.suppress(OSError):
                 st = Path(path).stat()
                 live.setdefault((st.st_dev, st.st_ino), path)
+        # Where a file may have gone since its cursor was written: any glob match, and any rotation of a
+        # watched name (logrotate may have shifted `x.log.1` to `x.log.2` while the agent was down).
+        family: dict[tuple[int, int], str] = {}
+        for name in {*live.values(), *(self._watched_name(c.path) for c in self._restored)}:
+            for entry in _rotated_siblings(name):
+                with contextlib.suppress(OSError):
+                    st = entry.stat(follow_symlinks=False)
+                    family.setdefault((st.st_dev, st.st_ino), entry.path)
         # The surest identities first: a long fingerprint cannot be mistaken for a reused inode.
         for cursor in sorted(self._restored, key=lambda c: -_fingerprint_length(c.fingerprint)):
-            f = self._reattach(cursor, live, now)
+            f = self._reattach(cursor, live, family, now)
             if f is None:
                 self._retired[cursor.file_key] = (cursor, now)
-        for path in {c.path for c in self._restored}:
+        for path in {self._watched_name(c.path) for c in self._restored}:
             self._catch_up(path, now)
 
-    def _reattach(self, cursor: Cursor, live: dict[tuple[int, int], str], now: float) -> _File | None:
+    def _watched_name(self, path: str) -> str:
+        """The name the glob watches that `path` is, or was rotated from (`x.log.2` → `x.log`)."""
+        if fnmatch.fnmatchcase(path, self.pattern):
+            return path
+        return str(Path(path).with_name(rotation_base(Path(path).name)))
+
+    def _reattach(self, cursor: Cursor, live: dict[tuple[int, int], str], family: dict[tuple[int, int], str],
+                  now: float) -> _File | None:
         candidates = [cursor.path]
         if _fingerprint_length(cursor.fingerprint) > 0:  # an empty file's inode may be anyone's now
-            candidates += [e.path for e in _rotated_siblings(cursor.path) if e.inode() == cursor.inode]
+            ident = (cursor.dev, cursor.inode)
+            candidates += [p for p in (live.get(ident), family.get(ident)) if p is not None and p != cursor.path]
         for path in candidates:
             f = self._open_at(path, now, key=cursor.file_key, offset=cursor.offset)
             if f is None:
@@ -231,8 +298,23 @@ class FileTailer:
             if not _fingerprint_matches(f.fd, cursor.fingerprint):
                 # Same inode, other first bytes: truncated and rewritten (or the inode was reused).
                 os.close(f.fd)
-                return self._recover_from_copy(cursor, now)
+                return self._recover_from_copy(cursor, now) or self._recover_compressed(cursor, now)
+            if self._size(f) >= cursor.offset and not _near_matches(f.fd, cursor.offset, cursor.near):
+                # Same first bytes, other bytes before the cursor: truncated in place and written again
+                # past the cursor while the agent was down. Finish the old bytes from a copy if one was
+                # made (copytruncate), and read this file again from its start as a new incarnation.
+                self._count["truncations"] += 1
+                self._drop.append(cursor)
+                self._recover_from_copy(cursor, now)
+                f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
+                self._restart_at(f, 0)
+                f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
+                if (f.dev, f.inode) in live:
+                    f.path = live[(f.dev, f.inode)]
+                self._open[f.key] = f
+                return f
             f.fp, f.emitted = cursor.fingerprint, (cursor.offset, cursor.fingerprint)
+            f.near = cursor.near
             if (f.dev, f.inode) in live:
                 f.path = live[(f.dev, f.inode)]  # the name the glob knows it by (a symlink, say)
             else:  # renamed, replaced or unlinked from the glob while the agent was down
@@ -240,7 +322,7 @@ class FileTailer:
                 self._count["rotations"] += 1
             self._open[f.key] = f
             return f
-        return self._recover_from_copy(cursor, now)
+        return self._recover_from_copy(cursor, now) or self._recover_compressed(cursor, now)
 
     def _catch_up(self, live_path: str, now: float) -> None:
         """Read rotated siblings of `live_path` (`x.log.1`, `x.log-20250101`) that the tailer never saw:
@@ -294,25 +376,43 @@ class FileTailer:
                 self._count["rotations"] += 1
         live = {(f.dev, f.inode) for f in self._open.values()}
         retired = {(c.dev, c.inode): key for key, (c, _) in self._retired.items()}
-        up, more = True, False
-        for path in self._glob():
+        more = False
+        self._named = set()
+        paths = self._glob()
+        reasons = self._pattern_problems(paths)
+        for path in paths:
+            if str(Path(path).absolute()) in self._exclude:
+                reasons.append(f"{path} is the agent's own store: not read")
+                continue
             try:
                 st = Path(path).stat()
-            except OSError:
+            except OSError as exc:
+                reasons.append(f"{path}: " + ("dangling symlink" if Path(path).is_symlink()
+                                              else exc.strerror or str(exc)))
                 continue
             if not stat.S_ISREG(st.st_mode):
+                if not glob.has_magic(self.pattern):
+                    reasons.append(f"{path} is " + ("a directory" if stat.S_ISDIR(st.st_mode)
+                                                    else "not a regular file"))
                 continue
             ident = (st.st_dev, st.st_ino)
+            self._named.add(ident)
             if ident in live:
                 continue
             at_end = self._first_run and self._first_discovery and self.options.start_at == "end"
             offset = None if at_end else 0
             new = self._open_at(path, now, key=None, offset=offset)
             if new is None:
-                up = False
+                reasons.append(f"{path}: {self._failed_paths.get(path) or 'cannot open'}")
                 continue
             ident = (new.dev, new.inode)  # the handle's identity, in case the path moved since stat
             if ident in live:
+                os.close(new.fd)
+                continue
+            if any(o.rotated_at is None and _fingerprint_length(o.fp) == FINGERPRINT_BYTES and _same_start(new, o)
+                   for o in self._open.values()):
+                # A copy of a live file (copytruncate, with a glob that names rotated files too): its bytes
+                # are read through the live file, and what the truncation leaves unread from the copy.
                 os.close(new.fd)
                 continue
             if ident in retired:
@@ -330,8 +430,25 @@ class FileTailer:
             self._catch_up(path, now)
             more |= self._service(new, now, out)
         self._first_discovery = False
-        self._up = up
+        self._up = not reasons
+        self._down_reason = "; ".join(dict.fromkeys(reasons))[:300]
         return more
+
+    def _pattern_problems(self, paths: Sequence[str]) -> list[str]:
+        """Why a pattern that names nothing readable will never name anything (a missing directory, a
+        plain path that does not exist); a glob whose directory exists but matches nothing yet is fine."""
+        if paths:
+            return []
+        fixed = Path(self.pattern)
+        if not glob.has_magic(self.pattern):
+            if fixed.is_symlink():
+                return [f"{self.pattern}: dangling symlink"]
+            return [f"{self.pattern} does not exist"]
+        while glob.has_magic(str(fixed)):
+            fixed = fixed.parent
+        if not fixed.is_dir():
+            return [f"{fixed} " + ("is not a directory" if fixed.exists() else "does not exist")]
+        return []
 
     def _glob(self) -> list[str]:
         """The paths the pattern names now, in a stable order, compressed rotations left out."""
@@ -342,12 +459,14 @@ class FileTailer:
         """Open `path` read-only and identify it by fstat; offset None means "at the last complete line"."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
+        except OSError as exc:
             if path not in self._failed_paths:  # counted once per failure, retried every poll
-                self._failed_paths.add(path)
                 self._count["read_errors"] += 1
+                if exc.errno == errno.EMFILE:
+                    self._count["emfile"] += 1
+            self._failed_paths[path] = exc.strerror or str(exc)
             return None
-        self._failed_paths.discard(path)
+        self._failed_paths.pop(path, None)
         try:
             st = os.fstat(fd)
             start = self._last_line_end(fd, st.st_size) if offset is None else offset
@@ -356,9 +475,12 @@ class FileTailer:
             os.close(fd)
             self._count["read_errors"] += 1
             return None
-        return _File(fd, path, st.st_dev, st.st_ino, key or f"{st.st_dev}:{st.st_ino}:{secrets.token_hex(6)}",
-                     fp, start, self._assembler(start), last_growth=now, mtime_ns=st.st_mtime_ns,
-                     real=str(Path(path).resolve()))
+        f = _File(fd, path, st.st_dev, st.st_ino, key or f"{st.st_dev}:{st.st_ino}:{secrets.token_hex(6)}",
+                  fp, start, self._assembler(start), last_growth=now, mtime_ns=st.st_mtime_ns,
+                  real=str(Path(path).resolve()))
+        with contextlib.suppress(OSError):
+            f.near = near_fingerprint(fd, start)
+        return f
 
     def _assembler(self, start: int) -> LineAssembler:
         return LineAssembler(self.options.fmt, self.options.max_line_bytes, self._count, start)
@@ -367,6 +489,10 @@ class FileTailer:
         """Read `f` from `offset` on, forgetting any unfinished line."""
         f.read_pos = offset
         f.lines = self._assembler(offset)
+        try:
+            f.near = near_fingerprint(f.fd, offset)
+        except OSError:
+            f.near = ""
 
     def _last_line_end(self, fd: int, size: int) -> int:
         """Where a first run starting "at the end" begins: after the last newline, not mid-line."""
@@ -398,7 +524,8 @@ class FileTailer:
         try:
             st = os.fstat(f.fd)
             size, length = st.st_size, _fingerprint_length(f.fp)
-            if size < f.read_pos or not _fingerprint_matches(f.fd, f.fp):
+            rewritten = st.st_mtime_ns != f.mtime_ns and not _near_matches(f.fd, f.read_pos, f.near)
+            if size < f.read_pos or rewritten or not _fingerprint_matches(f.fd, f.fp):
                 self._truncated(f, now, out)
                 size, length = os.fstat(f.fd).st_size, 0
             if length < FINGERPRINT_BYTES and size > length:
@@ -444,6 +571,7 @@ class FileTailer:
         if got:
             f.last_growth = now
             self._count["bytes"] += got
+            f.near = near_fingerprint(f.fd, f.read_pos)
         return got
 
     def _deliver(self, f: _File, frame: Frame, offset: int, out: _Out) -> None:
@@ -460,6 +588,7 @@ class FileTailer:
     def _truncated(self, f: _File, now: float, out: _Out) -> None:
         """copytruncate: finish the unread tail from the copy, then read this file again from 0."""
         self._count["truncations"] += 1
+        # (no `near`: the bytes before the cursor are gone from this file; the copy is known by its start)
         old = Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now)
         del self._open[f.key]
         f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
@@ -490,7 +619,7 @@ class FileTailer:
                 except OSError:
                     continue
                 try:
-                    if _fingerprint_matches(fd, cursor.fingerprint):
+                    if _fingerprint_matches(fd, cursor.fingerprint) and _near_matches(fd, cursor.offset, cursor.near):
                         best = (st.st_mtime, entry.path)
                 finally:
                     os.close(fd)
@@ -507,16 +636,83 @@ class FileTailer:
         self._retired.pop(copy.key, None)
         return copy
 
+    def _recover_compressed(self, cursor: Cursor, now: float) -> _File | None:
+        """Finish a file that was rotated and compressed before it was read to its end (logrotate
+        `compress` without `delaycompress`, while the agent was down): decompress the rotation whose
+        start and bytes before the cursor match into memory and read it on from the cursor."""
+        if _fingerprint_length(cursor.fingerprint) == 0:
+            return None
+        name = self._watched_name(cursor.path)
+        base = Path(name).name
+        try:
+            entries = sorted(os.scandir(Path(name).parent), key=lambda e: e.name)
+        except OSError:
+            return None
+        for entry in entries:
+            suffix = next((s for s in DECOMPRESSED_SUFFIXES if entry.name.endswith(s)), None)
+            if suffix is None or not entry.name.startswith((base + ".", base + "-")) \
+                    or not entry.is_file(follow_symlinks=False):
+                continue
+            fd = self._decompress(entry.path, suffix, cursor)
+            if fd is None:
+                continue
+            st = os.fstat(fd)
+            f = _File(fd, entry.path, st.st_dev, st.st_ino, cursor.file_key, cursor.fingerprint, cursor.offset,
+                      self._assembler(cursor.offset), last_growth=now, mtime_ns=st.st_mtime_ns, real=entry.path,
+                      near=cursor.near, rotated_at=now)
+            self._open[f.key] = f
+            self._retired.pop(f.key, None)
+            self._count["decompressed"] += 1
+            return f
+        return None
+
+    @staticmethod
+    def _decompress(path: str, suffix: str, cursor: Cursor) -> int | None:
+        """A memory file holding `path`'s decompressed start and everything from just before the cursor
+        on (the middle is a hole), or None when it is not the cursor's file."""
+        length = _fingerprint_length(cursor.fingerprint)
+        keep_from = max(length, cursor.offset - NEAR_BYTES)
+        fd = -1
+        try:
+            with _open_compressed(path, suffix) as src:
+                head = src.read(length)
+                if f"{len(head)}:{hashlib.blake2b(head, digest_size=8).hexdigest()}" != cursor.fingerprint:
+                    return None
+                fd = os.memfd_create("deepinfer-rotated", os.MFD_CLOEXEC)
+                os.pwrite(fd, head, 0)
+                pos = length
+                while pos < keep_from:
+                    skipped = src.read(min(READ_CHUNK_BYTES * 16, keep_from - pos))
+                    if not skipped:
+                        break
+                    pos += len(skipped)
+                while chunk := src.read(READ_CHUNK_BYTES * 16):
+                    os.pwrite(fd, chunk, pos)
+                    pos += len(chunk)
+            if pos < cursor.offset or not _near_matches(fd, cursor.offset, cursor.near):
+                os.close(fd)
+                return None
+            return fd
+        except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error):
+            if fd >= 0:
+                os.close(fd)
+            return None
+
     def _retire(self, f: _File, now: float, out: _Out) -> None:
         self._flush(f, out)
         self._cursor(f, now, out)
         os.close(f.fd)
         del self._open[f.key]
-        self._retired[f.key] = (Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now), now)
+        self._retired[f.key] = (self._cursor_of(f, now), now)
 
     def _expire(self, now: float, out: _Out) -> None:
         grace = self.options.cursor_grace_seconds
         for key, (cursor, since) in list(self._retired.items()):
+            if (cursor.dev, cursor.inode) in self._named:
+                # A finished file the glob still names (`logs/*` with rotated files): forgetting it
+                # would read it again from the start.
+                self._retired[key] = (cursor, now)
+                continue
             if now - since >= grace:
                 del self._retired[key]
                 out.expired.append(cursor)
@@ -525,7 +721,15 @@ class FileTailer:
         state = (f.committed(), f.fp)
         if state != f.emitted:
             f.emitted = state
-            out.cursors.append(Cursor(self.name, f.real, f.dev, f.inode, f.fp, state[0], f.key, now))
+            out.cursors.append(self._cursor_of(f, now))
+
+    def _cursor_of(self, f: _File, now: float) -> Cursor:
+        offset = f.committed()
+        try:
+            near = near_fingerprint(f.fd, offset)
+        except OSError:
+            near = ""
+        return Cursor(self.name, f.real, f.dev, f.inode, f.fp, offset, f.key, now, near)
 
 
 def _rotated_siblings(path: str) -> list[os.DirEntry[str]]:

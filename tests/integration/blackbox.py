@@ -1,0 +1,167 @@
+"""A black-box harness: `deepinfer-agent run` as a real subprocess, real files written and rotated by a
+writer, SIGKILL / SIGTERM and restarts, and counts of what reached the SQLite store and `/metrics`.
+
+Every line the tests write is a uvicorn access line answering 503 whose route carries a line number
+(`POST /v1/n000042`), so each line is exactly one `http_503` event and the store's events say which
+lines arrived, how often. Nothing here sleeps a fixed time to let the agent catch up: waits poll a
+condition with a deadline that stretches while the agent makes progress (a loaded machine is slow,
+not wrong).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).parent.parent.parent
+SOURCE = "vllm"
+ROUTE = re.compile(r"/v1/n(\d+)")
+
+
+def line(n: int, pad: int = 0) -> str:
+    """The access line numbered n (no timestamp: uvicorn prints none), optionally padded."""
+    return (f'(APIServer pid=851) INFO:     127.0.0.1:40000 - "POST /v1/n{n:06d} HTTP/1.1" 503 '
+            f"Service Unavailable{' ' + 'x' * pad if pad else ''}")
+
+
+def append(path: Path, numbers: Iterable[int]) -> None:
+    with path.open("a") as handle:
+        handle.write("".join(line(n) + "\n" for n in numbers))
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Agent:
+    """One node: a log directory, a config, a store, and the agent process (restartable)."""
+
+    def __init__(self, tmp: Path, pattern: str = "vllm.log", **source: Any) -> None:
+        self.tmp = tmp
+        self.logs = tmp / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.db = tmp / "state" / "agent.db"
+        self.config = tmp / "config.yaml"
+        options = {"poll_interval_seconds": 0.05, "rotate_wait_seconds": 0.5, "start_at": "beginning", **source}
+        extra = "".join(f"    {k}: {json.dumps(v)}\n" for k, v in options.items())
+        self.config.write_text(f"""
+sources:
+  - path: {json.dumps(str(self.logs / pattern))}
+    server: vllm
+    name: {SOURCE}
+{extra}nvml: {{enabled: false}}
+metrics: {{listen: 127.0.0.1, port: 0}}
+store: {{path: {json.dumps(str(self.db))}}}
+""")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self.runs = 0
+
+    @property
+    def log(self) -> Path:
+        return self.logs / "vllm.log"
+
+    # --- the process -----------------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> Agent:
+        """Start the agent and wait until it serves /metrics and has committed its source's first cursor."""
+        self.runs += 1
+        err = self.tmp / f"agent-{self.runs}.stderr"
+        self.stderr = err
+        self.proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(self.config)], cwd=ROOT,
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
+                                     stderr=err.open("wb"))
+        wait_for("the agent's metrics address", self._address, timeout)
+        wait_for("the source's first cursor", self._has_cursor, timeout)
+        return self
+
+    def _address(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"agent exited ({self.proc.returncode}):\n{self.stderr.read_text()}")
+        found = re.findall(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", self.stderr.read_text())
+        if found:
+            self.port = int(found[-1])
+        return bool(found)
+
+    def _has_cursor(self) -> bool:
+        return bool(self.query("SELECT count(*) FROM cursors WHERE source = ?", (SOURCE,))[0][0])
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> int:
+        """SIGTERM; the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+    # --- what arrived ------------------------------------------------------------------------------
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        if not self.db.exists():
+            return [(0,)]
+        for _ in range(50):
+            try:
+                with contextlib.closing(sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=10)) as db:
+                    return list(db.execute(sql, params).fetchall())
+            except sqlite3.OperationalError as exc:  # no such table yet, or locked for a moment
+                last = exc
+                time.sleep(0.1)
+        raise last
+
+    def numbers(self) -> Counter[int]:
+        """Line number → how many events the store holds for it."""
+        out: Counter[int] = Counter()
+        for (fields,) in self.query("SELECT fields FROM events WHERE kind = 'http_503'"):
+            match = ROUTE.search(json.loads(fields).get("route", ""))
+            if match:
+                out[int(match.group(1))] += 1
+        return out
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        total = None
+        for row in text.splitlines():
+            if row.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in row for k, v in labels.items()):
+                total = (total or 0.0) + float(row.rsplit(" ", 1)[1])
+        return total
+
+    def settle(self, expected: int, timeout: float = 30.0) -> Counter[int]:
+        """Wait until `expected` distinct lines are stored, or no progress for `timeout` seconds."""
+        numbers, deadline = self.numbers(), time.monotonic() + timeout
+        while len(numbers) < expected and time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = self.numbers()
+            if len(now) > len(numbers):
+                deadline = time.monotonic() + timeout
+            numbers = now
+        return numbers
+
+
+def lost_and_duplicated(numbers: Counter[int], written: Iterable[int]) -> tuple[int, int]:
+    expected = set(written)
+    return len(expected - set(numbers)), sum(n - 1 for n in numbers.values() if n > 1) + len(set(numbers) - expected)
