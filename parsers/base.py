@@ -39,12 +39,13 @@ from agent.records import (
     Severity,
 )
 from parsers.needles import required_literals
-from parsers.redact import is_request_log, redact
+from parsers.redact import is_request_log, opens_unclosed_quote, redact, scrub
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
 MAX_BLOCK_LINES = 400  # a traceback longer than this is still one event; the rest is not kept
 DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised by the API server
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
+MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there (a lost closing quote)
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
 
 ANSI = re.compile(r"\x1b\[[0-9;]{0,20}[A-Za-z]")
@@ -240,6 +241,7 @@ class StreamParser:
         self._waiting: dict[str, int] = {}
         self._ts_cache: tuple[str, float | None] = ("", None)
         self._last_ts: float | None = None
+        self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
 
     # ---- the protocol -------------------------------------------------------------------------
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
@@ -247,7 +249,7 @@ class StreamParser:
         """Give one line (no newline); get the records it completes. Never raises on any input: a line
         whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`."""
         try:
-            return self._feed(text, ts, path, offset)
+            return [scrub(r) for r in self._feed(text, ts, path, offset)]
         except (ValueError, OverflowError):
             self._parse_errors += 1
             return []
@@ -260,6 +262,10 @@ class StreamParser:
             text = ANSI.sub("", text)
         # An access line that is not a refusal can neither carry a problem nor continue a traceback.
         if _boring_access(text) or (not self._blocks and not self._hot(text)):
+            if self._request_lines:
+                self._in_request(self.split(text))
+            elif ("'" in text or '"' in text) and is_request_log(text) and opens_unclosed_quote(text):
+                self._request_lines = 1  # a prompt with newlines: its next lines are not log records
             return []
         syslog_ts = None
         if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
@@ -276,6 +282,8 @@ class StreamParser:
                 ts = self.rfc3339(om.group(1))
             text = text[om.end():]
         split = self.split(text)
+        if self._request_lines and self._in_request(split):
+            return []  # a line of a request's text (a prompt with newlines), not a log record of its own
         if ts is not None:
             split.ts = ts
         elif split.ts is None:
@@ -298,6 +306,8 @@ class StreamParser:
                     self._starting = False
                 return out + sample  # a stats line is only that: no signatures, no facts
         if is_request_log(split.msg):
+            # A prompt with newlines in it goes on over the next lines, which carry no prefix of their own.
+            self._request_lines = 1 if opens_unclosed_quote(split.msg) else 0
             return out
         self._track_phase(split.msg)
         if split.level in ("ERROR", "CRITICAL", "E") or _OPENS_BLOCK.search(split.msg[:2000]) is not None:
@@ -330,7 +340,15 @@ class StreamParser:
                 out.extend(self._close(tag))
             except (ValueError, OverflowError):
                 self._parse_errors += 1
-        return out
+        return [scrub(r) for r in out]
+
+    def _in_request(self, split: Split) -> bool:
+        """While a request's text runs over lines: is this line more of it (no log prefix of its own)?"""
+        if split.level is None and not split.tag and self._request_lines < MAX_REQUEST_LINES:
+            self._request_lines += 1
+            return True
+        self._request_lines = 0
+        return False
 
     # ---- hooks --------------------------------------------------------------------------------
     def split(self, text: str) -> Split:

@@ -14,6 +14,10 @@ Patterns here are linear (no nested quantifiers) so a hostile line cannot make t
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from dataclasses import replace
+
+from agent.records import CapacityFact, Event, FieldValue, Record
 
 MAX_MESSAGE_CHARS = 400
 MAX_INPUT_CHARS = MAX_MESSAGE_CHARS * 4  # redaction works on this much of a message, never more
@@ -37,7 +41,7 @@ _SECRET = re.compile(
 )
 # Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
 # characters it alone can consume, so matching is linear in the line length.
-_QUOTED = re.compile(r"'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
+_QUOTED = re.compile(r"(?<![\w`])'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
 _BODY = re.compile(r"\{[^{}]{0,1600}\}")
 _QUERY = re.compile(r"\?[^\s\"]+")
 # An opening quote left unmatched (its string ran past the cut): everything after it is dropped.
@@ -52,7 +56,8 @@ def is_request_log(text: str) -> bool:
 
 def redact(text: str) -> str:
     """What may be kept of a message: credentials, quoted strings, bodies and query strings removed."""
-    text = text[:MAX_INPUT_CHARS]
+    # NUL is the marker of an emptied string below: one in the input must not pass for one.
+    text = text[:MAX_INPUT_CHARS].replace(_HOLE, " ")
     text = _SECRET.sub(REDACTED, text)
     text = _QUOTED.sub(lambda m: m.group(0)[0] + _HOLE + m.group(0)[0], text)
     text = _cut_at_unmatched_quote(text)
@@ -82,3 +87,24 @@ def _cut_at_unmatched_quote(text: str) -> str:
 def route(path: str) -> str:
     """An HTTP request path fit for a record and a label: the query string dropped, length bounded."""
     return path.split("?", 1)[0][:120]
+
+
+def opens_unclosed_quote(text: str) -> bool:
+    """Whether a quoted string opened on this line runs on past its end (a prompt logged over lines)."""
+    emptied = _QUOTED.sub(lambda m: m.group(0)[0] + _HOLE + m.group(0)[0], text.replace(_HOLE, " "))
+    return _cut_at_unmatched_quote(emptied) != emptied
+
+
+def redact_fields(fields: Mapping[str, FieldValue]) -> dict[str, FieldValue]:
+    """Every text value of a record's fields through `redact` (numbers and flags pass as they are)."""
+    return {key: redact(value) if isinstance(value, str) else value for key, value in fields.items()}
+
+
+def scrub(record: Record) -> Record:
+    """The choke point every record a parser returns passes: an event's message and every text field,
+    a capacity fact's text value. (Load samples carry numbers only.)"""
+    if isinstance(record, Event):
+        return replace(record, message=redact(record.message), fields=redact_fields(record.fields))
+    if isinstance(record, CapacityFact) and isinstance(record.value, str):
+        return replace(record, value=redact(record.value))
+    return record

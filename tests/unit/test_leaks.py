@@ -1,0 +1,66 @@
+"""Nothing a user typed reaches a record: every field of every record passes parsers/redact.py.
+
+Regression cases found by a black-box review (a CUDA error's `fields.error` kept a bearer token and a
+quoted prompt; a raw NUL after an opening quote passed for the redactor's own marker; a prompt logged
+over several lines became an event), and a property test over every event kind's real line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, is_dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.records import Event, EventKind, Record, Server
+from parsers import make_parser
+from parsers.redact import redact
+
+from .conftest import REF_TIME, run
+from .test_kinds import CASES
+
+
+def _text(records: list[Record]) -> str:
+    return json.dumps([asdict(r) if is_dataclass(r) else list(r) for r in records], default=str)  # type: ignore[arg-type]
+
+
+def test_a_cuda_errors_fields_are_redacted() -> None:
+    line = ("(EngineCore_DP0 pid=9) ERROR 11-29 09:00:01 [core.py:710] RuntimeError: CUDA error: invalid argument "
+            "Bearer zqtokenzqtoken 'zqsecret prompt'")
+    records = run(make_parser(Server.VLLM, "t", REF_TIME), [line])
+    events = [r for r in records if isinstance(r, Event)]
+    assert [e.kind for e in events] == [EventKind.CUDA_ERROR]
+    text = _text(records)
+    assert "zqtoken" not in text and "zqsecret" not in text
+
+
+def test_a_raw_nul_after_an_opening_quote_is_no_marker() -> None:
+    assert "zqsecret" not in redact("failed with value '\x00zqsecret prompt that runs on")
+    assert "zqsecret" not in redact('x "\x00\x00zqsecret')
+
+
+def test_a_prompt_logged_over_several_lines_is_no_event() -> None:
+    lines = ["(APIServer pid=7) INFO 11-29 09:00:01 [logger.py:43] Received request cmpl-1: prompt: 'tell me",
+             "RuntimeError: CUDA out of memory. zqsecret",
+             "Traceback (most recent call last):",
+             "more of the prompt', params: SamplingParams(n=1), prompt_token_ids: None",
+             "(APIServer pid=7) ERROR 11-29 09:00:02 [core.py:1] RuntimeError: CUDA error: an illegal memory access"]
+    records = run(make_parser(Server.VLLM, "t", REF_TIME), lines)
+    kinds = [r.kind for r in records if isinstance(r, Event)]
+    assert kinds == [EventKind.CUDA_ERROR], "the prompt's lines made no event; the next real line did"
+    assert "zqsecret" not in _text(records)
+
+
+SECRET = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz"), min_size=6, max_size=20).map(lambda s: "zq" + s)
+SHAPES = ("{line} '{s} and more'", '{line} "{s}', "{line} '\x00{s}", "{line} Bearer {s}", "{line} api_key={s}",
+          "{line} {{\"prompt\": \"{s}\"}}", "{line} ?q={s}", "{line} token: '{s}'", "{line} (\x00'{s} x')")
+
+
+@settings(max_examples=300)
+@given(case=st.sampled_from(CASES), shape=st.sampled_from(SHAPES), secret=SECRET)
+def test_no_planted_secret_reaches_any_field_of_any_event_kind(case: tuple[Server, str, EventKind, object],
+                                                             shape: str, secret: str) -> None:
+    server, line, _, _ = case
+    planted = shape.format(line=line, s=secret)
+    records = run(make_parser(server, "t", REF_TIME), [planted])
+    assert secret not in _text(records)
