@@ -9,6 +9,8 @@ It is a report, not a check: finding problems is the normal outcome, not an erro
 from __future__ import annotations
 
 import re
+from array import array
+from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta, timezone, tzinfo
@@ -31,6 +33,11 @@ class FileScan:
     lines: int = 0
     parse_errors: int = 0
     records: list[Record] = field(default_factory=list)
+    line_starts: array[int] = field(default_factory=lambda: array("q"))  # byte offset of each line's start
+
+    def line_of(self, offset: int) -> int:
+        """The 1-based line number of the line holding byte `offset` (what `path:LINE` shows)."""
+        return max(1, bisect_right(self.line_starts, offset))
 
 
 def parse_tz(text: str) -> tzinfo:
@@ -65,6 +72,7 @@ class Unwrapper:
 
     fmt: str | None = None
     lines: int = 0
+    starts: array[int] = field(default_factory=lambda: array("q"))  # byte offset of each physical line
 
     def read(self, handle: BinaryIO) -> Iterator[tuple[str, float | None, int]]:
         """(text, envelope time, byte offset of the line's first piece) for each logical line."""
@@ -75,6 +83,7 @@ class Unwrapper:
             line_offset = offset
             offset += len(raw)
             self.lines += 1
+            self.starts.append(line_offset)
             if self.fmt is None:
                 if not text.strip():
                     continue
@@ -103,6 +112,7 @@ def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref
     result.records.extend(parser.flush())
     result.fmt = unwrapper.fmt or "plain"
     result.lines = unwrapper.lines
+    result.line_starts = unwrapper.starts
     result.server = parser.server
     result.parse_errors = parser.parse_errors
     return result

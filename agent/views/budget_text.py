@@ -15,7 +15,7 @@ from agent.capacity.plan import Plan
 from agent.capacity.reconcile import Reconciliation, Row
 from agent.config import Config
 from agent.records import KvDtype
-from agent.views.units import size
+from agent.views.units import printable, size
 
 # The budget method's skeleton values for what the budget does not decide; confirm them with the load test.
 SKELETON_DEFAULTS = {
@@ -188,7 +188,7 @@ def render_budget(budget: Budget, sizing: Sizing, config: Config | None, plan: P
     if sizing.origin.get("overhead") == "default":
         parts.append(f"Note: overhead {budget.inputs.overhead_bytes / GIB:.1f} GiB is a default; measure it with "
                      "--from-log on the engine's start-up log.")
-    return "\n\n".join(parts)
+    return printable("\n\n".join(parts))
 
 
 def to_json(budget: Budget, sizing: Sizing, plan: Plan | None, rec: Reconciliation | None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 from agent.records import CapacityFact, Event, ServerStats, as_dict
 from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
-from agent.views.units import number, when
+from agent.views.units import number, printable, when
 
 
 def render_text(scans: list[FileScan]) -> str:
@@ -39,11 +39,14 @@ def render_text(scans: list[FileScan]) -> str:
             out.append(f"  peak waiting   {summary.peak_waiting.waiting} at {when(summary.peak_waiting.ts)}")
     if summary.notable:
         out.append("Notable events:")
+        by_source = {s.source: s for s in scans}
         for e in summary.notable:
-            where = f"  [{e.path}:{e.offset}]" if e.path is not None else ""
+            scan = by_source.get(e.path or "-")
+            line = scan.line_of(e.offset) if scan is not None and e.offset is not None else None
+            where = f"  [{e.path}:{line}]" if e.path is not None and line is not None else ""
             out.append(f"  {when(e.ts)}  {e.severity.value:<8} {e.kind.value:<17} {e.phase.value:<10} "
                        f"{e.message[:140]}{where}")
-    return "\n".join(out)
+    return printable("\n".join(out))
 
 
 def _distinctions(summary: Summary) -> list[str]:

@@ -13,7 +13,7 @@ import time
 
 from agent.config import Config
 from agent.daemon.status import StatusReport
-from agent.views.units import size
+from agent.views.units import printable, size
 
 
 def _live(report: StatusReport, name: str, **labels: str) -> float | None:
@@ -101,4 +101,4 @@ def render(report: StatusReport, config: Config, budget_max: int | None, now: fl
     out.append("events (all time): " + (", ".join(f"{kind} {n}" for (_, _, kind), n in totals[:8]) or "none"))
     for e in report.events:
         out.append(f"  {_ago(e.ts, now):>10}  {e.severity.value:<8} {e.kind.value:<17} {e.source}: {e.message[:100]}")
-    return "\n".join(out)
+    return printable("\n".join(out))
