@@ -2,6 +2,8 @@
 
 Each command gathers its options, calls one core function, and renders the result. Core errors
 (`AgentError`) become one clear message on stderr and exit code 1; usage errors are typer's (2).
+Exit codes: 0 success; 1 an error (bad input, unreadable file, invalid config); 2 a usage error;
+`status` exits 3 when the agent is not running (systemctl is-active's convention).
 """
 
 from __future__ import annotations
@@ -9,11 +11,13 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, BinaryIO, NoReturn, cast
 
 import typer
+import typer.core
 
 from agent import __version__
 from agent.config import DEFAULT_CONFIG_PATH
@@ -24,9 +28,22 @@ app = typer.Typer(
     name="deepinfer-agent",
     help="Watch GPU inference nodes; size the KV-cache budget; explain OOM, queueing, timeouts and 429/503.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+NOT_RUNNING = 3  # `status` when nothing answers on the metrics port (as `systemctl is-active` says inactive)
+
+_display_type = typer.core.TyperOption.display_type_rich
+
+
+def _flag_without_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+    """`--help` lists a switch without a `<bool>` after it: a switch takes no value."""
+    return None if self.is_flag else _display_type(self, ctx)
+
+
+setattr(typer.core.TyperOption, "display_type_rich", _flag_without_type)  # noqa: B010
 
 
 def _fail(message: str) -> NoReturn:
@@ -42,7 +59,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+    version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     """deepinfer-agent: KV-cache budgets and inference-server incident classification."""
@@ -51,17 +68,30 @@ def main(
 @app.command()
 def check(
     config: Annotated[Path, typer.Option("--config", "-c", help="Config file to validate.")] = DEFAULT_CONFIG_PATH,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
 ) -> None:
-    """Validate a config file: print every problem (file:line: field: expected …) or a one-line summary."""
+    """Validate a config file: print every problem (file:line: field: expected …) or a one-line summary,
+    and warn about sources that cannot be read now (exit 0: the files may appear later)."""
     from agent.config import load_config
+    from agent.sources.tailer import pattern_problems, store_files
 
     try:
         cfg = load_config(config)
     except ConfigError as exc:
+        if as_json:
+            typer.echo(json.dumps({"config": str(config), "ok": False, "problems": list(exc.problems)}))
+            raise typer.Exit(1) from None
         for problem in exc.problems:
             typer.echo(problem, err=True)
         typer.echo(f"{config}: {len(exc.problems)} problem(s)", err=True)
         raise typer.Exit(1) from None
+    warnings = [f"source {s.source_name()}: {problem}" for s in cfg.sources if s.path is not None
+                for problem in pattern_problems(s.path, store_files(cfg.store.path))]
+    if as_json:
+        typer.echo(json.dumps({"config": str(config), "ok": True, "summary": cfg.summary(), "warnings": warnings}))
+        return
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
     typer.echo(f"{config}: OK — {cfg.summary()}")
 
 
@@ -91,27 +121,48 @@ def run(
 @app.command()
 def status(
     config: Annotated[Path, typer.Option("--config", "-c", help="The agent's config file.")] = DEFAULT_CONFIG_PATH,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
 ) -> None:
-    """What the running agent sees now: sources, load vs budget, GPUs, last events (from the store)."""
+    """What the running agent sees now: sources, load vs budget, GPUs, last events (from the store).
+
+    Exits 0 when the agent answers, 3 when it is not running (what the store holds is still shown).
+    """
     from agent.config import load_config
     from agent.daemon.loop import budget_of
     from agent.daemon.status import gather
     from agent.views.status import render as render_status
+    from agent.views.status import to_json as status_json
 
     try:
         cfg = load_config(config)
     except ConfigError as exc:
         _fail("\n".join(exc.problems))
     budget_max = budget_of(cfg).get("max_concurrency")
-    typer.echo(render_status(gather(cfg), cfg, int(budget_max) if budget_max is not None else None))
+    report = gather(cfg)
+    limit = int(budget_max) if budget_max is not None else None
+    if as_json:
+        typer.echo(json.dumps(status_json(report, cfg, limit), indent=2, default=str))
+    else:
+        typer.echo(render_status(report, cfg, limit))
+    if report.live is None:
+        raise typer.Exit(NOT_RUNNING)
 
 
 @app.command()
-def models() -> None:
+def models(
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per preset, in a list.")] = False,
+) -> None:
     """List the model presets with the per-token KV size (bf16) each implies."""
     from agent.capacity.shapes import PRESETS
     from agent.views.units import size
 
+    if as_json:
+        typer.echo(json.dumps([{"name": p.name, "hf_id": p.hf_id, "params": p.params, "layers": p.layers,
+                                "kv_heads": p.kv_heads, "head_dim": p.head_dim, "mla": p.is_mla,
+                                "sliding_layers": p.sliding_layers,
+                                "kv_bytes_per_token_bf16": p.layers * p.kv_bytes_per_token_layer(dtype_bytes=2)}
+                               for p in PRESETS.values()], indent=2))
+        return
     for preset in PRESETS.values():
         per_token = preset.layers * preset.kv_bytes_per_token_layer(dtype_bytes=2)
         params = f"{preset.params / 1e9:.1f}B" if preset.params else "?"
@@ -148,8 +199,8 @@ def budget(
     max_output: Annotated[int | None, typer.Option(help="Output cap in tokens (max_tokens).")] = None,
     target_concurrency: Annotated[int | None, typer.Option(help="Plan how to reach this many concurrent "
                                                            "requests.")] = None,
-    from_log: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="A vLLM start-up log: "
-                                                  "compare with what the engine reported.")] = None,
+    from_log: Annotated[Path | None, typer.Option(help="A vLLM start-up log: compare with what the engine "
+                                                  "reported.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
 ) -> None:
     """Compute the KV-cache budget and max concurrency, showing every step of the arithmetic."""
@@ -167,6 +218,8 @@ def budget(
         overhead_gib=overhead_gib, kv_dtype=kv_dtype, block_size=block_size, tp=tp,
         max_model_len=max_model_len, input_p95=input_p95, max_output=max_output,
     )
+    if target_concurrency is not None and target_concurrency < 1:
+        _fail(f"--target-concurrency {target_concurrency}: expected at least 1 concurrent request")
     try:
         cfg = load_config(config) if config is not None else None
         facts = latest(startup_facts(_read_lines(from_log), str(from_log))) if from_log else {}
@@ -187,7 +240,8 @@ def budget(
             raise BudgetError(f"{exc}\nThe engine did size a KV cache on its card, so an input here is not what "
                               f"it ran with (settings the log states: {known}); pass the ones it leaves out, e.g. "
                               "--tp, --vram-gib, --weights-gib or --weights-dtype.") from exc
-        the_plan = plan(sizing.inputs, target_concurrency, sizing.workload_tokens) if target_concurrency else None
+        the_plan = plan(sizing.inputs, target_concurrency, sizing.workload_tokens) \
+            if target_concurrency is not None else None
         rec = reconcile(result, facts) if facts else None
     except ConfigError as exc:
         _fail("\n".join(exc.problems))
@@ -209,11 +263,34 @@ def _read_lines(path: Path | None) -> list[str]:
         return []
     from agent.sources.saved import Unwrapper
 
+    if path.is_dir():
+        _fail(f"{path}: is a directory, not a log file")
     try:
         with path.open("rb") as handle:
             return [text for text, _, _ in Unwrapper().read(handle)]
     except OSError as exc:
         _fail(f"{path}: cannot read: {exc.strerror or exc}")
+
+
+PROGRESS_BYTES = 64 << 20  # `scan` shows a progress bar on a terminal for files this big
+
+
+class _Progress:
+    """A binary file's lines, reporting the bytes consumed (scan's progress bar)."""
+
+    def __init__(self, handle: BinaryIO, advance: Callable[[int], None]) -> None:
+        self._handle = handle
+        self._advance = advance
+
+    def __iter__(self) -> Iterator[bytes]:
+        pending = 0
+        for raw in self._handle:
+            pending += len(raw)
+            if pending >= 1 << 20:
+                self._advance(pending)
+                pending = 0
+            yield raw
+        self._advance(pending)
 
 
 class ScanServer(str, Enum):
@@ -261,6 +338,13 @@ def scan(
                 scans.append(scan_stream(sys.stdin.buffer, "-", Server(server.value), time.time(), zone))
                 continue
             with path.open("rb") as handle:
+                size = path.stat().st_size
+                if size >= PROGRESS_BYTES and sys.stderr.isatty():
+                    with typer.progressbar(length=size, label=str(path), file=sys.stderr) as bar:
+                        stream = cast(BinaryIO, _Progress(handle, bar.update))
+                        scans.append(scan_stream(stream, str(path), Server(server.value), path.stat().st_mtime,
+                                                 zone))
+                    continue
                 scans.append(scan_stream(handle, str(path), Server(server.value), path.stat().st_mtime, zone))
         except OSError as exc:
             _fail(f"{path}: cannot read: {exc.strerror or exc}")

@@ -24,7 +24,8 @@ DEFAULT_METRICS_PORT = 9842  # not used by dcgm-exporter (9400–9402), node_exp
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity anywhere: `.inf` is valid YAML and would pass every `gt=0` bound.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSection(_Section):
@@ -47,12 +48,20 @@ class ModelSection(_Section):
             raise ValueError("give only one of preset, config_json, or layers/kv_heads/head_dim")
         if ways[2] and not all(v is not None for v in explicit):
             raise ValueError("layers, kv_heads and head_dim must be given together")
+        if self.preset is not None:
+            from agent.capacity.shapes import find_preset  # (shapes imports no config: no cycle)
+            from agent.errors import ModelError
+
+            try:
+                find_preset(self.preset)
+            except ModelError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
 
 class GpuSection(_Section):
-    vram_gib: float | None = Field(None, gt=0)
-    overhead_gib: float | None = Field(None, ge=0, description="activations + CUDA context + framework")
+    vram_gib: float | None = Field(None, gt=0, le=4096)
+    overhead_gib: float | None = Field(None, ge=0, le=4096, description="activations + CUDA context + framework")
 
 
 class ServerSection(_Section):

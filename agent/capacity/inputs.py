@@ -7,6 +7,7 @@ number came from. Estimates (weights from the parameter count) are labelled as e
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -117,9 +118,41 @@ def _named_model(text: str) -> ModelShape:
     return find_preset(text)
 
 
+MAX_VRAM_GIB = 4096.0  # no card holds 4 TiB; a bigger number is a typo (or 1e30)
+MAX_TOKENS = 1 << 24  # 16 M tokens per request: beyond any model's context
+
+
+def check_request(req: SizingRequest) -> None:
+    """Refuse flags no card or engine can have, with one line naming the flag (BudgetError)."""
+    def bounded(flag: str, value: float | None, low: float, high: float, *, low_open: bool = True) -> None:
+        if value is None:
+            return
+        if not math.isfinite(value) or value > high or value < low or (low_open and value == low):
+            side = ">" if low_open else "≥"
+            raise BudgetError(f"{flag} {value:g}: expected a finite number {side} {low:g} and ≤ {high:g}")
+
+    bounded("--vram-gib", req.vram_gib, 0, MAX_VRAM_GIB)
+    bounded("--weights-gib", req.weights_gib, 0, 64 * MAX_VRAM_GIB, low_open=False)
+    bounded("--overhead-gib", req.overhead_gib, 0, MAX_VRAM_GIB, low_open=False)
+    bounded("--util", req.util, 0, 1)
+    bounded("--params-b", req.params_b, 0, 100_000)
+    for flag, count in (("--layers", req.layers), ("--kv-heads", req.kv_heads), ("--head-dim", req.head_dim),
+                        ("--tp", req.tp), ("--max-model-len", req.max_model_len), ("--input-p95", req.input_p95),
+                        ("--max-output", req.max_output)):
+        if count is not None and not 0 < count <= MAX_TOKENS:
+            raise BudgetError(f"{flag} {count}: expected a whole number from 1 to {MAX_TOKENS:,}")
+    if req.block_size is not None and (req.block_size < 1 or req.block_size > 1024
+                                       or req.block_size & (req.block_size - 1)):
+        raise BudgetError(f"--block-size {req.block_size}: expected a power of two from 1 to 1024 (vLLM uses 16)")
+    if (req.input_p95 is None) != (req.max_output is None):
+        raise BudgetError("--input-p95 and --max-output go together (tokens per request = P95 input + max "
+                          "output); give both, or --max-model-len")
+
+
 def resolve(req: SizingRequest, config: Config | None = None,
             facts: dict[str, float | str] | None = None) -> Sizing:
     """Build budget inputs, recording where each came from (flag, config, log, default, estimate)."""
+    check_request(req)
     facts = facts or {}
     cfg = config or Config()
     served = facts.get("model")

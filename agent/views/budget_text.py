@@ -127,9 +127,12 @@ def config_snippet(budget: Budget, config: Config | None = None) -> str:
 
 def vllm_flags(budget: Budget) -> str:
     i = budget.inputs
+    if budget.max_concurrency < 1:
+        return (f"# no command to suggest: not one request of {i.tokens_per_request} tokens fits; the longest "
+                f"that fits is {budget.max_model_len_that_fits} tokens (--max-model-len)")
     model = i.shape.hf_id or i.shape.name
     flags = [f"vllm serve {model}", f"--gpu-memory-utilization {i.util:.2f}", f"--max-model-len {i.tokens_per_request}",
-             f"--max-num-seqs {max(budget.max_concurrency, 1)}",
+             f"--max-num-seqs {budget.max_concurrency}",
              f"--kv-cache-dtype {'fp8' if i.kv_dtype is KvDtype.FP8 else 'auto'}", f"--block-size {i.block_size}"]
     if i.tp > 1:
         flags.append(f"--tensor-parallel-size {i.tp}")

@@ -10,9 +10,11 @@ when nothing answers there, the report says the agent is not running.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from agent.config import Config
 from agent.daemon.status import StatusReport
+from agent.records import as_dict
 from agent.views.units import printable, size
 
 
@@ -21,6 +23,37 @@ def _live(report: StatusReport, name: str, **labels: str) -> float | None:
         if all(sample_labels.get(k) == v for k, v in labels.items()):
             return value
     return None
+
+
+def _down_reason(report: StatusReport, source: str) -> str | None:
+    for labels, _ in (report.live or {}).get("deepinfer_source_down_info", []):
+        if labels.get("source") == source:
+            return labels.get("reason")
+    return None
+
+
+def to_json(report: StatusReport, config: Config, budget_max: int | None) -> dict[str, Any]:
+    """`status --json`: the same facts as the text, as data."""
+    sources = []
+    for section in config.sources:
+        name = section.source_name()
+        up = _live(report, "deepinfer_source_up", source=name)
+        sources.append({"name": name, "format": section.format, "where": section.path or section.unit or "kernel",
+                        "up": None if up is None else bool(up), "down_reason": _down_reason(report, name),
+                        "lag_bytes": _live(report, "deepinfer_source_lag_bytes", source=name),
+                        "lines": _live(report, "deepinfer_source_lines", source=name)})
+    nvml_up = _live(report, "deepinfer_nvml_up")
+    return {
+        "running": report.live is not None, "metrics_url": report.metrics_url, "store_error": report.store_error,
+        "store_up": None if report.live is None else bool(_live(report, "deepinfer_store_up")),
+        "nvml": "disabled" if not config.nvml.enabled else None if report.live is None
+        else "up" if nvml_up else "down",
+        "budget_max_concurrency": budget_max, "sources": sources,
+        "load": {source: as_dict(stats) for source, stats in report.stats.items()},
+        "facts": report.facts, "gpus": [as_dict(g) for g in report.gpus],
+        "events": [as_dict(e) for e in report.events],
+        "event_totals": [{"source": s, "server": v, "kind": k, "count": n} for (s, v, k), n in report.totals.items()],
+    }
 
 
 def _ago(ts: float | None, now: float) -> str:
@@ -58,7 +91,9 @@ def render(report: StatusReport, config: Config, budget_max: int | None, now: fl
         else:
             up = _live(report, "deepinfer_source_up", source=name)
             lag = _live(report, "deepinfer_source_lag_bytes", source=name)
-            state = ("up" if up else "DOWN") + (f", lag {size(lag)}" if lag else ", no lag")
+            why = _down_reason(report, name)
+            state = ("up" if up else "DOWN" + (f" ({why})" if why else "")) + (f", lag {size(lag)}" if lag
+                                                                               else ", no lag")
         lines = _live(report, "deepinfer_source_lines", source=name)
         read = f", {lines:,.0f} lines read" if lines is not None else ""
         out.append(f"  {name:<20} {state}{read}  ({section.format}: {where})")
@@ -86,7 +121,10 @@ def render(report: StatusReport, config: Config, budget_max: int | None, now: fl
         out.append("  no load samples yet" + (f" (budget {budget_max})" if budget_max is not None else ""))
     out.append("")
     nvml_up = _live(report, "deepinfer_nvml_up")
-    nvml = "" if report.live is None else (" (NVML up)" if nvml_up else " (NVML DOWN: see the agent's log)")
+    if not config.nvml.enabled:
+        nvml = " (NVML disabled in the config: nvml.enabled is false)"
+    else:
+        nvml = "" if report.live is None else (" (NVML up)" if nvml_up else " (NVML DOWN: see the agent's log)")
     out.append(f"gpus:{nvml}")
     for g in report.gpus:
         used = f"{size(g.memory_used_bytes)} / {size(g.memory_total_bytes)}" if g.memory_used_bytes is not None \
