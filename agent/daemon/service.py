@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import sys
 import threading
@@ -46,22 +47,69 @@ def setup_logging(level: int = logging.INFO) -> None:
     root.setLevel(level)
 
 
+def raise_fd_limit() -> int:
+    """Raise the soft limit on open files to the hard limit (a busy node has many logs; the metrics port
+    takes a descriptor per connection) and return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open-file limit from %d to %d: %s", soft, target, exc)
+    return int(soft)
+
+
+class _Metrics:
+    """The metrics server, moved to a new address when a reload changes metrics.listen or metrics.port."""
+
+    def __init__(self, daemon: Daemon, listen: str, port: int) -> None:
+        self.daemon = daemon
+        self.bound = (listen, port)  # as configured (port 0: any free port)
+        self.server = MetricsServer(daemon.snapshot, listen, port)
+
+    def follow_config(self) -> None:
+        wanted = (self.daemon.config.metrics.listen, self.daemon.config.metrics.port)
+        if wanted == self.bound:
+            return
+        try:
+            moved = MetricsServer(self.daemon.snapshot, *wanted)
+        except OSError as exc:
+            log.warning("metrics stay on http://%s:%d/metrics: cannot bind %s:%d (%s); restart the agent once "
+                        "the address is free", self.server.host, self.server.port, wanted[0], wanted[1],
+                        exc.strerror or exc)
+            self.bound = wanted  # said once; the next reload tries again
+            return
+        moved.start()
+        old = self.server
+        self.server, self.bound = moved, wanted
+        old.close()
+        log.info("metrics on http://%s:%d/metrics (moved by a config reload)", moved.host, moved.port)
+
+    def close(self) -> None:
+        self.server.close()
+
+
 def serve(config_path: Path, config: Config, *, once: bool = False, nvml_library: str | None = None) -> int:
     """Run the agent until a stop signal; return the exit code."""
+    fd_limit = raise_fd_limit()
     daemon = Daemon(config, nvml_library=nvml_library, load_config=lambda: load_config(config_path))
     # Bind first: a port already taken fails the start at once, before any source is opened.
     try:
-        server = None if once else MetricsServer(daemon.snapshot, config.metrics.listen, config.metrics.port)
+        metrics = None if once else _Metrics(daemon, config.metrics.listen, config.metrics.port)
     except OSError as exc:
         raise AgentError(f"cannot serve metrics on {config.metrics.listen}:{config.metrics.port}: "
                          f"{exc.strerror or exc} (another process holds the port? set metrics.port)") from exc
     daemon.start(time.time())
     for line in daemon.describe():
         log.info("watching %s", line)
-    if server is None:
+    log.info("open-file limit %d", fd_limit)
+    if metrics is None:
         daemon.run_once(time.time())
         daemon.close(time.time())
         return 0
+    server = metrics.server
     server.start()
     log.info("metrics on http://%s:%d/metrics", server.host, server.port)
     stop, reload = threading.Event(), threading.Event()
@@ -84,6 +132,7 @@ def serve(config_path: Path, config: Config, *, once: bool = False, nvml_library
     last_ping = [0.0]
 
     def on_tick() -> None:
+        metrics.follow_config()
         if watchdog_every is not None and time.monotonic() - last_ping[0] >= watchdog_every:
             notifier.watchdog()
             last_ping[0] = time.monotonic()
@@ -92,6 +141,6 @@ def serve(config_path: Path, config: Config, *, once: bool = False, nvml_library
         run_forever(daemon, stop, reload, on_tick)
     finally:
         notifier.stopping()
-        server.close()
+        metrics.close()
     log.info("stopped")
     return 0

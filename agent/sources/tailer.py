@@ -31,6 +31,7 @@ import glob
 import gzip
 import hashlib
 import io
+import logging
 import lzma
 import os
 import re
@@ -47,6 +48,8 @@ from agent.config import SourceSection
 from agent.records import Cursor, LogLine, SourceBatch, SourceStats
 from agent.sources.framing import Frame
 from agent.sources.lines import LineAssembler
+
+log = logging.getLogger("deepinfer.tailer")
 
 FINGERPRINT_BYTES = 128
 NEAR_BYTES = 64  # the bytes before a cursor that must still be there when it is resumed
@@ -160,7 +163,7 @@ class FileTailer:
         self.options = options
         # Files never to open (the agent's own store and its -wal/-shm: reading them would feed the
         # agent its own writes, and closing a descriptor of them drops SQLite's locks).
-        self._exclude = {str(Path(p).expanduser().absolute()) for p in exclude}
+        self._exclude = {os.path.realpath(Path(p).expanduser()) for p in exclude}
         # A cursor with an empty file_key is the source's start marker: it records that the source has
         # run before (so files found later are read from their start) and when it last looked.
         self._restored = [c for c in cursors if c.file_key != START_MARKER]
@@ -381,7 +384,7 @@ class FileTailer:
         paths = self._glob()
         reasons = self._pattern_problems(paths)
         for path in paths:
-            if str(Path(path).absolute()) in self._exclude:
+            if os.path.realpath(path) in self._exclude:
                 reasons.append(f"{path} is the agent's own store: not read")
                 continue
             try:
@@ -430,8 +433,13 @@ class FileTailer:
             self._catch_up(path, now)
             more |= self._service(new, now, out)
         self._first_discovery = False
+        reason = "; ".join(dict.fromkeys(reasons))[:300]
+        if reason and reason != self._down_reason:
+            log.warning("source %s is down: %s", self.name, reason)
+        elif not reason and self._down_reason:
+            log.info("source %s is up again", self.name)
         self._up = not reasons
-        self._down_reason = "; ".join(dict.fromkeys(reasons))[:300]
+        self._down_reason = reason
         return more
 
     def _pattern_problems(self, paths: Sequence[str]) -> list[str]:
@@ -745,11 +753,11 @@ def pattern_problems(pattern: str, exclude: Collection[str] = ()) -> list[str]:
     paths = sorted(glob.glob(pattern))  # noqa: PTH207 (an absolute user glob)
     if not paths:
         return _unmatched_problems(pattern)
-    own = {str(Path(p).absolute()) for p in exclude}
+    own = {os.path.realpath(p) for p in exclude}
     out: list[str] = []
     for path in paths:
         p = Path(path)
-        if str(p.absolute()) in own:
+        if os.path.realpath(p) in own:
             out.append(f"{path} is the agent's own store: it is never read (narrow the glob)")
         elif not p.exists():
             out.append(f"{path}: dangling symlink")

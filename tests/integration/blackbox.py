@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -55,7 +56,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
 class Agent:
     """One node: a log directory, a config, a store, and the agent process (restartable)."""
 
-    def __init__(self, tmp: Path, pattern: str = "vllm.log", **source: Any) -> None:
+    def __init__(self, tmp: Path, pattern: str = "vllm.log", port: int = 0, **source: Any) -> None:
         self.tmp = tmp
         self.logs = tmp / "logs"
         self.logs.mkdir(exist_ok=True)
@@ -69,12 +70,13 @@ sources:
     server: vllm
     name: {SOURCE}
 {extra}nvml: {{enabled: false}}
-metrics: {{listen: 127.0.0.1, port: 0}}
+metrics: {{listen: 127.0.0.1, port: {port}}}
 store: {{path: {json.dumps(str(self.db))}}}
 """)
         self.proc: subprocess.Popen[bytes] | None = None
         self.port = 0
         self.runs = 0
+        self.limit_files: tuple[int, int] | None = None  # RLIMIT_NOFILE (soft, hard) to start the agent with
 
     @property
     def log(self) -> Path:
@@ -86,9 +88,15 @@ store: {{path: {json.dumps(str(self.db))}}}
         self.runs += 1
         err = self.tmp / f"agent-{self.runs}.stderr"
         self.stderr = err
+        limit = self.limit_files
+
+        def limits() -> None:
+            if limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+
         self.proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(self.config)], cwd=ROOT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
-                                     stderr=err.open("wb"))
+                                     stderr=err.open("wb"), preexec_fn=limits)
         wait_for("the agent's metrics address", self._address, timeout)
         wait_for("the source's first cursor", self._has_cursor, timeout)
         return self
@@ -138,10 +146,14 @@ store: {{path: {json.dumps(str(self.db))}}}
                 out[int(match.group(1))] += 1
         return out
 
+    def metrics_text(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as response:
+            return str(response.read().decode())
+
     def metric(self, name: str, **labels: str) -> float | None:
+        """The sum of the samples of `name` with these labels; None when none (or /metrics did not answer)."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=10) as response:
-                text = response.read().decode()
+            text = self.metrics_text()
         except OSError:
             return None
         total = None
