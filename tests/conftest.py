@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from agent.records import LogLine
+from agent.records import LogLine, SourceBatch
 from agent.sinks.store import Store
 from agent.sources.tailer import FileTailer, TailOptions
 from tests.fake_nvml import FakeNvml, build
@@ -21,7 +21,14 @@ settings.load_profile("deepinfer")
 
 
 class Follow:
-    """A FileTailer committing into a real store; `restart()` rebuilds it from the stored cursors."""
+    """A FileTailer committing its cursors into a real store and its lines into `delivered`, the in-test
+    sink; `restart()` rebuilds it from the stored cursors.
+
+    The sink keys lines by (file_key, offset) as the store keys the records made from them: a line read
+    again after a restart (the cursor waits at a runtime-split piece held back) is stored once, but the
+    same key with other text is a bug and fails at once. A step commits a batch's cursors and adds its
+    lines with nothing in between, as the daemon's one transaction does; a crash (`restart`) only
+    happens between steps, so the two never disagree."""
 
     def __init__(self, store: Store, pattern: str, options: TailOptions, name: str = "test") -> None:
         self.store = store
@@ -29,13 +36,26 @@ class Follow:
         self.options = options
         self.name = name
         self.tailer = FileTailer(name, pattern, options, store.cursors(name))
+        self._sink: dict[tuple[str, int], LogLine] = {}
+
+    def commit(self, batch: SourceBatch) -> None:
+        """Commit one batch: its cursors to the store, its lines to `delivered`."""
+        self.store.commit([], batch.cursors, batch.expired)
+        for line in batch.lines:
+            known = self._sink.setdefault((line.file_key, line.offset), line)
+            assert known.text == line.text, f"two lines at {line.file_key}@{line.offset}: {known} / {line}"
+
+    @property
+    def delivered(self) -> list[LogLine]:
+        """Every line committed, once per (file_key, offset), in the order first committed."""
+        return list(self._sink.values())
 
     def step(self, now: float) -> list[LogLine]:
         """Poll until no backlog is left, committing each batch; return the lines read."""
         got: list[LogLine] = []
         while True:
             batch = self.tailer.poll(now)
-            self.store.commit(batch.lines, batch.cursors, batch.expired)
+            self.commit(batch)
             got.extend(batch.lines)
             if not batch.more:
                 return got
@@ -45,7 +65,8 @@ class Follow:
         self.tailer = FileTailer(self.name, self.pattern, self.options, self.store.cursors(self.name))
 
     def texts(self) -> list[str]:
-        return [line.text for line in self.store.lines(self.name)]
+        """Every line delivered, in order, as often as it was delivered."""
+        return [line.text for line in self.delivered]
 
 
 @pytest.fixture

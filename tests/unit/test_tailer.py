@@ -53,7 +53,7 @@ def test_shutdown_flushes_the_partial_line(tmp_path: Path, store: Store, follow:
     (tmp_path / "a.log").write_bytes(b"done\nhalf")
     f.step(0)
     batch = f.tailer.close(1)
-    store.commit(batch.lines, batch.cursors)
+    f.commit(batch)
     assert f.texts() == ["done", "half"]
 
 

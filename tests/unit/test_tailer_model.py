@@ -122,7 +122,7 @@ class TailerMachine(RuleBasedStateMachine):
             delivered = Counter(self.follow.texts())
             assert delivered == self.expected, (self.expected - delivered, delivered - self.expected)
             by_file: dict[str, list[tuple[int, str]]] = defaultdict(list)
-            for line in self.store.lines("test"):
+            for line in self.follow.delivered:
                 by_file[line.file_key].append((line.offset, line.text))
             for lines in by_file.values():  # in order per file: each line's first number grows with its offset
                 texts = [text for _, text in sorted(lines)]
