@@ -22,6 +22,7 @@ Readers (`Store.open_readonly`) never block the writer and the writer never bloc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -247,12 +248,25 @@ def failure_hint(exc: BaseException) -> str:
 
 
 def _create(path: Path) -> None:
-    """Create the database file 0640 (SQLite gives its -wal and -shm the same mode): the store holds log
-    excerpts, readable by the agent's group (operators running `status`), not by everyone."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Create the database file 0640 (SQLite gives its -wal and -shm the same mode) in directories made
+    0750: the store holds log excerpts, readable by the agent's group (operators running `status`), not
+    by everyone, whatever the umask. A symlink at the path (or at its -wal, -shm or -journal) is refused,
+    never followed: a planted link would make the agent write its database wherever it points."""
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o750)
+            directory.chmod(0o750)  # exactly 0750, as the file is exactly 0640, whatever the umask
+    for candidate in (path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))):
+        if candidate.is_symlink():
+            raise StoreError(f"{candidate} is a symlink: refusing to follow it (point store.path at the real file)")
     try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o640)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o640)
     except FileExistsError:
+        try:  # an existing file: still no symlink (it could have been swapped in since the check above)
+            os.close(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC))
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot open without following a symlink: {exc.strerror or exc}") from exc
         return
     try:
         os.fchmod(fd, 0o640)  # the umask may have taken bits away; it must not add any either

@@ -77,6 +77,7 @@ store: {{path: {json.dumps(str(self.db))}}}
         self.port = 0
         self.runs = 0
         self.limit_files: tuple[int, int] | None = None  # RLIMIT_NOFILE (soft, hard) to start the agent with
+        self.umask: int | None = None  # the umask to start the agent with
 
     @property
     def log(self) -> Path:
@@ -88,11 +89,13 @@ store: {{path: {json.dumps(str(self.db))}}}
         self.runs += 1
         err = self.tmp / f"agent-{self.runs}.stderr"
         self.stderr = err
-        limit = self.limit_files
+        limit, umask = self.limit_files, self.umask
 
         def limits() -> None:
             if limit is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+            if umask is not None:
+                os.umask(umask)
 
         self.proc = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(self.config)], cwd=ROOT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL,
@@ -138,10 +141,15 @@ store: {{path: {json.dumps(str(self.db))}}}
         raise last
 
     def numbers(self) -> Counter[int]:
-        """Line number → how many events the store holds for it."""
+        """Line number → how many events the store holds for it (a 503's route, a deadline's token count)."""
         out: Counter[int] = Counter()
-        for (fields,) in self.query("SELECT fields FROM events WHERE kind = 'http_503'"):
-            match = ROUTE.search(json.loads(fields).get("route", ""))
+        for kind, raw in self.query("SELECT kind, fields FROM events WHERE kind IN ('http_503', "
+                                    "'deadline_exceeded')"):
+            fields = json.loads(raw)
+            if kind == "deadline_exceeded" and isinstance(fields.get("tokens"), int):
+                out[fields["tokens"]] += 1
+                continue
+            match = ROUTE.search(fields.get("route", ""))
             if match:
                 out[int(match.group(1))] += 1
         return out
