@@ -19,12 +19,11 @@ from agent import __version__
 from agent.capacity.budget import compute
 from agent.capacity.inputs import SizingRequest, resolve
 from agent.config import Config, SourceSection
+from agent.daemon.totals import Totals
 from agent.errors import AgentError
 from agent.records import (
     CapacityFact,
     Cursor,
-    Event,
-    EventKind,
     GpuProcessSample,
     GpuSample,
     JournalCursor,
@@ -34,7 +33,7 @@ from agent.records import (
     ServerStats,
 )
 from agent.sinks.exporter import Snapshot, TargetState
-from agent.sinks.store import Store, TotalsKey, default_event_counters
+from agent.sinks.store import Store, event_counters
 from agent.sinks.writer import ResilientWriter
 from agent.sources.journal import JournalSource
 from agent.sources.nvml import GpuPoller
@@ -45,7 +44,6 @@ from parsers import Parser, make_parser
 
 log = logging.getLogger("deepinfer.pipeline")
 
-Key = TotalsKey
 PRUNE_EVERY_SECONDS = 60.0
 # A parser holds an open traceback (and auto-detection holds its first lines) until a line shows it
 # ended; a stream that went quiet — the engine died mid-traceback — is flushed after this long.
@@ -56,54 +54,6 @@ _SOURCE_COUNTERS = {attr: f"source_{attr}" for attr in (
     "lines_total", "bytes_total", "rotations_total", "truncations_total", "read_errors_total",
     "partial_flushes_total", "invalid_utf8_total", "truncated_lines_total", "framing_errors_total",
     "restarts_total")}
-
-
-def event_counters(event: Event) -> Iterable[Key]:
-    """The totals one newly stored event bumps, in the store's own transaction: events by kind, and
-    Xid errors by GPU and code (the GPU's index from NVML, else the PCI bus from the kernel line)."""
-    yield from default_event_counters(event)
-    if event.kind in (EventKind.XID, EventKind.GPU_LOST) and "xid" in event.fields:
-        gpu = event.fields.get("gpu", event.fields.get("pci_bus", "unknown"))
-        yield ("gpu_xid_errors_total", (str(gpu), str(event.fields["xid"])))
-
-
-class Totals:
-    """Counters that survive restarts: loaded from the store, moved here, written back each step.
-
-    Two kinds of movement: `add` for things counted here (new events), and `observe` for counters a
-    live object keeps from zero since it was made (a tailer's lines, NVML's errors): the value is
-    the total when that object started plus what it has counted, so a restart continues, not resets.
-    """
-
-    def __init__(self, loaded: dict[Key, float]) -> None:
-        self.values: dict[Key, float] = dict(loaded)
-        self._base: dict[Key, float] = {}
-        self.dirty: set[Key] = set()
-
-    def add(self, key: Key, amount: float = 1.0) -> None:
-        self.values[key] = self.values.get(key, 0.0) + amount
-        self.dirty.add(key)
-
-    def absorb(self, key: Key, amount: float) -> None:
-        """A counter the store already moved in its own transaction: mirror it, do not write it again."""
-        self.values[key] = self.values.get(key, 0.0) + amount
-
-    def observe(self, key: Key, since_start: float) -> None:
-        base = self._base.setdefault(key, self.values.get(key, 0.0))
-        if self.values.get(key) != base + since_start:
-            self.values[key] = base + since_start
-            self.dirty.add(key)
-
-    def rebase(self, metric_names: Iterable[str]) -> None:
-        """The objects behind these counters were replaced (a reload): their new zero is today's total."""
-        names = set(metric_names)
-        for key in [k for k in self._base if k[0] in names]:
-            del self._base[key]
-
-    def take_dirty(self) -> dict[Key, float]:
-        out = {k: self.values[k] for k in self.dirty}
-        self.dirty.clear()
-        return out
 
 
 @dataclass
@@ -197,8 +147,7 @@ class Daemon:
 
     def _open_store(self) -> Store:
         store = self.config.store
-        return Store.open(store.path, retention_days=store.retention_days, max_bytes=store.max_bytes,
-                          event_counters=event_counters)
+        return Store.open(store.path, retention_days=store.retention_days, max_bytes=store.max_bytes)
 
     # ---- building -------------------------------------------------------------------------------
     def start(self, now: float) -> None:

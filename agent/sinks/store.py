@@ -125,12 +125,26 @@ PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("
           ("gpu_process_samples", "ts"))
 
 TotalsKey = tuple[str, tuple[str, ...]]
-EventCounters = Callable[[Event], Iterable[TotalsKey]]
 
 
-def default_event_counters(event: Event) -> Iterable[TotalsKey]:
-    """The totals one new event bumps: `events_total` by (source, server, kind)."""
-    return (("events_total", (event.source, event.server.value, event.kind.value)),)
+def event_counters(event: Event) -> Iterable[TotalsKey]:
+    """The one place that decides which counters a newly stored event moves: events by (source, server,
+    kind), and Xid errors by GPU and code (the GPU's index from NVML, else the PCI bus from the kernel
+    line). `Store.commit` runs it inside the commit's transaction, so stored counters always agree with
+    stored events, and the loop runs it on the commit's new events to mirror them in memory."""
+    yield ("events_total", (event.source, event.server.value, event.kind.value))
+    if event.kind in (EventKind.XID, EventKind.GPU_LOST) and "xid" in event.fields:
+        gpu = event.fields.get("gpu", event.fields.get("pci_bus", "unknown"))
+        yield ("gpu_xid_errors_total", (str(gpu), str(event.fields["xid"])))
+
+
+def _counted(events: Iterable[Event]) -> dict[TotalsKey, int]:
+    """How much each counter moves for these new events."""
+    out: dict[TotalsKey, int] = {}
+    for event in events:
+        for key in event_counters(event):
+            out[key] = out.get(key, 0) + 1
+    return out
 
 
 def _gpu_of(fields: Mapping[str, object]) -> int | None:
@@ -267,27 +281,23 @@ class Store:
     """
 
     def __init__(self, db: Database, name: str, *, readonly: bool = False, retention_days: float | None = None,
-                 max_bytes: int | None = None, prune_batch_rows: int = 5000,
-                 event_counters: EventCounters = default_event_counters) -> None:
+                 max_bytes: int | None = None, prune_batch_rows: int = 5000) -> None:
         self._db = db
         self._name = name
         self._readonly = readonly
         self._retention_days = retention_days
         self._max_bytes = max_bytes
         self._prune_batch_rows = prune_batch_rows
-        self._event_counters = event_counters
         self._identity = self._file_identity()
 
     @classmethod
     def open(cls, path: Path | str, *, retention_days: float | None = None, max_bytes: int | None = None,
-             hard_max_bytes: int | None = None, busy_timeout_ms: int = 5000, prune_batch_rows: int = 5000,
-             event_counters: EventCounters = default_event_counters) -> Store:
+             hard_max_bytes: int | None = None, busy_timeout_ms: int = 5000, prune_batch_rows: int = 5000) -> Store:
         """Open for writing (creating the file 0640 if needed) and migrate; raise StoreError naming the file.
 
         `hard_max_bytes` caps the main file (SQLite's max_page_count): past it a write fails with
-        SQLITE_FULL as on a full disk, instead of filling the filesystem. `event_counters` says which
-        `totals` each *new* event bumps inside the commit's transaction (default: `events_total` by
-        source, server and kind), so stored counters always agree with stored events.
+        SQLITE_FULL as on a full disk, instead of filling the filesystem. Each *new* event bumps its
+        `event_counters` totals inside the commit's transaction, so stored counters agree with stored events.
         """
         name = str(path)
         try:
@@ -304,7 +314,7 @@ class Store:
                 page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
                 db.execute(f"PRAGMA max_page_count={max(1, hard_max_bytes // page_size)}")
             store = cls(db, name, retention_days=retention_days, max_bytes=max_bytes,
-                        prune_batch_rows=prune_batch_rows, event_counters=event_counters)
+                        prune_batch_rows=prune_batch_rows)
             store._migrate()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{name}: cannot open the store: {exc}") from exc
@@ -417,10 +427,7 @@ class Store:
                     inserted += conn.total_changes - before
                     if table.then is not None:
                         conn.executemany(table.then, rows)
-                counts: dict[TotalsKey, int] = {}
-                for event in new_events:
-                    for key in self._event_counters(event):
-                        counts[key] = counts.get(key, 0) + 1
+                counts = _counted(new_events)
                 conn.executemany(_ADD_TOTAL, [(m, _labels(labels), n) for (m, labels), n in counts.items()])
                 if totals:
                     conn.executemany(_SET_TOTAL, [(m, _labels(labels), float(v))

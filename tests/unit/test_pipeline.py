@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.config import load_config
-from agent.daemon.loop import Daemon, Totals
+from agent.daemon.loop import Daemon
+from agent.daemon.totals import Totals
 
 OOM = ("ERROR 11-29 09:00:01 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
        "2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.20 GiB is free.")

@@ -122,15 +122,15 @@ def test_totals_survive_a_reopen_and_events_bump_their_own(tmp_path: Path) -> No
                                        ("events_total", ("vllm", "vllm", "oom")): 2.0}
 
 
-def test_custom_event_counters_run_in_the_commit(tmp_path: Path) -> None:
-    def by_gpu(e: Event) -> list[tuple[str, tuple[str, ...]]]:
-        return [("xid_errors_total", (str(e.fields["gpu"]), str(e.fields["xid"])))] if e.kind is EventKind.XID else []
-    with Store.open(tmp_path / "a.db", event_counters=by_gpu) as store:
+def test_xid_counters_move_in_the_commit_once_per_new_event(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "a.db") as store:
         x = Event(5.0, "nvml", Server.NVML, EventKind.XID, Severity.ERROR, Phase.RUNTIME, "Xid 79",
                   {"gpu": 0, "xid": 79})
         store.commit([x, event(0)])
         store.commit([x])
-        assert store.load_totals() == {("xid_errors_total", ("0", "79")): 1.0}
+        assert store.load_totals() == {("gpu_xid_errors_total", ("0", "79")): 1.0,
+                                       ("events_total", ("nvml", "nvml", "xid")): 1.0,
+                                       ("events_total", ("vllm", "vllm", "oom")): 1.0}
 
 
 def test_retention_by_age_prunes_oldest_first_in_batches_and_keeps_cursors_totals_facts(tmp_path: Path) -> None:
