@@ -33,6 +33,7 @@ from agent.records import (
     ServerStats,
 )
 from agent.sinks.exporter import Snapshot, TargetState
+from agent.sinks.queries import Queries
 from agent.sinks.store import Store, event_counters
 from agent.sinks.writer import ResilientWriter
 from agent.sources.journal import JournalSource
@@ -176,7 +177,7 @@ class Daemon:
             return
         if not self.totals.values:
             self.totals = Totals(store.load_totals())
-        self._latest.facts.update({k: dict(v) for k, v in store.latest_facts().items()})
+        self._latest.facts.update({k: dict(v) for k, v in Queries(store).latest_facts().items()})
         self._sources = [self._open_source(store, section, now) for section in self.config.sources]
 
     def _open_source(self, store: Store, section: SourceSection, now: float) -> _LogSource:

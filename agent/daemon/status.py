@@ -14,6 +14,7 @@ from agent.config import Config
 from agent.errors import StoreError
 from agent.prom import Samples, exposition_samples
 from agent.records import Event, GpuSample, ServerStats
+from agent.sinks.queries import Queries
 from agent.sinks.store import Store, failure_hint
 
 
@@ -47,7 +48,8 @@ def gather(config: Config, timeout: float = 2.0) -> StatusReport:
         events_total: dict[tuple[str, str, str], int] = {
             (labels[0], labels[1], labels[2]): int(v) for (name, labels), v in store.load_totals().items()
             if name == "events_total" and len(labels) == 3}
-        return StatusReport(url, live, store.latest_stats(), store.latest_facts(), store.latest_gpu_samples(),
-                            store.recent_events(limit=10), events_total)
+        q = Queries(store)
+        return StatusReport(url, live, q.latest_stats(), q.latest_facts(), q.latest_gpu_samples(),
+                            q.recent_events(limit=10), events_total)
     finally:
         store.close()

@@ -22,6 +22,7 @@ Readers (`Store.open_readonly`) never block the writer and the writer never bloc
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -40,14 +41,13 @@ from agent.records import (
     Cursor,
     Event,
     EventKind,
+    Finding,
     GpuProcessSample,
     GpuSample,
     JournalCursor,
+    LoadStep,
     LogLine,
-    Phase,
-    Server,
     ServerStats,
-    Severity,
 )
 
 # sqlite-utils' Migrations records each applied step in `_sqlite_migrations` and runs it in a
@@ -115,14 +115,34 @@ def _daemon_records(db: Database) -> None:
         metric TEXT NOT NULL, labels TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (metric, labels))""")
 
 
-KNOWN_MIGRATIONS = ("0001_lines_and_cursors", "0002_daemon_records")
+@MIGRATIONS(name="0003_findings_and_load_steps")
+def _findings_and_load_steps(db: Database) -> None:
+    # A finding is stored when it becomes active, when its recommendation changes and when it clears, so
+    # the table is its history; (rule, engine, ts) keys it. Evidence is JSON of numbers, never log text.
+    db.execute("""CREATE TABLE findings (
+        ts REAL NOT NULL, since REAL NOT NULL, rule TEXT NOT NULL, engine TEXT NOT NULL, severity TEXT NOT NULL,
+        message TEXT NOT NULL, knob TEXT, direction TEXT, current, recommended, evidence TEXT NOT NULL,
+        arithmetic TEXT NOT NULL, window_seconds REAL, active INTEGER NOT NULL, UNIQUE (rule, engine, ts))""")
+    db.execute("CREATE INDEX findings_ts ON findings (ts)")
+    db.execute("""CREATE TABLE load_steps (
+        run_id TEXT NOT NULL, target TEXT NOT NULL, level INTEGER NOT NULL, started REAL NOT NULL,
+        ended REAL NOT NULL, requests INTEGER NOT NULL, ok INTEGER NOT NULL, errors TEXT NOT NULL,
+        throughput_rps REAL, output_tokens_per_second REAL, latency_p50_seconds REAL, latency_p95_seconds REAL,
+        latency_p99_seconds REAL, ttft_p50_seconds REAL, ttft_p95_seconds REAL, ttft_p99_seconds REAL,
+        gpu_memory_peak_bytes INTEGER, kv_usage_peak_ratio REAL, running_peak INTEGER, waiting_peak INTEGER,
+        oom_events INTEGER NOT NULL, preemption_events INTEGER NOT NULL, broke INTEGER NOT NULL,
+        reason TEXT NOT NULL, PRIMARY KEY (run_id, level))""")
+    db.execute("CREATE INDEX load_steps_started ON load_steps (started)")
+
+
+KNOWN_MIGRATIONS = ("0001_lines_and_cursors", "0002_daemon_records", "0003_findings_and_load_steps")
 SCHEMA_VERSION = len(KNOWN_MIGRATIONS)
 
 # Time-series tables retention prunes, with their time column. Cursors, totals and facts_latest are
 # never pruned (they are small and bounded by the number of files, metrics and facts); `lines` is not
 # written by the daemon.
 PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("gpu_samples", "ts"),
-          ("gpu_process_samples", "ts"))
+          ("gpu_process_samples", "ts"), ("findings", "ts"), ("load_steps", "started"))
 
 TotalsKey = tuple[str, tuple[str, ...]]
 
@@ -182,6 +202,26 @@ def _process_row(p: GpuProcessSample, now: float) -> tuple[Any, ...]:
     return (p.ts, p.gpu, p.uuid, p.pid, p.used_memory_bytes)
 
 
+def _json(value: Mapping[str, Any]) -> str:
+    return json.dumps(dict(value), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _finding_row(f: Finding, now: float) -> tuple[Any, ...]:
+    return (f.ts, f.since, f.rule, f.engine, f.severity.value, f.message, f.knob.value if f.knob else None,
+            f.direction.value if f.direction else None, f.current, f.recommended, _json(f.evidence), f.arithmetic,
+            f.window_seconds, int(f.active))
+
+
+def _load_step_row(s: LoadStep, now: float) -> tuple[Any, ...]:
+    values = [getattr(s, name) for name in LOAD_STEP_COLUMNS]
+    values[LOAD_STEP_COLUMNS.index("errors")] = _json(s.errors)
+    values[LOAD_STEP_COLUMNS.index("broke")] = int(s.broke)
+    return tuple(values)
+
+
+LOAD_STEP_COLUMNS = tuple(f.name for f in dataclasses.fields(LoadStep))
+
+
 class _Table(NamedTuple):
     insert: str  # INSERT OR IGNORE of one row
     row: Callable[[Any, float], tuple[Any, ...]]  # (record, commit clock) -> row
@@ -209,32 +249,17 @@ _TABLES: dict[type, _Table] = {
                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _gpu_row),
     GpuProcessSample: _Table("INSERT OR IGNORE INTO gpu_process_samples (ts, gpu, uuid, pid, used_memory_bytes) "
                              "VALUES (?, ?, ?, ?, ?)", _process_row),
+    Finding: _Table("INSERT OR IGNORE INTO findings (ts, since, rule, engine, severity, message, knob, direction, "
+                    "current, recommended, evidence, arithmetic, window_seconds, active) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _finding_row),
+    LoadStep: _Table(f"INSERT OR REPLACE INTO load_steps ({', '.join(LOAD_STEP_COLUMNS)}) "
+                     f"VALUES ({', '.join('?' * len(LOAD_STEP_COLUMNS))})", _load_step_row),
 }
 
 _ADD_TOTAL = ("INSERT INTO totals (metric, labels, value) VALUES (?, ?, ?) "
               "ON CONFLICT (metric, labels) DO UPDATE SET value = value + excluded.value")
 _SET_TOTAL = ("INSERT INTO totals (metric, labels, value) VALUES (?, ?, ?) "
               "ON CONFLICT (metric, labels) DO UPDATE SET value = excluded.value")
-
-_EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
-_STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "
-                  "prefix_hit_ratio, preemptions, kv_used_tokens, path, offset")
-_GPU_COLUMNS = ("ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, memory_reserved_bytes, memory_free_bytes, "
-                "memory_used_bytes, utilization_gpu_ratio, utilization_memory_ratio, temperature_celsius, "
-                "power_watts, power_limit_watts")
-
-
-def _event(row: Sequence[Any]) -> Event:
-    # Readers get the best-known time: the record's own, else when the agent stored it.
-    ts = row[1] if row[0] is None else row[0]
-    return Event(ts, row[2], Server(row[3]), EventKind(row[4]), Severity(row[5]), Phase(row[6]), row[7],
-                 json.loads(row[8]), row[9], row[10])
-
-
-def _stats(row: Sequence[Any]) -> ServerStats:
-    ts = row[1] if row[0] is None else row[0]
-    return ServerStats(ts, row[2], Server(row[3]), *row[4:])
-
 
 def _labels(labels: Sequence[str]) -> str:
     return json.dumps(list(labels), separators=(",", ":"))
@@ -528,79 +553,6 @@ class Store:
         rows = self._query("SELECT metric, labels, value FROM totals", ())
         return {(row[0], tuple(json.loads(row[1]))): float(row[2]) for row in rows}
 
-    def event_totals(self) -> dict[tuple[str, str, str], int]:
-        """Stored events by (source, server, kind) — what retention has left, not a counter."""
-        rows = self._query("SELECT source, server, kind, count(*) FROM events GROUP BY source, server, kind", ())
-        return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
-
-    def event_counts(self, since: float, until: float | None = None) -> dict[tuple[str, str, str], int]:
-        """Events by (source, server, kind) with `since <= at < until`, for the advisor's windows."""
-        rows = self._query("SELECT source, server, kind, count(*) FROM events WHERE at >= ? AND at < ? "
-                           "GROUP BY source, server, kind", (since, math.inf if until is None else until))
-        return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
-
-    def recent_events(self, limit: int = 50, since: float | None = None) -> list[Event]:
-        """The newest events first (at most `limit`, none older than `since`); `ts` is the event's own
-        time or, when the line had none, when it was stored."""
-        rows = self._query(f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? ORDER BY at DESC, rowid DESC "
-                           "LIMIT ?", (-math.inf if since is None else since, limit))
-        return [_event(row) for row in rows]
-
-    def _distinct(self, table: str, column: str) -> list[str]:
-        # A loose index scan: one index seek per distinct value instead of reading every row.
-        rows = self._query(f"WITH RECURSIVE d(v) AS (SELECT min({column}) FROM {table} UNION ALL "
-                           f"SELECT (SELECT min({column}) FROM {table} WHERE {column} > d.v) FROM d "
-                           f"WHERE d.v IS NOT NULL) SELECT v FROM d WHERE v IS NOT NULL", ())
-        return [str(row[0]) for row in rows]
-
-    def latest_stats(self, source: str | None = None) -> dict[str, ServerStats]:
-        """The newest load sample of each source (or of one), by source."""
-        sources = [source] if source is not None else self._distinct("server_stats", "source")
-        out: dict[str, ServerStats] = {}
-        for name in sources:
-            rows = self._query(f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE source = ? "
-                               "ORDER BY at DESC, rowid DESC LIMIT 1", (name,))
-            if rows:
-                out[name] = _stats(rows[0])
-        return out
-
-    def window_stats(self, since: float, until: float | None = None, source: str | None = None) -> list[ServerStats]:
-        """Load samples with `since <= at < until`, oldest first (one source or all), for the advisor."""
-        sql = f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE at >= ? AND at < ?"
-        params: tuple[Any, ...] = (since, math.inf if until is None else until)
-        if source is not None:
-            sql, params = sql + " AND source = ?", (*params, source)
-        return [_stats(row) for row in self._query(sql + " ORDER BY at, rowid", params)]
-
-    def latest_facts(self, source: str | None = None) -> dict[str, dict[str, float | str]]:
-        """The newest value of every capacity fact: source → name → value (kept however old)."""
-        sql = "SELECT source, name, value FROM facts_latest"
-        params: tuple[str, ...] = ()
-        if source is not None:
-            sql, params = sql + " WHERE source = ?", (source,)
-        out: dict[str, dict[str, float | str]] = {}
-        for row in self._query(sql + " ORDER BY source, name", params):
-            out.setdefault(row[0], {})[row[1]] = row[2]
-        return out
-
-    def latest_gpu_samples(self) -> list[GpuSample]:
-        """The newest sample of every GPU ever seen (by uuid), in NVML index order."""
-        out: list[GpuSample] = []
-        for uuid in self._distinct("gpu_samples", "uuid"):
-            rows = self._query(f"SELECT {_GPU_COLUMNS} FROM gpu_samples WHERE uuid = ? ORDER BY ts DESC LIMIT 1",
-                               (uuid,))
-            out.extend(GpuSample(*row) for row in rows)
-        return sorted(out, key=lambda s: (s.gpu, s.uuid))
-
-    def latest_gpu_processes(self) -> list[GpuProcessSample]:
-        """The processes of each GPU's newest process poll (the engine's own share of the card)."""
-        out: list[GpuProcessSample] = []
-        for uuid in self._distinct("gpu_process_samples", "uuid"):
-            out.extend(GpuProcessSample(*row) for row in self._query(
-                "SELECT ts, gpu, uuid, pid, used_memory_bytes FROM gpu_process_samples WHERE uuid = ? AND ts = "
-                "(SELECT max(ts) FROM gpu_process_samples WHERE uuid = ?) ORDER BY pid", (uuid, uuid)))
-        return sorted(out, key=lambda p: (p.gpu, p.pid))
-
     def db_bytes(self) -> int:
         """The main database file's size (page_count × page_size; the -wal file is bounded apart)."""
         return self._pragma("page_count") * self._pragma("page_size")
@@ -611,6 +563,10 @@ class Store:
 
     def _pragma(self, name: str) -> int:
         return int(self._query(f"PRAGMA {name}", ())[0][0])
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of one read statement; a failure is a StoreError naming the file (queries.py reads here)."""
+        return self._query(sql, params)
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:
