@@ -93,8 +93,8 @@ def status(
     config: Annotated[Path, typer.Option("--config", "-c", help="The agent's config file.")] = DEFAULT_CONFIG_PATH,
 ) -> None:
     """What the running agent sees now: sources, load vs budget, GPUs, last events (from the store)."""
+    from agent.capacity.capacity import paper_budget
     from agent.config import load_config
-    from agent.daemon.loop import budget_of
     from agent.daemon.status import gather
     from agent.views.status import render as render_status
 
@@ -102,8 +102,8 @@ def status(
         cfg = load_config(config)
     except ConfigError as exc:
         _fail("\n".join(exc.problems))
-    budget_max = budget_of(cfg).get("max_concurrency")
-    typer.echo(render_status(gather(cfg), cfg, int(budget_max) if budget_max is not None else None))
+    paper = paper_budget(cfg)
+    typer.echo(render_status(gather(cfg), cfg, paper.max_concurrency if paper is not None else None))
 
 
 @app.command()

@@ -48,6 +48,7 @@ from agent.records import (
     LoadStep,
     LogLine,
     ServerStats,
+    StoredRecord,
 )
 
 # sqlite-utils' Migrations records each applied step in `_sqlite_migrations` and runs it in a
@@ -409,13 +410,13 @@ class Store:
     # -- writing ----------------------------------------------------------------------------------
 
     @staticmethod
-    def check(records: Iterable[object]) -> None:
+    def check(records: Iterable[StoredRecord]) -> None:
         """Raise StoreError for a record type with no table (a programming error, never buffered)."""
         for record in records:
             if type(record) not in _TABLES:
                 raise StoreError(f"no table for record type {type(record).__name__}")
 
-    def commit(self, records: Iterable[object], cursors: Iterable[Cursor | JournalCursor] = (),
+    def commit(self, records: Iterable[StoredRecord], cursors: Iterable[Cursor | JournalCursor] = (),
                expired: Iterable[Cursor] = (), *, totals: Mapping[TotalsKey, float] | None = None,
                now: float | None = None) -> CommitResult:
         """Write records, cursors, cursor expiries and totals in one transaction; return what was new.
