@@ -200,7 +200,11 @@ class SimServer:
     # -- the engine loop --------------------------------------------------------------------------
 
     async def _loop(self) -> None:
+        """Steps paced on a virtual clock: a step shorter than the event loop's timer resolution (about
+        1 ms with epoll) is not slept alone; steps run back to back until the clock is ahead by a
+        millisecond, then the loop sleeps the difference, so the average pace is the configured one."""
         engine = self.engine
+        pace: float | None = None
         while True:
             now = time.monotonic()
             for request in engine.expire(now):
@@ -208,16 +212,20 @@ class SimServer:
             if not engine.running and not engine.waiting:
                 self._wake.clear()
                 await self._wake.wait()
+                pace = None
                 continue
             try:
-                step = engine.step(now)
+                step = engine.step(pace if pace is not None and pace > now else now)
             except EngineOomError as oom:
                 self._crash(oom)
                 return
-            if step.duration_seconds > 0:
-                await asyncio.sleep(step.duration_seconds)
-            else:  # nothing could run (all waiting for blocks that no-one holds is impossible; a timeout will)
+            if step.duration_seconds <= 0:  # nothing could run: wait for a timeout or an arrival
+                pace = None
                 await asyncio.sleep(0.001)
+                continue
+            pace = max(pace or now, now - 0.001) + step.duration_seconds
+            ahead = pace - time.monotonic()
+            await asyncio.sleep(ahead if ahead > 0.001 else 0)
             for request in step.admitted:
                 if request.preemptions == 0:
                     self._queue.observe((request.admitted_at or now) - request.arrived)
