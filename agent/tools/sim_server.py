@@ -244,7 +244,12 @@ class SimServer:
 
     def _crash(self, oom: EngineOomError) -> None:
         self.oom = oom
-        free = max(0, oom.total_bytes - oom.used_bytes)
+        budget = self.config.budget
+        total, used = oom.total_bytes, oom.used_bytes
+        if budget is not None:  # the card as the budget describes it: weights and overhead are in use too
+            total = budget.inputs.vram_bytes
+            used += budget.weights_per_gpu_bytes + budget.inputs.overhead_bytes
+        free = max(0, min(total - used, oom.total_bytes - oom.used_bytes))
         trace = (
             "EngineCore encountered a fatal error.\n"
             "Traceback (most recent call last):\n"
@@ -253,8 +258,8 @@ class SimServer:
             '  File "vllm/v1/worker/gpu_model_runner.py", line 1500, in execute_model\n'
             "    self.kv_cache.allocate(num_blocks)\n"
             f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {oom.requested_bytes / 2**20:.2f} MiB. "
-            f"GPU 0 has a total capacity of {oom.total_bytes / GIB:.2f} GiB of which {free / 2**20:.2f} MiB is free. "
-            f"Including non-PyTorch memory, this process has {oom.used_bytes / GIB:.2f} GiB memory in use. "
+            f"GPU 0 has a total capacity of {total / GIB:.2f} GiB of which {free / 2**20:.2f} MiB is free. "
+            f"Including non-PyTorch memory, this process has {used / GIB:.2f} GiB memory in use. "
             f"({SIMULATED}: the KV cache ran out and preemption is off)")
         self.log.line("ERROR", "core.py:711", trace, process="EngineCore_DP0")
         self.log.line("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.")
