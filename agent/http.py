@@ -81,8 +81,7 @@ class AsyncClient:
             async with self._session.post(url, json=payload) as response:
                 headers_at = time.perf_counter() - started
                 if on_line is None:
-                    body = await response.content.read(MAX_BODY_BYTES)
-                    return Reply(response.status, body, headers_at)
+                    return Reply(response.status, await _body(response), headers_at)
                 async for line in response.content:
                     on_line(line)
                 return Reply(response.status, b"", headers_at)
@@ -98,12 +97,27 @@ class AsyncClient:
         started = time.perf_counter()
         try:
             async with self._session.get(url) as response:
-                body = await response.content.read(MAX_BODY_BYTES)
-                return Reply(response.status, body, time.perf_counter() - started)
+                return Reply(response.status, await _body(response), time.perf_counter() - started)
         except (asyncio.TimeoutError, TimeoutError) as exc:
             raise HttpTimeoutError(f"{url}: no complete answer within {self._timeout.total:g} s") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise HttpConnectionError(f"{url}: {type(exc).__name__}: {exc}") from exc
+
+
+async def _body(response: aiohttp.ClientResponse) -> bytes:
+    """The whole body, refused past MAX_BODY_BYTES (a wrong URL serving a file must not fill memory)."""
+    if response.content_length is not None and response.content_length > MAX_BODY_BYTES:
+        raise HttpConnectionError(f"{response.url}: body of {response.content_length} bytes is over the limit")
+    if response.content_length is not None:
+        return await response.content.readexactly(response.content_length)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_any():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise HttpConnectionError(f"{response.url}: body over {MAX_BODY_BYTES} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def get(url: str, *, timeout_seconds: float = 2.0, headers: Mapping[str, str] | None = None) -> Reply:
