@@ -1,7 +1,7 @@
 """The step-up load test: raise concurrency level by level (1, 2, 3, 5, 8, 12 …) against an
 OpenAI-compatible endpoint, and watch the engine while doing it.
 
-The seeds' method made a tool: the budget gives a bound on paper, this confirms it on the machine. Each
+The design notes' method made a tool: the budget gives a bound on paper, this confirms it on the machine. Each
 level runs `requests_per_level` requests through exactly `level` concurrent clients (closed loop: a
 client sends its next request when the previous one is answered), with a fixed payload so that levels
 differ only in concurrency. During the level the engine's `/metrics` is scraped with agent/scrape.py

@@ -54,8 +54,9 @@ def test_preemption_starts_one_past_the_budgets_max_concurrency(tokens: int, pro
     assert over.free_blocks == config.kv_blocks
 
 
-def test_the_seed_example_is_13_and_the_simulator_agrees() -> None:
-    """Seed 003: Qwen2.5-7B, 24 GiB, util 0.90, BF16 weights 14.2 GiB, 1.6 GiB overhead, 8192 tokens → 13."""
+def test_the_worked_example_is_13_and_the_simulator_agrees() -> None:
+    """The design notes' worked example: Qwen2.5-7B, 24 GiB, util 0.90, BF16 weights 14.2 GiB,
+    1.6 GiB overhead, 8192 tokens → 13."""
     inputs = _inputs(8192, vram_gib=24, weights_gib=14.2)
     assert compute(inputs).max_concurrency == 13
     config = from_budget(inputs)
