@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -240,3 +241,23 @@ def test_simulate_command_prints_a_simulated_banner_and_serves() -> None:
     finally:
         proc.terminate()
         assert proc.wait(10) == 0
+
+
+def test_loadtest_command_json_save_and_the_key_stays_secret(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    saved = tmp_path / "run.json"
+    with simulator(SimConfig(kv_blocks=1000, speed=50.0)) as sim:
+        result = CliRunner().invoke(app, ["loadtest", sim.url, "--levels", "1,2", "--requests-per-level", "4",
+                                          "--input-tokens", "8", "--output-tokens", "8", "--pause", "0",
+                                          "--no-gpu", "--json", "--save", str(saved)],
+                                    env={"OPENAI_API_KEY": "sk-very-secret"})
+    assert result.exit_code == 0, result.output
+    assert "sk-very-secret" not in result.output
+    document = json.loads(result.output)
+    assert [s["level"] for s in document["steps"]] == [1, 2]
+    assert all(s["ok"] == 4 and not s["broke"] for s in document["steps"])
+    assert document["verdict"]["safe_level"] == 2
+    assert json.loads(saved.read_text()) == document

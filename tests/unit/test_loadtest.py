@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.records import LoadStep
+from agent.records import Event, EventKind, LoadStep, Phase, Server, Severity
+from agent.store import Store
 from agent.tools.loadtest import (
     ERROR_CLASSES,
     LoadTestError,
     LoadTestOptions,
+    Watcher,
     default_metrics_url,
     endpoint_url,
     error_class,
@@ -111,3 +113,37 @@ def test_loadstep_row_is_flat() -> None:
     assert row["errors_http_429"] == 2 and row["errors_timeout"] == 1 and row["errors_http_503"] == 0
     assert json.loads(row["errors_json"]) == {"http_429": 2, "timeout": 1}
     assert {f"errors_{k}" for k in ERROR_CLASSES} <= set(row)
+
+
+def _event(ts: float, kind: EventKind, offset: int) -> Event:
+    return Event(ts, "engine", Server.VLLM, kind, Severity.WARNING, Phase.RUNTIME, "m", {}, "engine.log", offset)
+
+
+def test_watcher_counts_oom_and_preemptions_from_the_store(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    with Store.open(db) as store:
+        store.commit([_event(1000.5, EventKind.OOM, 1), _event(1000.6, EventKind.PREEMPTION, 2),
+                      _event(1000.7, EventKind.PREEMPTION, 3), _event(2000.0, EventKind.OOM, 4)])
+    watcher = Watcher(LoadTestOptions(url="http://127.0.0.1:9/v1/completions", payload={}, metrics_url="",
+                                      db_path=db, gpu=False))
+    assert watcher.events_since_last(1000.0, 1001.0) == (1, 2)
+    assert watcher.events_since_last(3000.0, 3001.0) == (0, 0)
+
+
+def test_watcher_reads_only_what_the_log_gained(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    oom = ("(EngineCore_DP0 pid=7) ERROR 12-01 10:00:01 [core.py:711] torch.OutOfMemoryError: CUDA out of memory. "
+           "Tried to allocate 2.00 MiB. GPU 0 has a total capacity of 23.99 GiB of which 0 bytes is free.\n")
+    stats = ("(APIServer pid=7) INFO 12-01 10:00:02 [loggers.py:123] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+             "Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, Preemptions: 3, "
+             "GPU KV cache usage: 99.0%, Prefix cache hit rate: 0.0%\n")
+    log.write_text(oom)  # before the test: not counted
+    watcher = Watcher(LoadTestOptions(url="http://127.0.0.1:9/v1/completions", payload={}, metrics_url="",
+                                      log_path=log, gpu=False))
+    with log.open("a") as handle:
+        handle.write(stats + oom + stats[:40])  # the last line is still being written
+    assert watcher.events_since_last(0.0, 1.0) == (1, 3)
+    with log.open("a") as handle:
+        handle.write(stats[40:])
+    assert watcher.events_since_last(0.0, 1.0) == (0, 3)
+    assert watcher.events_since_last(0.0, 1.0) == (0, 0)
