@@ -337,6 +337,10 @@ class Watcher:
             if used:
                 peaks.gpu_memory = max(peaks.gpu_memory or 0, max(used))
 
+    def close(self) -> None:
+        if self._gpu is not None:
+            self._gpu.close()
+
     def events_since_last(self, started: float, ended: float) -> tuple[int, int]:
         """(OOM events, preemptions) the log appended since the last call, or the store holds for the
         window; the larger of the two sources for each (they see the same engine)."""
@@ -499,13 +503,16 @@ async def run(options: LoadTestOptions, progress: Progress | None = None,
             model = await served_model(client, url)
             if model is not None:
                 options = replace(options, payload={**options.payload, "model": model})
-        for level in options.levels:
-            step = await run_level(client, options, watcher, run_id, url, level, progress)
-            steps.append(step)
-            if on_step is not None:
-                on_step(step)
-            if step.broke and not options.keep_going:
-                break
+        try:
+            for level in options.levels:
+                step = await run_level(client, options, watcher, run_id, url, level, progress)
+                steps.append(step)
+                if on_step is not None:
+                    on_step(step)
+                if step.broke and not options.keep_going:
+                    break
+        finally:
+            watcher.close()
     return LoadTestResult(run_id, url, tuple(steps), verdict(steps, options.capacity))
 
 

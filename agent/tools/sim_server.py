@@ -311,8 +311,14 @@ class SimServer:
         if self.engine.dead:
             return self._error(request, 500, "EngineDeadError: the engine core died (SIMULATED OOM)",
                                "InternalServerError")
-        tokens = prompt_tokens(body)
-        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or self.config.default_max_tokens)
+        try:
+            tokens = prompt_tokens(body)
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens")
+                             or self.config.default_max_tokens)
+        except (TypeError, ValueError, AttributeError):
+            return self._error(request, 400, "prompt, messages or max_tokens malformed", "BadRequestError")
+        if max_tokens < 1:
+            return self._error(request, 400, "max_tokens must be at least 1", "BadRequestError")
         if tokens + max_tokens > self.config.max_model_len:
             return self._error(request, 400, f"This model's maximum context length is {self.config.max_model_len} "
                                f"tokens. However, you requested {tokens + max_tokens} tokens ({tokens} in the "
