@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from aiohttp import web
 
+from agent.errors import AgentError
 from agent.tools.sim import SIMULATED, Engine, EngineOomError, QueueFullError, SimConfig, SimRequest
 
 GIB = 1024**3
@@ -130,6 +131,21 @@ class SimServer:
     # -- life cycle -------------------------------------------------------------------------------
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Bind and start serving; raise AgentError (after logging vLLM's start-up error) when one request
+        of max_model_len tokens does not fit in the KV cache, as vLLM refuses to start then."""
+        c = self.config
+        if c.kv_cache_tokens < c.max_model_len:
+            needed = -(-c.max_model_len // c.block_size) * c.block_bytes
+            message = (f"To serve at least one request with the model's max seq len ({c.max_model_len}), "
+                       f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
+                       f"memory ({c.kv_blocks * c.block_bytes / GIB:.2f} GiB). Based on the available memory, the "
+                       f"estimated maximum model length is {c.kv_cache_tokens}. Try increasing "
+                       "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+            self.log.line("INFO", "api_server.py:1805", f"vLLM API server version {VERSION} ({SIMULATED})")
+            self.log.line("ERROR", "core.py:708", "EngineCore failed to start.", process="EngineCore_DP0")
+            self.log.line("ERROR", "core.py:708", f"ValueError: {message}", process="EngineCore_DP0")
+            self.log.close()
+            raise AgentError(f"{SIMULATED} engine cannot start: {message}")
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)

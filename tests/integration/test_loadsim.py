@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from agent.budget import GIB, BudgetInputs, compute
+from agent.errors import AgentError
 from agent.models import find_preset
 from agent.records import CapacityFact, Event, EventKind, LoadStep, Phase, Server, ServerStats
 from agent.scan import scan_stream
@@ -261,3 +262,13 @@ def test_loadtest_command_json_save_and_the_key_stays_secret(tmp_path: Path) -> 
     assert all(s["ok"] == 4 and not s["broke"] for s in document["steps"])
     assert document["verdict"]["safe_level"] == 2
     assert json.loads(saved.read_text()) == document
+
+
+def test_a_kv_cache_smaller_than_one_request_refuses_to_start_like_vllm(tmp_path: Path) -> None:
+    log = tmp_path / "small.log"
+    server = SimServer(SimConfig(kv_blocks=10, block_size=16, max_model_len=4096), log)
+    with pytest.raises(AgentError, match="max seq len \\(4096\\)"):
+        asyncio.run(server.start())
+    ooms = [r for r in _scan(log) if isinstance(r, Event) and r.kind is EventKind.OOM]
+    assert len(ooms) == 1 and ooms[0].phase is Phase.STARTUP
+    assert ooms[0].fields.get("max_model_len") == 4096
