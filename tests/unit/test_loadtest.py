@@ -147,3 +147,16 @@ def test_watcher_reads_only_what_the_log_gained(tmp_path: Path) -> None:
         handle.write(stats[40:])
     assert watcher.events_since_last(0.0, 1.0) == (0, 3)
     assert watcher.events_since_last(0.0, 1.0) == (0, 0)
+
+
+def test_one_adapter_per_side_of_aiohttp() -> None:
+    """The client side lives in agent/http.py only; the simulator's server side in sim_server.py only."""
+    root = Path(__file__).resolve().parents[2]
+    found: dict[str, list[str]] = {}
+    for package in ("agent", "parsers"):
+        for path in sorted((root / package).rglob("*.py")):
+            for line in path.read_text().splitlines():
+                words = line.split()
+                if words[:2] in (["import", "aiohttp"], ["from", "aiohttp"]):
+                    found.setdefault(line.strip(), []).append(path.relative_to(root).as_posix())
+    assert found == {"import aiohttp": ["agent/http.py"], "from aiohttp import web": ["agent/tools/sim_server.py"]}
