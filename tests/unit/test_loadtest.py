@@ -160,3 +160,10 @@ def test_one_adapter_per_side_of_aiohttp() -> None:
                 if words[:2] in (["import", "aiohttp"], ["from", "aiohttp"]):
                     found.setdefault(line.strip(), []).append(path.relative_to(root).as_posix())
     assert found == {"import aiohttp": ["agent/http.py"], "from aiohttp import web": ["agent/tools/sim_server.py"]}
+
+
+def test_capacity_from_the_agent_config_is_the_budget() -> None:
+    from agent.tools.loadtest_cli import capacity_from_config
+
+    config = Path(__file__).resolve().parents[1] / "data" / "config" / "valid-full.yaml"
+    assert capacity_from_config(config) == 13  # the design notes' worked example, as that config describes it
