@@ -280,6 +280,8 @@ def loadtest(
                                                 "budget.")] = None,
     keep_going: Annotated[bool, typer.Option(help="Run every level even after one broke.")] = False,
     gpu: Annotated[bool, typer.Option(help="Sample GPU memory through NVML when a driver is present.")] = True,
+    nvml_library: Annotated[Path | None, typer.Option(help="Load this libnvidia-ml.so.1 instead of the "
+                                                      "system's.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
     save: Annotated[Path | None, typer.Option(help="Also write the JSON result to this file.")] = None,
 ) -> None:
@@ -294,7 +296,8 @@ def loadtest(
         run_loadtest(url=url, levels=levels, requests_per_level=requests_per_level, payload=payload,
                      input_tokens=input_tokens, output_tokens=output_tokens, timeout=timeout, stream=stream,
                      pause=pause, metrics_url=metrics_url, log=log, db=db, capacity=capacity, config=config,
-                     keep_going=keep_going, gpu=gpu, as_json=as_json, save=save)
+                     keep_going=keep_going, gpu=gpu, nvml_library=str(nvml_library) if nvml_library else None,
+                     as_json=as_json, save=save)
     except ConfigError as exc:
         _fail("\n".join(exc.problems))
     except AgentError as exc:

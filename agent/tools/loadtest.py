@@ -127,6 +127,7 @@ class LoadTestOptions:
     keep_going: bool = False
     sample_interval_seconds: float = 0.1
     gpu: bool = True
+    nvml_library: str | None = None  # a libnvidia-ml.so.1 to load instead of the system's (WSL, tests)
 
     def requests_for(self, level: int) -> int:
         return self.requests_per_level if self.requests_per_level is not None else REQUESTS_PER_CLIENT * level
@@ -308,10 +309,10 @@ class Watcher:
         self._db_path = options.db_path
         self._log_offset = self._log_size()
         self._gpu: Any = None
-        if options.gpu and ctypes.util.find_library("nvidia-ml") is not None:
+        if options.gpu and (options.nvml_library is not None or ctypes.util.find_library("nvidia-ml") is not None):
             from agent.nvml import GpuPoller
 
-            self._gpu = GpuPoller()
+            self._gpu = GpuPoller(library_path=options.nvml_library)
 
     @property
     def metrics_url(self) -> str | None:

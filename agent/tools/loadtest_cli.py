@@ -48,7 +48,8 @@ def capacity_from_config(path: Path) -> int | None:
 def run_loadtest(*, url: str, levels: str, requests_per_level: int | None, payload: Path | None,
                  input_tokens: int, output_tokens: int, timeout: float, stream: bool, pause: float,
                  metrics_url: str | None, log: Path | None, db: Path | None, capacity: int | None,
-                 config: Path | None, keep_going: bool, gpu: bool, as_json: bool, save: Path | None) -> None:
+                 config: Path | None, keep_going: bool, gpu: bool, nvml_library: str | None, as_json: bool,
+                 save: Path | None) -> None:
     target = endpoint_url(url)
     chat = is_chat(target)
     body = load_payload(payload, chat) if payload is not None else synthetic_payload(input_tokens, output_tokens, chat)
@@ -58,7 +59,8 @@ def run_loadtest(*, url: str, levels: str, requests_per_level: int | None, paylo
     options = LoadTestOptions(url=target, payload=body, levels=parse_levels(levels),
                               requests_per_level=requests_per_level, timeout_seconds=timeout, stream=stream,
                               pause_seconds=pause, api_key=api_key, metrics_url=metrics_url, log_path=log,
-                              db_path=db, capacity=capacity, keep_going=keep_going, gpu=gpu)
+                              db_path=db, capacity=capacity, keep_going=keep_going, gpu=gpu,
+                              nvml_library=nvml_library)
     options.check()
     result = _run_with_progress(options, show=sys.stderr.isatty() and not as_json)
     document = to_json(result)

@@ -28,6 +28,7 @@ from agent.scrape import Scraper
 from agent.tools.loadtest import LoadTestOptions, LoadTestResult, run, synthetic_payload
 from agent.tools.sim import SimConfig, from_budget
 from agent.tools.sim_server import SimServer
+from tests.fake_nvml import FakeNvml
 
 pytestmark = pytest.mark.integration
 
@@ -272,3 +273,13 @@ def test_a_kv_cache_smaller_than_one_request_refuses_to_start_like_vllm(tmp_path
     ooms = [r for r in _scan(log) if isinstance(r, Event) and r.kind is EventKind.OOM]
     assert len(ooms) == 1 and ooms[0].phase is Phase.STARTUP
     assert ooms[0].fields.get("max_model_len") == 4096
+
+
+def test_gpu_memory_peak_comes_from_nvml(fake_nvml: FakeNvml) -> None:
+    """Real pynvml against the fake driver library (the only fake: the hardware)."""
+    fake_nvml.set({"count": 1, "gpu0.memory_total": 80 * GIB, "gpu0.memory_used": 61 * GIB,
+                   "gpu0.memory_free": 19 * GIB})
+    with simulator(SimConfig(kv_blocks=1000, speed=50.0)) as sim:
+        result = _run(_options(sim.url, payload=synthetic_payload(8, 8, False), levels=(2,), requests_per_level=4,
+                               pause_seconds=0.0, gpu=True, nvml_library=str(fake_nvml.library)))
+    assert result.steps[0].gpu_memory_peak_bytes == 61 * GIB
