@@ -137,7 +137,7 @@ def test_client_timeout_server_timeout_and_connection_errors() -> None:
                                     requests_per_level=2, pause_seconds=0.0))
     assert server_side.steps[0].errors == {"http_5xx": 2}  # the simulator's 504 after work began
 
-    with simulator(SimConfig(kv_blocks=10)) as sim:
+    with simulator(SimConfig(kv_blocks=1000)) as sim:
         gone = sim.url
     refused = _run(_options(gone, levels=(2,), requests_per_level=2, metrics_url="", pause_seconds=0.0))
     assert refused.steps[0].errors == {"connection": 2}
@@ -228,7 +228,7 @@ def test_the_scraper_reads_the_simulators_metrics() -> None:
 def test_simulate_command_prints_a_simulated_banner_and_serves() -> None:
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "agent", "simulate", "--port", "0", "--duration", "10",
-                             "--kv-blocks", "100"], stdout=subprocess.PIPE, text=True)
+                             "--kv-blocks", "100", "--max-model-len", "1024"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         banner = proc.stdout.readline()
