@@ -209,6 +209,31 @@ def _completion_tokens(body: bytes) -> int:
         return 0
 
 
+def stream_chunk_kind(line: bytes) -> str | None:
+    """What one server-sent-events line of an OpenAI stream is: `text` (a chunk carrying output),
+    `error` (the server failed after its 200), or None (keep-alive, role-only or empty chunk, [DONE])."""
+    if not line.startswith(b"data:"):
+        return None
+    data = line[5:].strip()
+    if not data or data == b"[DONE]":
+        return None
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(event, dict):
+        return None
+    if "error" in event:
+        return "error"
+    for choice in event.get("choices") or ():
+        if isinstance(choice, dict):
+            delta = choice.get("delta")
+            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+            if text:
+                return "text"
+    return None
+
+
 async def _one(client: AsyncClient, url: str, payload: Mapping[str, Any], stream: bool, tally: _Tally) -> None:
     started = time.perf_counter()
     first: float | None = None
@@ -217,12 +242,10 @@ async def _one(client: AsyncClient, url: str, payload: Mapping[str, Any], stream
 
     def on_line(line: bytes) -> None:
         nonlocal first, chunks, failed_in_stream
-        if not line.startswith(b"data:") or line.startswith(b"data: [DONE]"):
-            return
-        if b'"error"' in line:
+        kind = stream_chunk_kind(line)
+        if kind == "error":
             failed_in_stream = True
-            return
-        if b'"content": ""' in line or b'"text": ""' in line:  # a role-only or empty first chunk
+        if kind != "text":
             return
         chunks += 1
         if first is None:

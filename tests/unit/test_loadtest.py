@@ -167,3 +167,14 @@ def test_capacity_from_the_agent_config_is_the_budget() -> None:
 
     config = Path(__file__).resolve().parents[1] / "data" / "config" / "valid-full.yaml"
     assert capacity_from_config(config) == 13  # the design notes' worked example, as that config describes it
+
+
+def test_stream_chunks() -> None:
+    from agent.tools.loadtest import stream_chunk_kind
+
+    role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n'
+    text = b'data: {"choices":[{"index":0,"delta":{"content":" Hi"}}]}\n'
+    completion = b'data: {"choices": [{"index": 0, "text": " Hi"}]}\n'
+    error = b'data: {"error": {"message": "engine dead", "code": 500}}\n'
+    assert [stream_chunk_kind(x) for x in (role, text, completion, error, b"data: [DONE]\n", b"\n", b": ping\n")] == [
+        None, "text", "text", "error", None, None, None]
