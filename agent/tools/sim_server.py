@@ -511,6 +511,8 @@ async def serve(server: SimServer, host: str, port: int, on_ready: Callable[[str
     waits = [asyncio.create_task(stop.wait()), asyncio.create_task(server.crashed.wait())]
     try:
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if server.crashed.is_set():
+            await asyncio.sleep(0.05)  # let the handlers answer the requests in flight (500) first
     finally:
         for task in waits:
             task.cancel()
