@@ -123,7 +123,6 @@ class SimServer:
         self.crashed = asyncio.Event()
         self._waiters: dict[SimRequest, asyncio.Queue[int]] = {}
         self._started = time.time()
-        self._created = {name: self._started for name in ("pre", "pt", "gt", "ok", "rej", "e2e", "ttft", "queue")}
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.oom: EngineOomError | None = None
@@ -451,14 +450,14 @@ class SimServer:
             for suffix, extra, value in samples:
                 out.append(f"{name}{suffix}{{{extra}{labels}}} {_num(value)}")
 
-        def counter(name: str, help_text: str, value: float, created: float, extra: str = "") -> None:
+        def counter(name: str, help_text: str, value: float, extra: str = "") -> None:
             family(name + "_total", "counter", help_text, [("", extra, value)])
-            family(name + "_created", "gauge", help_text, [("", extra, created)])
+            family(name + "_created", "gauge", help_text, [("", extra, self._started)])
 
         def gauge(name: str, help_text: str, value: float) -> None:
             family(name, "gauge", help_text, [("", "", value)])
 
-        def histogram(name: str, help_text: str, h: Histogram, created: float) -> None:
+        def histogram(name: str, help_text: str, h: Histogram) -> None:
             samples: list[tuple[str, str, float]] = []
             running = 0
             for bound, count in zip((*h.buckets, float("inf")), h.counts, strict=True):
@@ -466,7 +465,7 @@ class SimServer:
                 samples.append(("_bucket", f'le="{_num(bound)}",', float(running)))
             samples += [("_count", "", float(h.n)), ("_sum", "", h.total)]
             family(name, "histogram", help_text, samples)
-            family(name + "_created", "gauge", help_text, [("", "", created)])
+            family(name + "_created", "gauge", help_text, [("", "", self._started)])
 
         out.append("# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.")
         out.append("# TYPE process_start_time_seconds gauge")
@@ -475,21 +474,17 @@ class SimServer:
         gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(e.waiting))
         gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.kv_usage_ratio)
         gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", e.kv_usage_ratio)
-        counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", c.preemptions,
-                self._created["pre"])
-        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens, self._created["pt"])
-        counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens,
-                self._created["gt"])
+        counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", c.preemptions)
+        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens)
+        counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens)
         counter("vllm:request_success", "Count of successfully processed requests.", c.finished,
-                self._created["ok"], 'finished_reason="length",')
-        counter("vllm:admission_rejections", "Requests rejected at admission.", c.rejected, self._created["rej"],
+                'finished_reason="length",')
+        counter("vllm:admission_rejections", "Requests rejected at admission.", c.rejected,
                 'reason="max_num_queued_reqs",')
-        histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self._e2e,
-                  self._created["e2e"])
-        histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self._ttft,
-                  self._created["ttft"])
+        histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self._e2e)
+        histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self._ttft)
         histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-                  self._queue, self._created["queue"])
+                  self._queue)
         cfg = self.config
         info = (f'block_size="{cfg.block_size}",cache_dtype="auto",enable_prefix_caching="False",'
                 f'gpu_memory_utilization="{cfg.budget.inputs.util if cfg.budget else 0.9}",'
