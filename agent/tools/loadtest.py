@@ -19,22 +19,22 @@ the budget: "budget says 13, measured safe up to 12, first preemptions at 16".
 from __future__ import annotations
 
 import asyncio
-import ctypes.util
-import io
 import json
 import math
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from agent.errors import AgentError
 from agent.http import AsyncClient, HttpConnectionError, HttpTimeoutError
-from agent.records import Event, EventKind, LoadStep, Server, ServerStats
+from agent.records import LoadStep
+from agent.tools.loadtest_report import ERROR_CLASSES, LoadTestResult, verdict
+from agent.tools.loadtest_watch import Peaks, Watcher
 
 DEFAULT_LEVELS = (1, 2, 3, 5, 8, 12)
 REQUESTS_PER_CLIENT = 20
@@ -42,7 +42,6 @@ MAX_LEVELS = 32
 MAX_LEVEL = 4096
 MAX_REQUESTS_PER_LEVEL = 100_000
 MAX_TOTAL_REQUESTS = 1_000_000
-ERROR_CLASSES = ("http_429", "http_503", "http_5xx", "timeout", "connection", "other")
 API_KEY_VARIABLES = ("DEEPINFER_API_KEY", "OPENAI_API_KEY")
 
 
@@ -150,26 +149,6 @@ class LoadTestOptions:
             problems.append("--timeout must be positive and --pause not negative")
         if problems:
             raise LoadTestError("; ".join(problems))
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """The run against the capacity: highest safe level, first broken level and why, and one sentence."""
-
-    capacity: int | None
-    safe_level: int | None
-    broken_level: int | None
-    cause: str | None
-    agrees: bool | None
-    text: str
-
-
-@dataclass(frozen=True)
-class LoadTestResult:
-    run_id: str
-    target: str
-    steps: tuple[LoadStep, ...]
-    verdict: Verdict
 
 
 Progress = Callable[[int, int, int], None]  # (level, requests done, requests in the level)
@@ -284,137 +263,10 @@ def percentile(values: Sequence[float], p: float) -> float | None:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-# ---- watching the engine --------------------------------------------------------------------------
-
-
-@dataclass
-class _Peaks:
-    running: int | None = None
-    waiting: int | None = None
-    kv_usage: float | None = None
-    gpu_memory: int | None = None
-    preemptions: int = 0
-    oom: int = 0
-    samples: int = 0
-    queued_samples: int = 0
-
-    def stats(self, s: ServerStats) -> None:
-        self.samples += 1
-        if s.waiting:
-            self.queued_samples += 1
-        if s.running is not None:
-            self.running = max(self.running or 0, s.running)
-        if s.waiting is not None:
-            self.waiting = max(self.waiting or 0, s.waiting)
-        if s.kv_usage_ratio is not None:
-            self.kv_usage = max(self.kv_usage or 0.0, s.kv_usage_ratio)
-
-
-def _event_count(event: Event) -> int:
-    count = event.fields.get("count")
-    return int(count) if isinstance(count, int | float) and count > 0 else 1
-
-
-class Watcher:
-    """Samples the engine during a level: /metrics through agent.scrape, NVML, the log, the store.
-
-    Blocking calls (urllib in the scraper, NVML, file reads, SQLite) run in worker threads so the
-    request loop never waits for them.
-    """
-
-    def __init__(self, options: LoadTestOptions) -> None:
-        from agent.scrape import Scraper  # imported here: the scraper is only needed while a test runs
-
-        metrics = options.metrics_url if options.metrics_url is not None else default_metrics_url(options.url)
-        self._scraper = Scraper(metrics, server=Server.AUTO, interval_seconds=0.0,
-                                timeout_seconds=2.0) if metrics else None
-        self._log_path = options.log_path
-        self._db_path = options.db_path
-        self._log_offset = self._log_size()
-        self._gpu: Any = None
-        if options.gpu and (options.nvml_library is not None or ctypes.util.find_library("nvidia-ml") is not None):
-            from agent.nvml import GpuPoller
-
-            self._gpu = GpuPoller(library_path=options.nvml_library)
-
-    @property
-    def metrics_url(self) -> str | None:
-        return self._scraper.url if self._scraper is not None else None
-
-    def _log_size(self) -> int:
-        try:
-            return self._log_path.stat().st_size if self._log_path is not None else 0
-        except OSError:
-            return 0
-
-    def sample(self, peaks: _Peaks) -> None:
-        """One scrape and one NVML poll, folded into `peaks` (blocking: run it in a thread)."""
-        now = time.time()
-        if self._scraper is not None:
-            for record in self._scraper.poll(now):
-                if isinstance(record, ServerStats):
-                    peaks.stats(record)
-                elif isinstance(record, Event) and record.kind is EventKind.PREEMPTION:
-                    peaks.preemptions += _event_count(record)
-        if self._gpu is not None:
-            used = [g.memory_used_bytes for g in self._gpu.poll(now).gpus if g.memory_used_bytes is not None]
-            if used:
-                peaks.gpu_memory = max(peaks.gpu_memory or 0, max(used))
-
-    def close(self) -> None:
-        if self._gpu is not None:
-            self._gpu.close()
-
-    def events_since_last(self, started: float, ended: float) -> tuple[int, int]:
-        """(OOM events, preemptions) the log appended since the last call, or the store holds for the
-        window; the larger of the two sources for each (they see the same engine)."""
-        oom = preempt = 0
-        if self._log_path is not None:
-            oom, preempt = self._log_events()
-        if self._db_path is not None:
-            db_oom, db_preempt = self._db_events(started, ended)
-            oom, preempt = max(oom, db_oom), max(preempt, db_preempt)
-        return oom, preempt
-
-    def _log_events(self) -> tuple[int, int]:
-        from agent.scan import scan_stream
-
-        assert self._log_path is not None
-        try:
-            with self._log_path.open("rb") as handle:
-                size = handle.seek(0, io.SEEK_END)
-                if size < self._log_offset:  # truncated or replaced: start again
-                    self._log_offset = 0
-                handle.seek(self._log_offset)
-                data = handle.read(size - self._log_offset)
-        except OSError:
-            return 0, 0
-        complete = data[:data.rfind(b"\n") + 1]  # a half-written last line waits for the next window
-        self._log_offset += len(complete)
-        scan = scan_stream(io.BytesIO(complete), str(self._log_path), Server.AUTO, time.time())
-        oom = sum(1 for r in scan.records if isinstance(r, Event) and r.kind is EventKind.OOM)
-        preempt = sum(_event_count(r) for r in scan.records
-                      if isinstance(r, Event) and r.kind is EventKind.PREEMPTION)
-        return oom, preempt
-
-    def _db_events(self, started: float, ended: float) -> tuple[int, int]:
-        from agent.store import Store
-
-        assert self._db_path is not None
-        try:
-            with Store.open_readonly(self._db_path) as store:
-                counts = store.event_counts(started, ended)
-        except AgentError:
-            return 0, 0
-        oom = sum(n for (_, _, kind), n in counts.items() if kind == EventKind.OOM.value)
-        preempt = sum(n for (_, _, kind), n in counts.items() if kind == EventKind.PREEMPTION.value)
-        return oom, preempt
-
-
 # ---- the run --------------------------------------------------------------------------------------
 
 
-def _judge(level: int, tally: _Tally, peaks: _Peaks) -> tuple[bool, str]:
+def _judge(level: int, tally: _Tally, peaks: Peaks) -> tuple[bool, str]:
     if peaks.oom:
         return True, f"{peaks.oom} OOM event(s)"
     if peaks.preemptions:
@@ -438,7 +290,7 @@ async def run_level(client: AsyncClient, options: LoadTestOptions, watcher: Watc
     Events the engine logged during the pause that follows are counted for this level."""
     total = options.requests_for(level)
     tally = _Tally()
-    peaks = _Peaks()
+    peaks = Peaks()
     payload = dict(options.payload)
     if options.stream:
         payload["stream"] = True
@@ -518,7 +370,9 @@ async def run(options: LoadTestOptions, progress: Progress | None = None,
     options.check()
     url = endpoint_url(options.url)
     run_id = uuid.uuid4().hex[:12]
-    watcher = Watcher(options)
+    metrics = options.metrics_url if options.metrics_url is not None else default_metrics_url(options.url)
+    watcher = Watcher(metrics_url=metrics, log_path=options.log_path, db_path=options.db_path, gpu=options.gpu,
+                      nvml_library=options.nvml_library)
     steps: list[LoadStep] = []
     top = max(options.levels)
     async with AsyncClient(max_connections=top, timeout_seconds=options.timeout_seconds,
@@ -538,106 +392,3 @@ async def run(options: LoadTestOptions, progress: Progress | None = None,
         finally:
             watcher.close()
     return LoadTestResult(run_id, url, tuple(steps), verdict(steps, options.capacity))
-
-
-# ---- the verdict ----------------------------------------------------------------------------------
-
-
-def _cause(step: LoadStep) -> str:
-    if step.oom_events:
-        return "OOM"
-    if step.preemption_events:
-        return "preemptions"
-    if step.reason.startswith("queueing"):
-        return "queueing"
-    if step.errors:
-        worst = max(step.errors.items(), key=lambda kv: kv[1])[0]
-        return {"http_429": "429 refusals", "http_503": "503 refusals", "http_5xx": "5xx errors",
-                "timeout": "client timeouts", "connection": "connection errors"}.get(worst, "failed requests")
-    return "failures"
-
-
-def verdict(steps: Sequence[LoadStep], capacity: int | None) -> Verdict:
-    """The rule (docs/loadtest.md): safe = the highest level below the first broken one that did not
-    break; the run agrees with the capacity when safe ≤ capacity < first broken level. Refusals and
-    timeouts are not a KV verdict: they say a queue or a deadline was hit first."""
-    broken = next((s for s in steps if s.broke), None)
-    below = [s.level for s in steps if not s.broke and (broken is None or s.level < broken.level)]
-    safe = max(below) if below else None
-    head = f"budget says {capacity}, " if capacity is not None else ""
-    safe_text = f"measured safe up to {safe}" if safe is not None else "no level was safe"
-    if broken is None:
-        tried = max((s.level for s in steps), default=None)
-        text = f"{head}{safe_text}; no level broke (highest tried {tried}): add higher --levels to find the limit"
-        beyond = capacity is not None and tried is not None and tried > capacity
-        if beyond:
-            text += f"; the engine held {tried} concurrent requests, more than the budget's {capacity}"
-        return Verdict(capacity, safe, None, None, False if beyond else None, text)
-    cause = _cause(broken)
-    text = f"{head}{safe_text}, first {cause} at {broken.level}"
-    agrees: bool | None = None
-    if capacity is not None:
-        if cause in ("OOM", "preemptions", "queueing"):
-            agrees = (safe is None or safe <= capacity) and capacity < broken.level
-            if agrees:
-                text += ": consistent with the budget"
-            elif broken.level <= capacity:
-                text += (": broke at or below the budget — the engine holds less KV than computed (weights or "
-                         "overhead underestimated, or requests longer than the budget's tokens per request)")
-            else:
-                text += (": safe beyond the budget — it is conservative for this workload (requests shorter "
-                         "than its tokens per request, or the engine found more memory)")
-        else:
-            why = {"429 refusals": "requests were refused at admission (a queue or rate limit)",
-                   "503 refusals": "requests were refused at admission (a queue limit)",
-                   "client timeouts": "requests ran past the client timeout",
-                   "5xx errors": "the server failed requests",
-                   "connection errors": "the endpoint stopped answering (is it up? did it crash?)"}.get(
-                       cause, "requests failed")
-            text += f": {why} before the KV cache ran out, so the budget's {capacity} is not tested by this run"
-    return Verdict(capacity, safe, broken.level, cause, agrees, text)
-
-
-# ---- output ---------------------------------------------------------------------------------------
-
-
-def loadstep_row(step: LoadStep) -> dict[str, Any]:
-    """A flat row for a `load_steps` table: every field, the error counts as one column per class plus
-    `errors_json`, so a query needs no JSON functions for the common classes."""
-    row = {k: v for k, v in asdict(step).items() if k != "errors"}
-    for kind in ERROR_CLASSES:
-        row[f"errors_{kind}"] = int(step.errors.get(kind, 0))
-    row["errors_json"] = json.dumps(dict(sorted(step.errors.items())))
-    return row
-
-
-def to_json(result: LoadTestResult) -> dict[str, Any]:
-    return {"run_id": result.run_id, "target": result.target,
-            "steps": [dict(asdict(s), errors=dict(s.errors)) for s in result.steps],
-            "verdict": asdict(result.verdict)}
-
-
-def _ms(value: float | None) -> str:
-    return f"{value * 1000:,.0f}" if value is not None else "-"
-
-
-def render_table(result: LoadTestResult) -> str:
-    """One line per level, then the verdict."""
-    head = (f"{'level':>5} {'reqs':>6} {'ok':>6} {'req/s':>8} {'tok/s':>8} {'p50 ms':>8} {'p95 ms':>8} "
-            f"{'p99 ms':>8} {'ttft95':>7} {'kv%':>5} {'run':>4} {'wait':>5} {'preempt':>7} {'oom':>3}  "
-            "errors / why it broke")
-    out = [f"load test {result.run_id} against {result.target}", head]
-    for s in result.steps:
-        kv = f"{s.kv_usage_peak_ratio * 100:.0f}" if s.kv_usage_peak_ratio is not None else "-"
-        errors = ", ".join(f"{n} {k}" for k, n in s.errors.items())
-        why = s.reason if s.broke else errors
-        out.append(f"{s.level:>5} {s.requests:>6} {s.ok:>6} {s.throughput_rps or 0:>8.1f} "
-                   f"{s.output_tokens_per_second or 0:>8.0f} {_ms(s.latency_p50_seconds):>8} "
-                   f"{_ms(s.latency_p95_seconds):>8} {_ms(s.latency_p99_seconds):>8} {_ms(s.ttft_p95_seconds):>7} "
-                   f"{kv:>5} {s.running_peak if s.running_peak is not None else '-':>4} "
-                   f"{s.waiting_peak if s.waiting_peak is not None else '-':>5} {s.preemption_events:>7} "
-                   f"{s.oom_events:>3}  {'BROKE: ' if s.broke else ''}{why}")
-        if s.gpu_memory_peak_bytes is not None:
-            out[-1] += f"  gpu {s.gpu_memory_peak_bytes / 2**30:.2f} GiB"
-    out.append(f"verdict: {result.verdict.text}")
-    return "\n".join(out)

@@ -15,16 +15,14 @@ from agent.tools.loadtest import (
     API_KEY_VARIABLES,
     LoadTestError,
     LoadTestOptions,
-    LoadTestResult,
     Progress,
     endpoint_url,
     is_chat,
     load_payload,
-    render_table,
     run,
     synthetic_payload,
-    to_json,
 )
+from agent.tools.loadtest_report import LoadTestResult, render_table, to_json
 
 
 def parse_levels(text: str) -> tuple[int, ...]:

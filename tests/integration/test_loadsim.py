@@ -25,7 +25,8 @@ from agent.models import find_preset
 from agent.records import CapacityFact, Event, EventKind, LoadStep, Phase, Server, ServerStats
 from agent.scan import scan_stream
 from agent.scrape import Scraper
-from agent.tools.loadtest import LoadTestOptions, LoadTestResult, run, synthetic_payload
+from agent.tools.loadtest import LoadTestOptions, run, synthetic_payload
+from agent.tools.loadtest_report import LoadTestResult
 from agent.tools.sim import SimConfig, from_budget
 from agent.tools.sim_server import SimServer
 from tests.fake_nvml import FakeNvml

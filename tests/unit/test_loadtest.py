@@ -10,20 +10,18 @@ import pytest
 from agent.records import Event, EventKind, LoadStep, Phase, Server, Severity
 from agent.store import Store
 from agent.tools.loadtest import (
-    ERROR_CLASSES,
     LoadTestError,
     LoadTestOptions,
-    Watcher,
     default_metrics_url,
     endpoint_url,
     error_class,
     load_payload,
-    loadstep_row,
     percentile,
     synthetic_payload,
-    verdict,
 )
 from agent.tools.loadtest_cli import parse_levels
+from agent.tools.loadtest_report import ERROR_CLASSES, loadstep_row, verdict
+from agent.tools.loadtest_watch import Watcher
 
 
 def _step(level: int, broke: bool = False, *, preempt: int = 0, oom: int = 0, errors: dict[str, int] | None = None,
@@ -124,8 +122,7 @@ def test_watcher_counts_oom_and_preemptions_from_the_store(tmp_path: Path) -> No
     with Store.open(db) as store:
         store.commit([_event(1000.5, EventKind.OOM, 1), _event(1000.6, EventKind.PREEMPTION, 2),
                       _event(1000.7, EventKind.PREEMPTION, 3), _event(2000.0, EventKind.OOM, 4)])
-    watcher = Watcher(LoadTestOptions(url="http://127.0.0.1:9/v1/completions", payload={}, metrics_url="",
-                                      db_path=db, gpu=False))
+    watcher = Watcher(db_path=db)
     assert watcher.events_since_last(1000.0, 1001.0) == (1, 2)
     assert watcher.events_since_last(3000.0, 3001.0) == (0, 0)
 
@@ -138,8 +135,7 @@ def test_watcher_reads_only_what_the_log_gained(tmp_path: Path) -> None:
              "Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, Preemptions: 3, "
              "GPU KV cache usage: 99.0%, Prefix cache hit rate: 0.0%\n")
     log.write_text(oom)  # before the test: not counted
-    watcher = Watcher(LoadTestOptions(url="http://127.0.0.1:9/v1/completions", payload={}, metrics_url="",
-                                      log_path=log, gpu=False))
+    watcher = Watcher(log_path=log)
     with log.open("a") as handle:
         handle.write(stats + oom + stats[:40])  # the last line is still being written
     assert watcher.events_since_last(0.0, 1.0) == (1, 3)
