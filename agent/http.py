@@ -31,6 +31,10 @@ class HttpTimeoutError(AgentError):
     """No complete answer within the deadline (connect, headers or body)."""
 
 
+class HttpBodyTooLargeError(AgentError):
+    """The answer was longer than the caller allows."""
+
+
 class HttpConnectionError(AgentError):
     """The connection could not be made, or broke before the answer was complete."""
 
@@ -90,37 +94,38 @@ class AsyncClient:
         except (aiohttp.ClientError, OSError) as exc:
             raise HttpConnectionError(f"{url}: {type(exc).__name__}: {exc}") from exc
 
-    async def get(self, url: str) -> Reply:
-        """GET `url`, body read whole (up to 16 MiB)."""
+    async def get(self, url: str, *, max_body_bytes: int = MAX_BODY_BYTES) -> Reply:
+        """GET `url`, body read whole (up to `max_body_bytes`; more is an HttpBodyTooLargeError)."""
         if self._session is None:
             raise RuntimeError("AsyncClient used outside `async with`")
         started = time.perf_counter()
         try:
             async with self._session.get(url) as response:
-                return Reply(response.status, await _body(response), time.perf_counter() - started)
+                return Reply(response.status, await _body(response, max_body_bytes), time.perf_counter() - started)
         except (asyncio.TimeoutError, TimeoutError) as exc:
             raise HttpTimeoutError(f"{url}: no complete answer within {self._timeout.total:g} s") from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise HttpConnectionError(f"{url}: {type(exc).__name__}: {exc}") from exc
 
 
-async def _body(response: aiohttp.ClientResponse) -> bytes:
-    """The whole body, refused past MAX_BODY_BYTES (a wrong URL serving a file must not fill memory)."""
-    if response.content_length is not None and response.content_length > MAX_BODY_BYTES:
-        raise HttpConnectionError(f"{response.url}: body of {response.content_length} bytes is over the limit")
+async def _body(response: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -> bytes:
+    """The whole body, refused past `limit` (a wrong URL serving a file must not fill memory)."""
+    if response.content_length is not None and response.content_length > limit:
+        raise HttpBodyTooLargeError(f"response larger than {limit} bytes")
     if response.content_length is not None:
         return await response.content.readexactly(response.content_length)
     parts: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_any():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise HttpConnectionError(f"{response.url}: body over {MAX_BODY_BYTES} bytes")
+        if size > limit:
+            raise HttpBodyTooLargeError(f"response larger than {limit} bytes")
         parts.append(chunk)
     return b"".join(parts)
 
 
-def get(url: str, *, timeout_seconds: float = 2.0, headers: Mapping[str, str] | None = None) -> Reply:
+def get(url: str, *, timeout_seconds: float = 2.0, headers: Mapping[str, str] | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES) -> Reply:
     """One blocking GET (a scrape of `/metrics`): its own short-lived event loop and connection.
 
     Call it from a thread that is not running an event loop (the daemon's loop, or `asyncio.to_thread`).
@@ -128,6 +133,6 @@ def get(url: str, *, timeout_seconds: float = 2.0, headers: Mapping[str, str] | 
 
     async def once() -> Reply:
         async with AsyncClient(max_connections=1, timeout_seconds=timeout_seconds, headers=headers) as client:
-            return await client.get(url)
+            return await client.get(url, max_body_bytes=max_body_bytes)
 
     return asyncio.run(once())

@@ -36,11 +36,11 @@ def parse_levels(text: str) -> tuple[int, ...]:
 
 
 def capacity_from_config(path: Path) -> int | None:
+    from agent.capacity.capacity import paper_budget
     from agent.config import load_config
-    from agent.pipeline import budget_of
 
-    value = budget_of(load_config(path)).get("max_concurrency")
-    return int(value) if value is not None else None
+    budget = paper_budget(load_config(path))
+    return budget.max_concurrency if budget is not None else None
 
 
 def run_loadtest(*, url: str, levels: str, requests_per_level: int | None, payload: Path | None,

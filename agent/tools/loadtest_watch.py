@@ -1,6 +1,6 @@
-"""What the load test watches while a level runs: the engine's /metrics (through agent.scrape), GPU memory
-(through agent.nvml, where a driver is), and OOM / preemption events from the engine's log (through the
-project's parsers, agent.scan) or from the agent's store.
+"""What the load test watches while a level runs: the engine's /metrics (through agent.sources.scrape), GPU memory
+(through agent.sources.nvml, where a driver is), and OOM / preemption events from the engine's log (through the
+project's parsers, agent.sources.saved) or from the agent's store.
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from typing import Any
 
 from agent.errors import AgentError
 from agent.records import Event, EventKind, Server, ServerStats
-from agent.scan import scan_stream
-from agent.scrape import Scraper
-from agent.store import Store
+from agent.sinks.queries import Queries
+from agent.sinks.store import Store
+from agent.sources.saved import scan_stream
+from agent.sources.scrape import Scraper
 
 
 @dataclass
@@ -50,7 +51,7 @@ def event_count(event: Event) -> int:
 
 
 class Watcher:
-    """Samples the engine during a level: /metrics through agent.scrape, NVML, the log, the store.
+    """Samples the engine during a level: /metrics through agent.sources.scrape, NVML, the log, the store.
 
     Blocking calls (urllib in the scraper, NVML, file reads, SQLite) run in worker threads so the
     request loop never waits for them.
@@ -65,7 +66,7 @@ class Watcher:
         self._log_offset = self._log_size()
         self._gpu: Any = None
         if gpu and (nvml_library is not None or ctypes.util.find_library("nvidia-ml") is not None):
-            from agent.nvml import GpuPoller  # only where a driver is: it imports pynvml
+            from agent.sources.nvml import GpuPoller  # only where a driver is: it imports pynvml
 
             self._gpu = GpuPoller(library_path=nvml_library)
 
@@ -131,7 +132,7 @@ class Watcher:
         assert self._db_path is not None
         try:
             with Store.open_readonly(self._db_path) as store:
-                counts = store.event_counts(started, ended)
+                counts = Queries(store).event_counts(started, ended)
         except AgentError:
             return 0, 0
         oom = sum(n for (_, _, kind), n in counts.items() if kind == EventKind.OOM.value)

@@ -8,7 +8,7 @@ The model (simplifications are listed in docs/simulator.md):
 
 - A request holds `prompt + generated` tokens of KV, in `ceil(tokens / block_size)` blocks, allocated
   as it grows. So a request of `tokens_per_request` tokens needs exactly the `blocks_per_request` of
-  agent.budget, and N requests in flight at full length fit exactly when N × blocks_per_request ≤
+  agent.capacity.budget, and N requests in flight at full length fit exactly when N × blocks_per_request ≤
   kv_blocks — the budget's `max_concurrency` is the largest such N, and the simulator preempts at N + 1.
 - Each step: every running request that needs a new block gets one; when none is free the most
   recently admitted running request is preempted (recompute: its blocks are freed, it goes back to the
@@ -33,7 +33,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from agent.budget import Budget, BudgetInputs, compute
+from agent.capacity.budget import Budget, BudgetInputs, compute
 from agent.errors import AgentError
 
 SIMULATED = "SIMULATED"
@@ -106,7 +106,7 @@ class SimConfig:
 
 
 def from_budget(inputs: BudgetInputs, **settings: object) -> SimConfig:
-    """A config whose KV cache is what agent.budget computes for `inputs` (vLLM's block count)."""
+    """A config whose KV cache is what agent.capacity.budget computes for `inputs` (vLLM's block count)."""
     budget = compute(inputs)
     return SimConfig(kv_blocks=budget.kv_cache_blocks, block_size=inputs.block_size,
                      max_model_len=inputs.tokens_per_request, budget=budget, **settings)  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""The body of `deepinfer-agent simulate`: flags → SimConfig (through agent.budget), a SIMULATED banner,
+"""The body of `deepinfer-agent simulate`: flags → SimConfig (through agent.capacity.budget), a SIMULATED banner,
 then serve until Ctrl-C, SIGTERM, `--duration`, or a simulated OOM (exit 1)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
-from agent.budget import KvDtype
-from agent.sizing import SizingRequest, resolve
+from agent.capacity.inputs import SizingRequest, resolve
+from agent.records import KvDtype
 from agent.tools.sim import SIMULATED, SimConfig, from_budget
 from agent.tools.sim_server import SimServer, serve
 

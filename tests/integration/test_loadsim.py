@@ -1,5 +1,5 @@
 """The load test against the SIMULATED engine, over real HTTP on 127.0.0.1 (port 0), and the project's
-own readers on what the simulator writes: agent.scan (the vLLM parser) on its log, agent.scrape on its
+own readers on what the simulator writes: agent.sources.saved (the vLLM parser) on its log, agent.sources.scrape on its
 /metrics. The simulator runs in a thread with its own event loop; the load test in the test's thread.
 """
 
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.budget import GIB, BudgetInputs, compute
+from agent.capacity.budget import GIB, BudgetInputs, compute
+from agent.capacity.shapes import find_preset
 from agent.errors import AgentError
-from agent.models import find_preset
 from agent.records import CapacityFact, Event, EventKind, LoadStep, Phase, Server, ServerStats
-from agent.scan import scan_stream
-from agent.scrape import Scraper
+from agent.sources.saved import scan_stream
+from agent.sources.scrape import Scraper
 from agent.tools.loadtest import LoadTestOptions, run, synthetic_payload
 from agent.tools.loadtest_report import LoadTestResult
 from agent.tools.sim import SimConfig, from_budget

@@ -21,7 +21,7 @@ ADAPTERS = {
     "pynvml": {"agent/sources/nvml.py"},
     "sqlite_utils": {"agent/sinks/store.py"},
     "prometheus_client": {"agent/sinks/exporter.py", "agent/prom.py"},
-    "httpx": {"agent/http.py"},
+    "aiohttp": {"agent/http.py", "agent/tools/sim_server.py"},  # the client; the simulator serves
     "watchdog": {"agent/sources/wake.py"},
 }
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.records import Event, EventKind, LoadStep, Phase, Server, Severity
-from agent.store import Store
+from agent.sinks.store import Store
 from agent.tools.loadtest import (
     LoadTestError,
     LoadTestOptions,

@@ -2,7 +2,7 @@
 
 No HTTP and no clock: `step(now)` is called in a loop with a made-up time. The central property: for the
 same inputs, the highest concurrency the simulator serves without preempting is exactly
-`agent.budget.compute(...).max_concurrency`, and one more request in flight preempts.
+`agent.capacity.budget.compute(...).max_concurrency`, and one more request in flight preempts.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from agent.budget import GIB, BudgetInputs, compute
-from agent.models import find_preset
+from agent.capacity.budget import GIB, BudgetInputs, compute
+from agent.capacity.shapes import find_preset
 from agent.tools.sim import Engine, EngineOomError, QueueFullError, SimConfig, SimRequest, from_budget
 
 
