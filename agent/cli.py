@@ -288,7 +288,8 @@ def loadtest(
     metrics_url: Annotated[str | None, typer.Option(help="Engine /metrics to scrape during each level "
                                                     "(default: the same host's /metrics; '' turns it off).")] = None,
     log: Annotated[Path | None, typer.Option(help="Engine log to read OOM and preemption events from.")] = None,
-    db: Annotated[Path | None, typer.Option(help="The agent's store, for the same events.")] = None,
+    db: Annotated[Path | None, typer.Option(help="The agent's store: read the same events from it, and keep "
+                                            "each level there for `report`.")] = None,
     capacity: Annotated[int | None, typer.Option(help="The concurrency the budget allows (for the verdict).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Compute --capacity from this config's "
                                                 "budget.")] = None,

@@ -20,7 +20,7 @@ from agent.tools.loadtest import (
     synthetic_payload,
 )
 from agent.tools.loadtest_cli import parse_levels
-from agent.tools.loadtest_report import ERROR_CLASSES, loadstep_row, verdict
+from agent.tools.loadtest_report import verdict
 from agent.tools.loadtest_watch import Watcher
 
 
@@ -103,14 +103,6 @@ def test_verdict_without_a_break_or_a_capacity() -> None:
     v = verdict([_step(1), _step(2)], None)
     assert v.broken_level is None and v.safe_level == 2 and "no level broke" in v.text
     assert not v.text.startswith("budget")
-
-
-def test_loadstep_row_is_flat() -> None:
-    row = loadstep_row(_step(8, True, errors={"http_429": 2, "timeout": 1}))
-    assert all(not isinstance(v, dict | list) for v in row.values())
-    assert row["errors_http_429"] == 2 and row["errors_timeout"] == 1 and row["errors_http_503"] == 0
-    assert json.loads(row["errors_json"]) == {"http_429": 2, "timeout": 1}
-    assert {f"errors_{k}" for k in ERROR_CLASSES} <= set(row)
 
 
 def _event(ts: float, kind: EventKind, offset: int) -> Event:
