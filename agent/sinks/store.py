@@ -30,198 +30,73 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlite_utils import Database, Migrations
 
 from agent.errors import StoreError
 from agent.records import (
-    CapacityFact,
     CommitResult,
     Cursor,
     Event,
     EventKind,
-    GpuProcessSample,
-    GpuSample,
     JournalCursor,
     LogLine,
-    Phase,
-    Server,
-    ServerStats,
-    Severity,
+    StoredRecord,
 )
+from agent.sinks.rows import TABLES
+from agent.sinks.schema import MIGRATIONS as SCHEMA
+from agent.sinks.schema import PRUNED
 
 # sqlite-utils' Migrations records each applied step in `_sqlite_migrations` and runs it in a
-# transaction with that record. Append new steps; never edit one that has shipped.
+# transaction with that record; the steps themselves are SQL in schema.py.
 MIGRATIONS = Migrations("deepinfer-agent")
 
 
-@MIGRATIONS(name="0001_lines_and_cursors")
-def _lines_and_cursors(db: Database) -> None:
-    db.execute("""CREATE TABLE lines (
-        file_key TEXT NOT NULL, offset INTEGER NOT NULL, source TEXT NOT NULL, path TEXT NOT NULL,
-        text TEXT NOT NULL, ts REAL, stream TEXT, truncated INTEGER NOT NULL,
-        PRIMARY KEY (file_key, offset))""")
-    db.execute("CREATE INDEX lines_source ON lines (source)")
-    db.execute("""CREATE TABLE cursors (
-        source TEXT NOT NULL, file_key TEXT NOT NULL, path TEXT NOT NULL, dev INTEGER NOT NULL,
-        inode INTEGER NOT NULL, fingerprint TEXT NOT NULL, offset INTEGER NOT NULL, seen_seconds REAL NOT NULL,
-        PRIMARY KEY (source, file_key))""")
-    db.execute("CREATE TABLE journal_cursors (source TEXT PRIMARY KEY, cursor TEXT NOT NULL)")
+def _step(sql: str) -> Callable[[Database], None]:
+    # Statement by statement: executescript() would COMMIT first and break the step's transaction.
+    def apply(db: Database) -> None:
+        for statement in sql.split(";\n"):
+            if statement.strip():
+                db.execute(statement)
+    return apply
 
 
-@MIGRATIONS(name="0002_daemon_records")
-def _daemon_records(db: Database) -> None:
-    # Keys: a record from a file is located by (path, offset); the path repeats offsets after a rotation,
-    # so the record's own ts joins the key. Records from no file (NVML, scrapes) are keyed by time, GPU and,
-    # for events, the message (two different Xids on one GPU in one poll are two events). NULLs are folded
-    # with coalesce(): SQLite treats NULLs as distinct in a unique index, which would let replays through.
-    db.execute("""CREATE TABLE events (
-        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, kind TEXT NOT NULL,
-        severity TEXT NOT NULL, phase TEXT NOT NULL, message TEXT NOT NULL, fields TEXT NOT NULL,
-        path TEXT, offset INTEGER, gpu INTEGER)""")
-    db.execute("""CREATE UNIQUE INDEX events_key ON events (source, kind, coalesce(ts, -1), coalesce(path, ''),
-        coalesce(offset, -1), coalesce(gpu, -1), CASE WHEN path IS NULL THEN message ELSE '' END)""")
-    db.execute("CREATE INDEX events_at ON events (at)")
-    db.execute("CREATE INDEX events_source_at ON events (source, at)")
-    db.execute("CREATE INDEX events_kind_at ON events (kind, at)")
-    db.execute("""CREATE TABLE server_stats (
-        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, running INTEGER, waiting INTEGER,
-        swapped INTEGER, kv_usage_ratio REAL, prompt_tps REAL, gen_tps REAL, prefix_hit_ratio REAL,
-        preemptions INTEGER, kv_used_tokens INTEGER, path TEXT, offset INTEGER)""")
-    db.execute("""CREATE UNIQUE INDEX server_stats_key ON server_stats (source, coalesce(path, ''),
-        coalesce(offset, -1), coalesce(ts, -1))""")
-    db.execute("CREATE INDEX server_stats_at ON server_stats (at)")
-    db.execute("CREATE INDEX server_stats_source_at ON server_stats (source, at)")
-    # `value` has no declared type, so numbers stay numbers and strings stay strings.
-    db.execute("""CREATE TABLE capacity_facts (
-        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, name TEXT NOT NULL, value)""")
-    db.execute("CREATE UNIQUE INDEX capacity_facts_key ON capacity_facts (source, name, coalesce(ts, -1), value)")
-    db.execute("CREATE INDEX capacity_facts_at ON capacity_facts (at)")
-    db.execute("""CREATE TABLE facts_latest (
-        source TEXT NOT NULL, name TEXT NOT NULL, value, ts REAL, at REAL NOT NULL, PRIMARY KEY (source, name))""")
-    db.execute("""CREATE TABLE gpu_samples (
-        ts REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT NOT NULL, name TEXT NOT NULL, pci_bus_id TEXT,
-        memory_total_bytes INTEGER, memory_reserved_bytes INTEGER, memory_free_bytes INTEGER,
-        memory_used_bytes INTEGER, utilization_gpu_ratio REAL, utilization_memory_ratio REAL,
-        temperature_celsius REAL, power_watts REAL, power_limit_watts REAL, UNIQUE (uuid, ts))""")
-    db.execute("CREATE INDEX gpu_samples_ts ON gpu_samples (ts)")
-    db.execute("""CREATE TABLE gpu_process_samples (
-        ts REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT NOT NULL, pid INTEGER NOT NULL,
-        used_memory_bytes INTEGER, UNIQUE (uuid, pid, ts))""")
-    db.execute("CREATE INDEX gpu_process_samples_ts ON gpu_process_samples (ts)")
-    db.execute("CREATE INDEX gpu_process_samples_uuid_ts ON gpu_process_samples (uuid, ts)")
-    # Counters that must survive a restart; labels are a JSON array of strings.
-    db.execute("""CREATE TABLE totals (
-        metric TEXT NOT NULL, labels TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (metric, labels))""")
+for _name, _sql in SCHEMA:
+    MIGRATIONS(name=_name)(_step(_sql))
 
 
-KNOWN_MIGRATIONS = ("0001_lines_and_cursors", "0002_daemon_records")
+KNOWN_MIGRATIONS = tuple(name for name, _ in SCHEMA)
 SCHEMA_VERSION = len(KNOWN_MIGRATIONS)
 
-# Time-series tables retention prunes, with their time column. Cursors, totals and facts_latest are
-# never pruned (they are small and bounded by the number of files, metrics and facts); `lines` is not
-# written by the daemon.
-PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("gpu_samples", "ts"),
-          ("gpu_process_samples", "ts"))
 
 TotalsKey = tuple[str, tuple[str, ...]]
-EventCounters = Callable[[Event], Iterable[TotalsKey]]
 
 
-def default_event_counters(event: Event) -> Iterable[TotalsKey]:
-    """The totals one new event bumps: `events_total` by (source, server, kind)."""
-    return (("events_total", (event.source, event.server.value, event.kind.value)),)
+def event_counters(event: Event) -> Iterable[TotalsKey]:
+    """The one place that decides which counters a newly stored event moves: events by (source, server,
+    kind), and Xid errors by GPU and code (the GPU's index from NVML, else the PCI bus from the kernel
+    line). `Store.commit` runs it inside the commit's transaction, so stored counters always agree with
+    stored events, and the loop runs it on the commit's new events to mirror them in memory."""
+    yield ("events_total", (event.source, event.server.value, event.kind.value))
+    if event.kind in (EventKind.XID, EventKind.GPU_LOST) and "xid" in event.fields:
+        gpu = event.fields.get("gpu", event.fields.get("pci_bus", "unknown"))
+        yield ("gpu_xid_errors_total", (str(gpu), str(event.fields["xid"])))
 
 
-def _gpu_of(fields: Mapping[str, object]) -> int | None:
-    gpu = fields.get("gpu")
-    return gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None
+def _counted(events: Iterable[Event]) -> dict[TotalsKey, int]:
+    """How much each counter moves for these new events."""
+    out: dict[TotalsKey, int] = {}
+    for event in events:
+        for key in event_counters(event):
+            out[key] = out.get(key, 0) + 1
+    return out
 
-
-def _line_row(line: LogLine, now: float) -> tuple[Any, ...]:
-    # Lines from a source without file identity fall back to the path, which is then their only key.
-    return (line.file_key or line.path, line.offset, line.source, line.path, line.text, line.ts, line.stream,
-            int(line.truncated))
-
-
-def _event_row(e: Event, now: float) -> tuple[Any, ...]:
-    return (now if e.ts is None else e.ts, e.ts, e.source, e.server.value, e.kind.value, e.severity.value,
-            e.phase.value, e.message, json.dumps(dict(e.fields), sort_keys=True, separators=(",", ":"), default=str),
-            e.path, e.offset, _gpu_of(e.fields))
-
-
-def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
-    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, *s[3:])
-
-
-def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:
-    return (now if f.ts is None else f.ts, f.ts, f.source, f.name, f.value)
-
-
-def _gpu_row(g: GpuSample, now: float) -> tuple[Any, ...]:
-    return (g.ts, g.gpu, g.uuid, g.name, g.pci_bus_id, g.memory_total_bytes, g.memory_reserved_bytes,
-            g.memory_free_bytes, g.memory_used_bytes, g.utilization_gpu_ratio, g.utilization_memory_ratio,
-            g.temperature_celsius, g.power_watts, g.power_limit_watts)
-
-
-def _process_row(p: GpuProcessSample, now: float) -> tuple[Any, ...]:
-    return (p.ts, p.gpu, p.uuid, p.pid, p.used_memory_bytes)
-
-
-class _Table(NamedTuple):
-    insert: str  # INSERT OR IGNORE of one row
-    row: Callable[[Any, float], tuple[Any, ...]]  # (record, commit clock) -> row
-    then: str | None = None  # a second statement run with the same row (facts_latest)
-
-
-# record type → how to store it. `commit` takes a mixed batch of any type registered here.
-_TABLES: dict[type, _Table] = {
-    LogLine: _Table("INSERT OR IGNORE INTO lines (file_key, offset, source, path, text, ts, stream, truncated) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _line_row),
-    Event: _Table("INSERT OR IGNORE INTO events (at, ts, source, server, kind, severity, phase, message, fields, "
-                  "path, offset, gpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _event_row),
-    ServerStats: _Table("INSERT OR IGNORE INTO server_stats (at, ts, source, server, running, waiting, swapped, "
-                        "kv_usage_ratio, prompt_tps, gen_tps, prefix_hit_ratio, preemptions, kv_used_tokens, "
-                        "path, offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _stats_row),
-    CapacityFact: _Table(
-        "INSERT OR IGNORE INTO capacity_facts (at, ts, source, name, value) VALUES (?, ?, ?, ?, ?)", _fact_row,
-        # The newest by time wins, so a replay of old lines never turns the latest value back.
-        "INSERT INTO facts_latest (source, name, value, ts, at) VALUES (?3, ?4, ?5, ?2, ?1) "
-        "ON CONFLICT (source, name) DO UPDATE SET value = excluded.value, ts = excluded.ts, at = excluded.at "
-        "WHERE excluded.at >= facts_latest.at"),
-    GpuSample: _Table("INSERT OR IGNORE INTO gpu_samples (ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, "
-                      "memory_reserved_bytes, memory_free_bytes, memory_used_bytes, utilization_gpu_ratio, "
-                      "utilization_memory_ratio, temperature_celsius, power_watts, power_limit_watts) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _gpu_row),
-    GpuProcessSample: _Table("INSERT OR IGNORE INTO gpu_process_samples (ts, gpu, uuid, pid, used_memory_bytes) "
-                             "VALUES (?, ?, ?, ?, ?)", _process_row),
-}
 
 _ADD_TOTAL = ("INSERT INTO totals (metric, labels, value) VALUES (?, ?, ?) "
               "ON CONFLICT (metric, labels) DO UPDATE SET value = value + excluded.value")
 _SET_TOTAL = ("INSERT INTO totals (metric, labels, value) VALUES (?, ?, ?) "
               "ON CONFLICT (metric, labels) DO UPDATE SET value = excluded.value")
-
-_EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
-_STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "
-                  "prefix_hit_ratio, preemptions, kv_used_tokens, path, offset")
-_GPU_COLUMNS = ("ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, memory_reserved_bytes, memory_free_bytes, "
-                "memory_used_bytes, utilization_gpu_ratio, utilization_memory_ratio, temperature_celsius, "
-                "power_watts, power_limit_watts")
-
-
-def _event(row: Sequence[Any]) -> Event:
-    # Readers get the best-known time: the record's own, else when the agent stored it.
-    ts = row[1] if row[0] is None else row[0]
-    return Event(ts, row[2], Server(row[3]), EventKind(row[4]), Severity(row[5]), Phase(row[6]), row[7],
-                 json.loads(row[8]), row[9], row[10])
-
-
-def _stats(row: Sequence[Any]) -> ServerStats:
-    ts = row[1] if row[0] is None else row[0]
-    return ServerStats(ts, row[2], Server(row[3]), *row[4:])
-
 
 def _labels(labels: Sequence[str]) -> str:
     return json.dumps(list(labels), separators=(",", ":"))
@@ -281,27 +156,23 @@ class Store:
     """
 
     def __init__(self, db: Database, name: str, *, readonly: bool = False, retention_days: float | None = None,
-                 max_bytes: int | None = None, prune_batch_rows: int = 5000,
-                 event_counters: EventCounters = default_event_counters) -> None:
+                 max_bytes: int | None = None, prune_batch_rows: int = 5000) -> None:
         self._db = db
         self._name = name
         self._readonly = readonly
         self._retention_days = retention_days
         self._max_bytes = max_bytes
         self._prune_batch_rows = prune_batch_rows
-        self._event_counters = event_counters
         self._identity = self._file_identity()
 
     @classmethod
     def open(cls, path: Path | str, *, retention_days: float | None = None, max_bytes: int | None = None,
-             hard_max_bytes: int | None = None, busy_timeout_ms: int = 5000, prune_batch_rows: int = 5000,
-             event_counters: EventCounters = default_event_counters) -> Store:
+             hard_max_bytes: int | None = None, busy_timeout_ms: int = 5000, prune_batch_rows: int = 5000) -> Store:
         """Open for writing (creating the file 0640 if needed) and migrate; raise StoreError naming the file.
 
         `hard_max_bytes` caps the main file (SQLite's max_page_count): past it a write fails with
-        SQLITE_FULL as on a full disk, instead of filling the filesystem. `event_counters` says which
-        `totals` each *new* event bumps inside the commit's transaction (default: `events_total` by
-        source, server and kind), so stored counters always agree with stored events.
+        SQLITE_FULL as on a full disk, instead of filling the filesystem. Each *new* event bumps its
+        `event_counters` totals inside the commit's transaction, so stored counters agree with stored events.
         """
         name = str(path)
         try:
@@ -318,7 +189,7 @@ class Store:
                 page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
                 db.execute(f"PRAGMA max_page_count={max(1, hard_max_bytes // page_size)}")
             store = cls(db, name, retention_days=retention_days, max_bytes=max_bytes,
-                        prune_batch_rows=prune_batch_rows, event_counters=event_counters)
+                        prune_batch_rows=prune_batch_rows)
             store._migrate()
         except (sqlite3.Error, OSError) as exc:
             raise StoreError(f"{name}: cannot open the store: {exc}") from exc
@@ -388,13 +259,13 @@ class Store:
     # -- writing ----------------------------------------------------------------------------------
 
     @staticmethod
-    def check(records: Iterable[object]) -> None:
+    def check(records: Iterable[StoredRecord]) -> None:
         """Raise StoreError for a record type with no table (a programming error, never buffered)."""
         for record in records:
-            if type(record) not in _TABLES:
+            if type(record) not in TABLES:
                 raise StoreError(f"no table for record type {type(record).__name__}")
 
-    def commit(self, records: Iterable[object], cursors: Iterable[Cursor | JournalCursor] = (),
+    def commit(self, records: Iterable[StoredRecord], cursors: Iterable[Cursor | JournalCursor] = (),
                expired: Iterable[Cursor] = (), *, totals: Mapping[TotalsKey, float] | None = None,
                now: float | None = None) -> CommitResult:
         """Write records, cursors, cursor expiries and totals in one transaction; return what was new.
@@ -408,7 +279,7 @@ class Store:
         at = time.time() if now is None else now
         grouped: dict[type, list[tuple[Any, tuple[Any, ...]]]] = {}
         for record in records:
-            entry = _TABLES.get(type(record))
+            entry = TABLES.get(type(record))
             if entry is None:
                 raise StoreError(f"{self._name}: no table for record type {type(record).__name__}")
             grouped.setdefault(type(record), []).append((record, entry.row(record, at)))
@@ -418,7 +289,7 @@ class Store:
                 inserted = 0
                 new_events: list[Event] = []
                 for kind, pairs in grouped.items():
-                    table = _TABLES[kind]
+                    table = TABLES[kind]
                     if kind is Event:  # row by row: the caller needs to know which events were new
                         for event, row in pairs:
                             if conn.execute(table.insert, row).rowcount > 0:
@@ -431,10 +302,7 @@ class Store:
                     inserted += conn.total_changes - before
                     if table.then is not None:
                         conn.executemany(table.then, rows)
-                counts: dict[TotalsKey, int] = {}
-                for event in new_events:
-                    for key in self._event_counters(event):
-                        counts[key] = counts.get(key, 0) + 1
+                counts = _counted(new_events)
                 conn.executemany(_ADD_TOTAL, [(m, _labels(labels), n) for (m, labels), n in counts.items()])
                 if totals:
                     conn.executemany(_SET_TOTAL, [(m, _labels(labels), float(v))
@@ -535,79 +403,6 @@ class Store:
         rows = self._query("SELECT metric, labels, value FROM totals", ())
         return {(row[0], tuple(json.loads(row[1]))): float(row[2]) for row in rows}
 
-    def event_totals(self) -> dict[tuple[str, str, str], int]:
-        """Stored events by (source, server, kind) — what retention has left, not a counter."""
-        rows = self._query("SELECT source, server, kind, count(*) FROM events GROUP BY source, server, kind", ())
-        return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
-
-    def event_counts(self, since: float, until: float | None = None) -> dict[tuple[str, str, str], int]:
-        """Events by (source, server, kind) with `since <= at < until`, for the advisor's windows."""
-        rows = self._query("SELECT source, server, kind, count(*) FROM events WHERE at >= ? AND at < ? "
-                           "GROUP BY source, server, kind", (since, math.inf if until is None else until))
-        return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
-
-    def recent_events(self, limit: int = 50, since: float | None = None) -> list[Event]:
-        """The newest events first (at most `limit`, none older than `since`); `ts` is the event's own
-        time or, when the line had none, when it was stored."""
-        rows = self._query(f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? ORDER BY at DESC, rowid DESC "
-                           "LIMIT ?", (-math.inf if since is None else since, limit))
-        return [_event(row) for row in rows]
-
-    def _distinct(self, table: str, column: str) -> list[str]:
-        # A loose index scan: one index seek per distinct value instead of reading every row.
-        rows = self._query(f"WITH RECURSIVE d(v) AS (SELECT min({column}) FROM {table} UNION ALL "
-                           f"SELECT (SELECT min({column}) FROM {table} WHERE {column} > d.v) FROM d "
-                           f"WHERE d.v IS NOT NULL) SELECT v FROM d WHERE v IS NOT NULL", ())
-        return [str(row[0]) for row in rows]
-
-    def latest_stats(self, source: str | None = None) -> dict[str, ServerStats]:
-        """The newest load sample of each source (or of one), by source."""
-        sources = [source] if source is not None else self._distinct("server_stats", "source")
-        out: dict[str, ServerStats] = {}
-        for name in sources:
-            rows = self._query(f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE source = ? "
-                               "ORDER BY at DESC, rowid DESC LIMIT 1", (name,))
-            if rows:
-                out[name] = _stats(rows[0])
-        return out
-
-    def window_stats(self, since: float, until: float | None = None, source: str | None = None) -> list[ServerStats]:
-        """Load samples with `since <= at < until`, oldest first (one source or all), for the advisor."""
-        sql = f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE at >= ? AND at < ?"
-        params: tuple[Any, ...] = (since, math.inf if until is None else until)
-        if source is not None:
-            sql, params = sql + " AND source = ?", (*params, source)
-        return [_stats(row) for row in self._query(sql + " ORDER BY at, rowid", params)]
-
-    def latest_facts(self, source: str | None = None) -> dict[str, dict[str, float | str]]:
-        """The newest value of every capacity fact: source → name → value (kept however old)."""
-        sql = "SELECT source, name, value FROM facts_latest"
-        params: tuple[str, ...] = ()
-        if source is not None:
-            sql, params = sql + " WHERE source = ?", (source,)
-        out: dict[str, dict[str, float | str]] = {}
-        for row in self._query(sql + " ORDER BY source, name", params):
-            out.setdefault(row[0], {})[row[1]] = row[2]
-        return out
-
-    def latest_gpu_samples(self) -> list[GpuSample]:
-        """The newest sample of every GPU ever seen (by uuid), in NVML index order."""
-        out: list[GpuSample] = []
-        for uuid in self._distinct("gpu_samples", "uuid"):
-            rows = self._query(f"SELECT {_GPU_COLUMNS} FROM gpu_samples WHERE uuid = ? ORDER BY ts DESC LIMIT 1",
-                               (uuid,))
-            out.extend(GpuSample(*row) for row in rows)
-        return sorted(out, key=lambda s: (s.gpu, s.uuid))
-
-    def latest_gpu_processes(self) -> list[GpuProcessSample]:
-        """The processes of each GPU's newest process poll (the engine's own share of the card)."""
-        out: list[GpuProcessSample] = []
-        for uuid in self._distinct("gpu_process_samples", "uuid"):
-            out.extend(GpuProcessSample(*row) for row in self._query(
-                "SELECT ts, gpu, uuid, pid, used_memory_bytes FROM gpu_process_samples WHERE uuid = ? AND ts = "
-                "(SELECT max(ts) FROM gpu_process_samples WHERE uuid = ?) ORDER BY pid", (uuid, uuid)))
-        return sorted(out, key=lambda p: (p.gpu, p.pid))
-
     def db_bytes(self) -> int:
         """The main database file's size (page_count × page_size; the -wal file is bounded apart)."""
         return self._pragma("page_count") * self._pragma("page_size")
@@ -618,6 +413,10 @@ class Store:
 
     def _pragma(self, name: str) -> int:
         return int(self._query(f"PRAGMA {name}", ())[0][0])
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of one read statement; a failure is a StoreError naming the file (queries.py reads here)."""
+        return self._query(sql, params)
 
     def _query(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         try:

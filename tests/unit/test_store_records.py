@@ -23,6 +23,7 @@ from agent.records import (
     ServerStats,
     Severity,
 )
+from agent.sinks.queries import Queries
 from agent.sinks.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 ROOT = Path(__file__).parent.parent.parent
@@ -54,11 +55,11 @@ def test_a_mixed_batch_is_stored_and_read_back(tmp_path: Path) -> None:
         assert result.inserted == 7
         assert result.new_events == (event(0, fields_n=1), xid)
         assert result.event_counts() == {("vllm", "vllm", "oom"): 1, ("nvml", "nvml", "xid"): 1}
-        assert store.recent_events(10) == [event(0, fields_n=1), xid]
-        assert store.latest_stats() == {"vllm": stats(100.0, 10)}
-        assert store.latest_facts() == {"vllm": {"kv_cache_tokens": 176240.0, "model": "Qwen"}}
-        assert store.latest_gpu_samples() == [gpu(100.0)]
-        assert store.latest_gpu_processes() == [GpuProcessSample(100.0, 0, "GPU-0", 4242, 8)]
+        assert Queries(store).recent_events(10) == [event(0, fields_n=1), xid]
+        assert Queries(store).latest_stats() == {"vllm": stats(100.0, 10)}
+        assert Queries(store).latest_facts() == {"vllm": {"kv_cache_tokens": 176240.0, "model": "Qwen"}}
+        assert Queries(store).latest_gpu_samples() == [gpu(100.0)]
+        assert Queries(store).latest_gpu_processes() == [GpuProcessSample(100.0, 0, "GPU-0", 4242, 8)]
     with sqlite3.connect(tmp_path / "agent.db") as conn:  # enums as their lowercase values, fields as JSON
         assert conn.execute("SELECT server, kind, severity, phase, fields FROM events WHERE gpu = 1").fetchone() == (
             "nvml", "xid", "critical", "runtime", '{"gpu":1,"uuid":"GPU-1","xid":79}')
@@ -77,8 +78,8 @@ def test_a_replay_inserts_nothing_twice_and_counts_nothing(store: Store) -> None
 def test_records_without_a_time_are_keyed_without_it_and_dated_by_the_commit(store: Store) -> None:
     assert store.commit([event(7, ts=None), stats(None, 7)], now=500.0).inserted == 2
     assert store.commit([event(7, ts=None), stats(None, 7)], now=900.0).inserted == 0  # a replay after a restart
-    assert [e.ts for e in store.recent_events()] == [500.0]  # read back with when it was stored
-    assert [s.ts for s in store.window_stats(0.0)] == [500.0]
+    assert [e.ts for e in Queries(store).recent_events()] == [500.0]  # read back with when it was stored
+    assert [s.ts for s in Queries(store).window_stats(0.0)] == [500.0]
 
 
 def test_the_same_offset_in_a_rotated_file_is_a_new_record_when_its_time_differs(store: Store) -> None:
@@ -96,20 +97,20 @@ def test_events_from_no_file_are_told_apart_by_gpu_and_message(store: Store) -> 
 def test_latest_fact_is_the_newest_by_time_not_the_last_written(store: Store) -> None:
     store.commit([CapacityFact(200.0, "vllm", "max_num_seqs", 64.0)])
     store.commit([CapacityFact(100.0, "vllm", "max_num_seqs", 256.0)])  # an old line read again later
-    assert store.latest_facts("vllm") == {"vllm": {"max_num_seqs": 64.0}}
-    assert store.latest_facts("other") == {}
+    assert Queries(store).latest_facts("vllm") == {"vllm": {"max_num_seqs": 64.0}}
+    assert Queries(store).latest_facts("other") == {}
 
 
 def test_queries_filter_by_time_and_source(store: Store) -> None:
     store.commit([stats(float(t), t, source=s, running=t) for t in range(10) for s in ("a", "b")]
                  + [event(t, ts=float(t)) for t in range(10)])
-    assert [s.running for s in store.window_stats(3.0, 6.0, source="a")] == [3, 4, 5]
-    assert {k: v.running for k, v in store.latest_stats().items()} == {"a": 9, "b": 9}
-    assert list(store.latest_stats("b")) == ["b"]
-    assert [e.offset for e in store.recent_events(3)] == [9, 8, 7]
-    assert [e.offset for e in store.recent_events(100, since=8.0)] == [9, 8]
-    assert store.event_counts(2.0, 5.0) == {("vllm", "vllm", "oom"): 3}
-    assert store.event_totals() == {("vllm", "vllm", "oom"): 10}
+    assert [s.running for s in Queries(store).window_stats(3.0, 6.0, source="a")] == [3, 4, 5]
+    assert {k: v.running for k, v in Queries(store).latest_stats().items()} == {"a": 9, "b": 9}
+    assert list(Queries(store).latest_stats("b")) == ["b"]
+    assert [e.offset for e in Queries(store).recent_events(3)] == [9, 8, 7]
+    assert [e.offset for e in Queries(store).recent_events(100, since=8.0)] == [9, 8]
+    assert Queries(store).event_counts(2.0, 5.0) == {("vllm", "vllm", "oom"): 3}
+    assert Queries(store).event_totals() == {("vllm", "vllm", "oom"): 10}
 
 
 def test_totals_survive_a_reopen_and_events_bump_their_own(tmp_path: Path) -> None:
@@ -122,15 +123,15 @@ def test_totals_survive_a_reopen_and_events_bump_their_own(tmp_path: Path) -> No
                                        ("events_total", ("vllm", "vllm", "oom")): 2.0}
 
 
-def test_custom_event_counters_run_in_the_commit(tmp_path: Path) -> None:
-    def by_gpu(e: Event) -> list[tuple[str, tuple[str, ...]]]:
-        return [("xid_errors_total", (str(e.fields["gpu"]), str(e.fields["xid"])))] if e.kind is EventKind.XID else []
-    with Store.open(tmp_path / "a.db", event_counters=by_gpu) as store:
+def test_xid_counters_move_in_the_commit_once_per_new_event(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "a.db") as store:
         x = Event(5.0, "nvml", Server.NVML, EventKind.XID, Severity.ERROR, Phase.RUNTIME, "Xid 79",
                   {"gpu": 0, "xid": 79})
         store.commit([x, event(0)])
         store.commit([x])
-        assert store.load_totals() == {("xid_errors_total", ("0", "79")): 1.0}
+        assert store.load_totals() == {("gpu_xid_errors_total", ("0", "79")): 1.0,
+                                       ("events_total", ("nvml", "nvml", "xid")): 1.0,
+                                       ("events_total", ("vllm", "vllm", "oom")): 1.0}
 
 
 def test_retention_by_age_prunes_oldest_first_in_batches_and_keeps_cursors_totals_facts(tmp_path: Path) -> None:
@@ -142,8 +143,8 @@ def test_retention_by_age_prunes_oldest_first_in_batches_and_keeps_cursors_total
         assert store.prune(day + 5.5) == 7  # 13 rows are older than a day (6 stats + 6 samples + 1 fact)
         assert store.prune(day + 5.5) == 6
         assert store.prune(day + 5.5) == 0
-        assert [s.ts for s in store.window_stats(0.0)] == [6.0, 7.0, 8.0, 9.0, day + 50]
-        assert store.latest_facts() == {"vllm": {"gpu_blocks": 5.0}}
+        assert [s.ts for s in Queries(store).window_stats(0.0)] == [6.0, 7.0, 8.0, 9.0, day + 50]
+        assert Queries(store).latest_facts() == {"vllm": {"gpu_blocks": 5.0}}
         assert store.load_totals() == {("x", ()): 1.0}
 
 
@@ -155,7 +156,7 @@ def test_retention_by_size_prunes_until_the_live_data_fits(tmp_path: Path) -> No
         while store.prune(1e9) and rounds < 100:
             rounds += 1
         assert store.used_bytes() <= 1_000_000 and rounds > 1
-        left = store.window_stats(0.0)
+        left = Queries(store).window_stats(0.0)
         assert 4_000 < len(left) < 8_000  # about what a megabyte holds: not everything went
         assert left[-1].ts == 19_999.0 and left[0].ts == 20_000 - len(left)  # the oldest went
 
@@ -175,7 +176,7 @@ def test_a_readonly_store_reads_and_refuses_to_write(tmp_path: Path) -> None:
     with Store.open(db) as store:
         store.commit([event(0)])
     with Store.open_readonly(db) as reader:
-        assert reader.event_totals() == {("vllm", "vllm", "oom"): 1}
+        assert Queries(reader).event_totals() == {("vllm", "vllm", "oom"): 1}
         assert reader.db_bytes() > 0
         with pytest.raises(StoreError, match="cannot write"):
             reader.commit([event(1)])
@@ -221,7 +222,7 @@ def test_a_reader_in_another_process_never_blocks_the_writer_and_vice_versa(tmp_
         writer_proc = _hold("write", db)  # another writer holding an uncommitted insert
         try:
             with Store.open_readonly(db, busy_timeout_ms=0) as reader:
-                assert len(reader.window_stats(0.0)) == 2  # reads the last committed state at once
+                assert len(Queries(reader).window_stats(0.0)) == 2  # reads the last committed state at once
         finally:
             writer_proc.communicate("go\n")
         assert reader_proc.returncode == 0 and writer_proc.returncode == 0

@@ -15,6 +15,7 @@ import pytest
 
 from agent.errors import StoreError
 from agent.records import CapacityFact, Cursor, Event, EventKind, Phase, Server, Severity
+from agent.sinks.queries import Queries
 from agent.sinks.store import Store
 from agent.sinks.writer import ResilientWriter
 
@@ -37,7 +38,7 @@ def batch(start: int, n: int) -> tuple[list[object], list[Cursor]]:
 
 def stored_offsets(db: Path) -> list[int]:
     with Store.open_readonly(db) as store:
-        return sorted(e.offset or 0 for e in store.recent_events(100_000))
+        return sorted(e.offset or 0 for e in Queries(store).recent_events(100_000))
 
 
 def stored_cursor(db: Path) -> int:

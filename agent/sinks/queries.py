@@ -1,0 +1,203 @@
+"""The store's read side: windows, latest values, percentiles and timelines that status, advisor and report share.
+
+Read-only by construction: it only runs SELECTs through `Store.query`, so it can sit on a read-only
+connection (`Store.open_readonly`, a copied database, the daemon's own) and never blocks the writer.
+Times are `at` (the record's own time, or when it was stored when the line had none).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent.records import (
+    Direction,
+    Event,
+    EventKind,
+    Finding,
+    GpuProcessSample,
+    GpuSample,
+    Knob,
+    LoadStep,
+    Phase,
+    Server,
+    ServerStats,
+    Severity,
+)
+from agent.sinks.rows import LOAD_STEP_COLUMNS
+from agent.sinks.store import Store
+
+_EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
+_STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "
+                  "prefix_hit_ratio, preemptions, kv_used_tokens, path, offset")
+_GPU_COLUMNS = ("ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, memory_reserved_bytes, memory_free_bytes, "
+                "memory_used_bytes, utilization_gpu_ratio, utilization_memory_ratio, temperature_celsius, "
+                "power_watts, power_limit_watts")
+
+
+def _event(row: Sequence[Any]) -> Event:
+    # Readers get the best-known time: the record's own, else when the agent stored it.
+    ts = row[1] if row[0] is None else row[0]
+    return Event(ts, row[2], Server(row[3]), EventKind(row[4]), Severity(row[5]), Phase(row[6]), row[7],
+                 json.loads(row[8]), row[9], row[10])
+
+
+def _stats(row: Sequence[Any]) -> ServerStats:
+    ts = row[1] if row[0] is None else row[0]
+    return ServerStats(ts, row[2], Server(row[3]), *row[4:])
+
+
+
+
+@dataclass(frozen=True)
+class KindTimeline:
+    """One event kind over a window: how many, the first and the last (their times and messages)."""
+
+    kind: str
+    count: int
+    first_ts: float
+    last_ts: float
+    first_message: str
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The `q` quantile (0–1) of `values`, linear between the nearest ranks (numpy's default); None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = q * (len(ordered) - 1)
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+class Queries:
+    """Read queries over one open store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def event_totals(self) -> dict[tuple[str, str, str], int]:
+        """Stored events by (source, server, kind) — what retention has left, not a counter."""
+        rows = self._store.query("SELECT source, server, kind, count(*) FROM events GROUP BY source, server, kind", ())
+        return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
+
+    def event_counts(self, since: float, until: float | None = None) -> dict[tuple[str, str, str], int]:
+        """Events by (source, server, kind) with `since <= at < until`, for the advisor's windows."""
+        rows = self._store.query("SELECT source, server, kind, count(*) FROM events WHERE at >= ? AND at < ? "
+                           "GROUP BY source, server, kind", (since, math.inf if until is None else until))
+        return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
+
+    def recent_events(self, limit: int = 50, since: float | None = None) -> list[Event]:
+        """The newest events first (at most `limit`, none older than `since`); `ts` is the event's own
+        time or, when the line had none, when it was stored."""
+        rows = self._store.query(f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? ORDER BY at DESC, rowid DESC "
+                           "LIMIT ?", (-math.inf if since is None else since, limit))
+        return [_event(row) for row in rows]
+
+    def _distinct(self, table: str, column: str) -> list[str]:
+        # A loose index scan: one index seek per distinct value instead of reading every row.
+        rows = self._store.query(f"WITH RECURSIVE d(v) AS (SELECT min({column}) FROM {table} UNION ALL "
+                           f"SELECT (SELECT min({column}) FROM {table} WHERE {column} > d.v) FROM d "
+                           f"WHERE d.v IS NOT NULL) SELECT v FROM d WHERE v IS NOT NULL", ())
+        return [str(row[0]) for row in rows]
+
+    def latest_stats(self, source: str | None = None) -> dict[str, ServerStats]:
+        """The newest load sample of each source (or of one), by source."""
+        sources = [source] if source is not None else self._distinct("server_stats", "source")
+        out: dict[str, ServerStats] = {}
+        for name in sources:
+            rows = self._store.query(f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE source = ? "
+                               "ORDER BY at DESC, rowid DESC LIMIT 1", (name,))
+            if rows:
+                out[name] = _stats(rows[0])
+        return out
+
+    def window_stats(self, since: float, until: float | None = None, source: str | None = None) -> list[ServerStats]:
+        """Load samples with `since <= at < until`, oldest first (one source or all), for the advisor."""
+        sql = f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE at >= ? AND at < ?"
+        params: tuple[Any, ...] = (since, math.inf if until is None else until)
+        if source is not None:
+            sql, params = sql + " AND source = ?", (*params, source)
+        return [_stats(row) for row in self._store.query(sql + " ORDER BY at, rowid", params)]
+
+    def latest_facts(self, source: str | None = None) -> dict[str, dict[str, float | str]]:
+        """The newest value of every capacity fact: source → name → value (kept however old)."""
+        sql = "SELECT source, name, value FROM facts_latest"
+        params: tuple[str, ...] = ()
+        if source is not None:
+            sql, params = sql + " WHERE source = ?", (source,)
+        out: dict[str, dict[str, float | str]] = {}
+        for row in self._store.query(sql + " ORDER BY source, name", params):
+            out.setdefault(row[0], {})[row[1]] = row[2]
+        return out
+
+    def latest_gpu_samples(self) -> list[GpuSample]:
+        """The newest sample of every GPU ever seen (by uuid), in NVML index order."""
+        out: list[GpuSample] = []
+        for uuid in self._distinct("gpu_samples", "uuid"):
+            rows = self._store.query(f"SELECT {_GPU_COLUMNS} FROM gpu_samples WHERE uuid = ? ORDER BY ts DESC LIMIT 1",
+                               (uuid,))
+            out.extend(GpuSample(*row) for row in rows)
+        return sorted(out, key=lambda s: (s.gpu, s.uuid))
+
+    def latest_gpu_processes(self) -> list[GpuProcessSample]:
+        """The processes of each GPU's newest process poll (the engine's own share of the card)."""
+        out: list[GpuProcessSample] = []
+        for uuid in self._distinct("gpu_process_samples", "uuid"):
+            out.extend(GpuProcessSample(*row) for row in self._store.query(
+                "SELECT ts, gpu, uuid, pid, used_memory_bytes FROM gpu_process_samples WHERE uuid = ? AND ts = "
+                "(SELECT max(ts) FROM gpu_process_samples WHERE uuid = ?) ORDER BY pid", (uuid, uuid)))
+        return sorted(out, key=lambda p: (p.gpu, p.pid))
+
+
+    def event_timeline(self, since: float, until: float | None = None,
+                       source: str | None = None) -> list[KindTimeline]:
+        """Per event kind in the window: count, first and last time, and the first one's message."""
+        sql = ("SELECT kind, count(*), min(at), max(at), (SELECT message FROM events f WHERE f.kind = e.kind AND "
+               "f.at >= ?1 AND f.at < ?2 AND (?3 IS NULL OR f.source = ?3) ORDER BY at, rowid LIMIT 1) "
+               "FROM events e WHERE at >= ?1 AND at < ?2 AND (?3 IS NULL OR source = ?3) GROUP BY kind "
+               "ORDER BY min(at)")
+        rows = self._store.query(sql, (since, math.inf if until is None else until, source))
+        return [KindTimeline(str(r[0]), int(r[1]), float(r[2]), float(r[3]), str(r[4])) for r in rows]
+
+    def sources(self) -> list[str]:
+        """Every engine instance that has stored load samples, events or facts."""
+        names = set(self._distinct("server_stats", "source")) | set(self._distinct("events", "source"))
+        names |= {str(r[0]) for r in self._store.query("SELECT DISTINCT source FROM facts_latest")}
+        return sorted(names)
+
+    def findings(self, since: float | None = None, *, active_only: bool = False) -> list[Finding]:
+        """Stored findings (a finding's history: activation, changes, clearing), oldest first."""
+        sql = ("SELECT ts, since, rule, engine, severity, message, knob, direction, current, recommended, "
+               "evidence, arithmetic, window_seconds, active FROM findings WHERE ts >= ?")
+        rows = self._store.query(sql + " ORDER BY ts, rowid", (-math.inf if since is None else since,))
+        out = [_finding(r) for r in rows]
+        if not active_only:
+            return out
+        latest: dict[tuple[str, str], Finding] = {}
+        for f in out:
+            latest[(f.rule, f.engine)] = f
+        return [f for f in latest.values() if f.active]
+
+    def load_steps(self, since: float | None = None) -> list[LoadStep]:
+        """Stored load-test levels, by run and level."""
+        rows = self._store.query(f"SELECT {', '.join(LOAD_STEP_COLUMNS)} FROM load_steps WHERE started >= ? "
+                                 "ORDER BY started, level", (-math.inf if since is None else since,))
+        out: list[LoadStep] = []
+        for row in rows:
+            values: dict[str, Any] = dict(zip(LOAD_STEP_COLUMNS, row, strict=True))
+            values["errors"] = json.loads(values["errors"])
+            values["broke"] = bool(values["broke"])
+            out.append(LoadStep(**values))
+        return out
+
+
+def _finding(row: Sequence[Any]) -> Finding:
+    return Finding(ts=row[0], since=row[1], rule=row[2], engine=row[3], severity=Severity(row[4]), message=row[5],
+                   knob=Knob(row[6]) if row[6] else None, direction=Direction(row[7]) if row[7] else None,
+                   current=row[8], recommended=row[9], evidence=json.loads(row[10]), arithmetic=row[11],
+                   window_seconds=row[12], active=bool(row[13]))
