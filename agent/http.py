@@ -110,9 +110,12 @@ class AsyncClient:
 
 async def _body(response: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -> bytes:
     """The whole body, refused past `limit` (a wrong URL serving a file must not fill memory)."""
-    if response.content_length is not None and response.content_length > limit:
+    # Content-Length counts the bytes on the wire: with a Content-Encoding (prometheus_client gzips
+    # /metrics for any client that accepts it, and aiohttp accepts and inflates it) there are more.
+    exact = response.content_length is not None and "Content-Encoding" not in response.headers
+    if exact and response.content_length is not None and response.content_length > limit:
         raise HttpBodyTooLargeError(f"response larger than {limit} bytes")
-    if response.content_length is not None:
+    if exact and response.content_length is not None:
         return await response.content.readexactly(response.content_length)
     parts: list[bytes] = []
     size = 0

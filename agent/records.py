@@ -159,6 +159,7 @@ class Event:
     fields: Mapping[str, FieldValue] = field(default_factory=dict)
     path: str | None = None
     offset: int | None = None
+    file_key: str | None = None  # the identity of the file incarnation (LogLine.file_key): with offset, the key
 
 
 class ServerStats(NamedTuple):
@@ -186,6 +187,7 @@ class ServerStats(NamedTuple):
     kv_used_tokens: int | None = None
     path: str | None = None
     offset: int | None = None
+    file_key: str | None = None
 
 
 Record = Event | ServerStats | CapacityFact

@@ -39,7 +39,7 @@ from agent.sinks.writer import ResilientWriter
 from agent.sources.journal import JournalSource
 from agent.sources.nvml import GpuPoller
 from agent.sources.scrape import Scraper
-from agent.sources.tailer import FileTailer
+from agent.sources.tailer import FileTailer, store_files
 from agent.sources.wake import Waker
 from parsers import make_parser
 
@@ -53,7 +53,7 @@ QUIET_FLUSH_SECONDS = 1.0
 # SourceStats counters → the restart-safe counter each one feeds.
 _SOURCE_COUNTERS = {attr: f"source_{attr}" for attr in (
     "lines_total", "bytes_total", "rotations_total", "truncations_total", "read_errors_total",
-    "partial_flushes_total", "invalid_utf8_total", "truncated_lines_total", "framing_errors_total",
+    "partial_flushes_total", "invalid_utf8_total", "truncated_lines_total", "framing_errors_total", "emfile_total",
     "restarts_total")}
 
 
@@ -130,7 +130,8 @@ class Daemon:
         if section.format == "journald":
             reader = JournalSource.from_section(section, store.journal_cursor(name))
         else:
-            reader = FileTailer.from_section(section, store.cursors(name))
+            # never the agent's own database: reading it would feed the agent its own writes
+            reader = FileTailer.from_section(section, store.cursors(name), store_files(self.config.store.path))
         server = section.server
         if section.format == "journald" and section.kernel and server is Server.AUTO:
             server = Server.KERNEL
@@ -172,7 +173,7 @@ class Daemon:
             if batch.lines:
                 src.last_line_at, src.flushed = now, False
             elif not src.flushed and now - src.last_line_at >= QUIET_FLUSH_SECONDS:
-                intake.records.extend(src.parser.flush())
+                intake.records.extend(src.flush())
                 src.flushed = True
             intake.cursors.extend(src.persistable(batch.cursors))
             intake.expired.extend(batch.expired)
@@ -299,7 +300,7 @@ class Daemon:
                 fresh = batch.cursors
             else:
                 src.reader.close()
-            records.extend(src.parser.flush())
+            records.extend(src.flush())
             cursors.extend(src.persistable(fresh))  # nothing is held any more: the true cursors
         self._commit(records, cursors, (), now)
         self._sources = None

@@ -11,10 +11,22 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from agent.config import SourceSection
-from agent.records import CapacityFact, Cursor, GpuProcessSample, GpuSample, JournalCursor, LogLine, Record, ServerStats
+from agent.records import (
+    CapacityFact,
+    Cursor,
+    Event,
+    GpuProcessSample,
+    GpuSample,
+    JournalCursor,
+    LogLine,
+    Record,
+    ServerStats,
+)
 from agent.sources.journal import JournalSource
 from agent.sources.tailer import FileTailer
 from parsers import Parser
+
+MAX_REMEMBERED_FILES = 1000  # file incarnations whose path a stream remembers (rotations since it started)
 
 
 @dataclass
@@ -24,7 +36,7 @@ class LogStream:
     parser: Parser
     last_line_at: float = 0.0
     flushed: bool = True
-    file_keys: dict[str, str] = field(default_factory=dict)  # path → file_key of the lines fed from it
+    paths: dict[str, str] = field(default_factory=dict)  # file_key → the path its lines were read under
     held_back: dict[str, Cursor] = field(default_factory=dict)  # file_key → true cursor not yet persisted
 
     @property
@@ -32,11 +44,32 @@ class LogStream:
         return self.section.source_name()
 
     def feed(self, lines: Iterable[LogLine]) -> list[Record]:
+        """Parse lines. The parser is told each line's file identity (`file_key`) as its location, so what
+        it holds back and what it emits is tied to that file incarnation, never to a name that rotation
+        gives to the next file; records leave with both the path (for people) and the file key (the key)."""
         records: list[Record] = []
         for line in lines:
-            records.extend(self.parser.feed(line.text, line.ts, line.path, line.offset))
-            self.file_keys[line.path] = line.file_key
+            where = line.path
+            if line.file_key:
+                self.paths[line.file_key] = line.path
+                where = line.file_key
+            records.extend(self._locate(r) for r in self.parser.feed(line.text, line.ts, where, line.offset))
+        if len(self.paths) > MAX_REMEMBERED_FILES:
+            held = set(self.parser.held_offsets())
+            recent = dict(list(self.paths.items())[-(MAX_REMEMBERED_FILES // 2):])
+            self.paths = {k: p for k, p in self.paths.items() if k in held} | recent
         return records
+
+    def flush(self) -> list[Record]:
+        """What the parser still holds (an open traceback), located like `feed`'s records."""
+        return [self._locate(r) for r in self.parser.flush()]
+
+    def _locate(self, record: Record) -> Record:
+        if isinstance(record, Event) and record.path in self.paths:
+            return replace(record, path=self.paths[record.path], file_key=record.path)
+        if isinstance(record, ServerStats) and record.path in self.paths:
+            return record._replace(path=self.paths[record.path], file_key=record.path)
+        return record
 
     def persistable(self, fresh: Iterable[Cursor | JournalCursor]) -> list[Cursor | JournalCursor]:
         """The cursors to commit now: never past the first line of something the parser still holds.
@@ -52,12 +85,13 @@ class LogStream:
                 pending[cursor.file_key] = cursor
             else:
                 out.append(cursor)
-        limits = {self.file_keys.get(path): offset for path, offset in self.parser.held_offsets().items()}
+        limits = self.parser.held_offsets()  # by file_key (what `feed` gave the parser as the location)
         self.held_back = {}
         for key, cursor in pending.items():
             limit = limits.get(key)
             if limit is not None and limit < cursor.offset:
-                out.append(replace(cursor, offset=limit))
+                # (`near` fingerprints the bytes before the true offset, not these: leave it out)
+                out.append(replace(cursor, offset=limit, near=""))
                 self.held_back[key] = cursor
             else:
                 out.append(cursor)

@@ -19,7 +19,6 @@ from agent.records import (
     GpuProcessSample,
     GpuSample,
     LoadStep,
-    LogLine,
     ServerStats,
 )
 
@@ -29,16 +28,10 @@ def _gpu_of(fields: Mapping[str, object]) -> int | None:
     return gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None
 
 
-def _line_row(line: LogLine, now: float) -> tuple[Any, ...]:
-    # Lines from a source without file identity fall back to the path, which is then their only key.
-    return (line.file_key or line.path, line.offset, line.source, line.path, line.text, line.ts, line.stream,
-            int(line.truncated))
-
-
 def _event_row(e: Event, now: float) -> tuple[Any, ...]:
     return (now if e.ts is None else e.ts, e.ts, e.source, e.server.value, e.kind.value, e.severity.value,
             e.phase.value, e.message, json.dumps(dict(e.fields), sort_keys=True, separators=(",", ":"), default=str),
-            e.path, e.offset, _gpu_of(e.fields))
+            e.path, e.offset, _gpu_of(e.fields), e.file_key or None)
 
 
 def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
@@ -87,13 +80,12 @@ class Table(NamedTuple):
 
 # record type → how to store it. `commit` takes a mixed batch of any type registered here.
 TABLES: dict[type, Table] = {
-    LogLine: Table("INSERT OR IGNORE INTO lines (file_key, offset, source, path, text, ts, stream, truncated) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _line_row),
     Event: Table("INSERT OR IGNORE INTO events (at, ts, source, server, kind, severity, phase, message, fields, "
-                  "path, offset, gpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _event_row),
+                  "path, offset, gpu, file_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _event_row),
     ServerStats: Table("INSERT OR IGNORE INTO server_stats (at, ts, source, server, running, waiting, swapped, "
                         "kv_usage_ratio, prompt_tps, gen_tps, prefix_hit_ratio, preemptions, kv_used_tokens, "
-                        "path, offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _stats_row),
+                        "path, offset, file_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        _stats_row),
     CapacityFact: Table(
         "INSERT OR IGNORE INTO capacity_facts (at, ts, source, name, value) VALUES (?, ?, ?, ?, ?)", _fact_row,
         # The newest by time wins, so a replay of old lines never turns the latest value back.

@@ -80,8 +80,31 @@ CREATE INDEX load_steps_started ON load_steps (started);
 """),
 )
 
+MIGRATIONS += (
+    # A record from a file is keyed by the file's identity (the tailer's file_key: device, inode and first
+    # bytes, one per incarnation) and its offset, never by the file's name: names repeat offsets after every
+    # rotation, and second-resolution stamps of two files started in one second collide. Rows written
+    # before (file_key NULL) keep their old key. The cursor gains `near`, a fingerprint of the bytes before
+    # it (a file rewritten in place past the cursor keeps its first bytes, not these). The raw `lines`
+    # table, which only tests read, goes: raw lines may hold prompts.
+    ("0004_file_identity_keys", """
+DROP TABLE lines;
+ALTER TABLE cursors ADD COLUMN near TEXT NOT NULL DEFAULT '';
+ALTER TABLE events ADD COLUMN file_key TEXT;
+DROP INDEX events_key;
+CREATE UNIQUE INDEX events_key ON events (source, kind, coalesce(file_key, ''), coalesce(offset, -1),
+    CASE WHEN file_key IS NULL THEN coalesce(ts, -1) ELSE 0 END,
+    CASE WHEN file_key IS NULL THEN coalesce(path, '') ELSE '' END, coalesce(gpu, -1),
+    CASE WHEN path IS NULL AND file_key IS NULL THEN message ELSE '' END);
+ALTER TABLE server_stats ADD COLUMN file_key TEXT;
+DROP INDEX server_stats_key;
+CREATE UNIQUE INDEX server_stats_key ON server_stats (source, coalesce(file_key, ''),
+    CASE WHEN file_key IS NULL THEN coalesce(path, '') ELSE '' END, coalesce(offset, -1),
+    CASE WHEN file_key IS NULL THEN coalesce(ts, -1) ELSE 0 END);
+"""),
+)
+
 # Time-series tables retention prunes, with their time column. Cursors, totals and facts_latest are
-# never pruned (they are small and bounded by the number of files, metrics and facts); `lines` is not
-# written by the daemon.
+# never pruned (they are small and bounded by the number of files, metrics and facts).
 PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("gpu_samples", "ts"),
           ("gpu_process_samples", "ts"), ("findings", "ts"), ("load_steps", "started"))

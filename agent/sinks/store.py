@@ -8,12 +8,12 @@ counters built from it never count a replay.
 
 Tables (docs/store.md has the full schema): `events`, `server_stats`, `capacity_facts` (history) with
 `facts_latest` (the newest value per source and name, never pruned: start-up facts are printed once),
-`gpu_samples`, `gpu_process_samples`, `totals` (restart-safe counters), `cursors`, `journal_cursors`,
-and `lines`, the raw-line journal kept for exactly-once tests and `scan` replays. **The daemon never
-writes `lines`**: raw lines may hold prompts, and only redacted events leave the parsers.
+`gpu_samples`, `gpu_process_samples`, `totals` (restart-safe counters), `cursors` and `journal_cursors`.
+Raw lines are never stored (they may hold prompts): only redacted records leave the parsers.
 
-Each time-series row has `ts` (the record's own time, NULL when the line carried none, part of the key)
-and `at` (`ts`, or the commit's clock when `ts` is NULL) on which windows and retention work.
+A record from a file is keyed by the file's identity (`file_key`) and the offset of its first line,
+never by the file's name. Each time-series row has `ts` (the record's own time, NULL when the line
+carried none) and `at` (`ts`, or the commit's clock when `ts` is NULL) on which windows and retention work.
 
 WAL with synchronous=NORMAL is durable across process crashes (what the agent must survive); a power
 loss may drop the last transactions, and then records and cursors go back together, still consistent.
@@ -28,7 +28,7 @@ import math
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,6 @@ from agent.records import (
     Event,
     EventKind,
     JournalCursor,
-    LogLine,
     StoredRecord,
 )
 from agent.sinks.rows import TABLES
@@ -323,9 +322,9 @@ class Store:
                          (cursor.source, cursor.cursor))
             return
         conn.execute("INSERT OR REPLACE INTO cursors (source, file_key, path, dev, inode, fingerprint, offset, "
-                     "seen_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                     "seen_seconds, near) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                      (cursor.source, cursor.file_key, cursor.path, cursor.dev, cursor.inode, cursor.fingerprint,
-                      cursor.offset, cursor.seen_seconds))
+                      cursor.offset, cursor.seen_seconds, cursor.near))
 
     def prune(self, now: float) -> int:
         """Delete at most `prune_batch_rows` time-series rows, oldest first; return how many went.
@@ -380,7 +379,7 @@ class Store:
 
     def cursors(self, source: str) -> list[Cursor]:
         """Every stored file cursor of one source."""
-        rows = self._query("SELECT source, path, dev, inode, fingerprint, offset, file_key, seen_seconds "
+        rows = self._query("SELECT source, path, dev, inode, fingerprint, offset, file_key, seen_seconds, near "
                            "FROM cursors WHERE source = ? ORDER BY seen_seconds", (source,))
         return [Cursor(*row) for row in rows]
 
@@ -388,15 +387,6 @@ class Store:
         """The journald cursor a journal source resumes after, None before its first entry."""
         rows = self._query("SELECT cursor FROM journal_cursors WHERE source = ?", (source,))
         return str(rows[0][0]) if rows else None
-
-    def lines(self, source: str | None = None) -> Iterator[LogLine]:
-        """Stored lines in insertion order (for verification, replays and tests)."""
-        sql = "SELECT source, path, offset, text, ts, stream, truncated, file_key FROM lines"
-        params: tuple[Any, ...] = ()
-        if source is not None:
-            sql, params = sql + " WHERE source = ?", (source,)
-        for row in self._db.execute(sql + " ORDER BY rowid", params):
-            yield LogLine(row[0], row[1], row[2], row[3], row[4], row[5], bool(row[6]), row[7])
 
     def load_totals(self) -> dict[TotalsKey, float]:
         """Every stored counter: (metric, labels) → value, to seed the in-memory counters after a restart."""

@@ -10,12 +10,18 @@ from pathlib import Path
 import pytest
 
 from agent.errors import StoreError
-from agent.records import Cursor, JournalCursor, LogLine
+from agent.records import Cursor, Event, EventKind, JournalCursor, Phase, Server, Severity
 from agent.sinks.store import SCHEMA_VERSION, Store
 
 
-def line(offset: int, text: str = "x", key: str = "1:2:ab") -> LogLine:
-    return LogLine("src", "/var/log/a.log", offset, text, None, None, False, key)
+def line(offset: int, text: str = "x", key: str = "1:2:ab", path: str = "/var/log/a.log") -> Event:
+    """The record made from the line at `offset` of file incarnation `key` (its text as the message)."""
+    return Event(None, "src", Server.VLLM, EventKind.HTTP_503, Severity.WARNING, Phase.ADMISSION, text, {}, path,
+                 offset, key)
+
+
+def texts(store: Store) -> list[str]:
+    return [row[0] for row in store._query("SELECT message FROM events ORDER BY rowid", ())]
 
 
 def cursor(offset: int, key: str = "1:2:ab") -> Cursor:
@@ -35,7 +41,7 @@ def test_reopening_keeps_everything(tmp_path: Path) -> None:
     with Store.open(db) as store:
         store.commit([line(0, "a")], [cursor(2), JournalCursor("j", "s=1;i=2")])
     with Store.open(db) as store:
-        assert [x.text for x in store.lines()] == ["a"]
+        assert texts(store) == ["a"]
         assert store.cursors("src") == [cursor(2)]
         assert store.journal_cursor("j") == "s=1;i=2"
         assert store.journal_cursor("other") is None
@@ -44,14 +50,21 @@ def test_reopening_keeps_everything(tmp_path: Path) -> None:
 def test_replayed_lines_are_not_inserted_twice(store: Store) -> None:
     assert store.commit([line(0, "a"), line(2, "b")]).inserted == 2
     assert store.commit([line(2, "b"), line(4, "c")]).inserted == 1
-    assert [x.text for x in store.lines("src")] == ["a", "b", "c"]
+    assert texts(store) == ["a", "b", "c"]
     assert store.commit([line(0, "a", key="1:2:cd")]).inserted == 1  # same path and offset, another file incarnation
+    # the key is the file's identity, never its name: the same incarnation read under its rotated name
+    assert store.commit([line(0, "a", path="/var/log/a.log.1")]).inserted == 0
+
+
+def test_a_near_cursor_fingerprint_is_kept(store: Store) -> None:
+    store.commit([], [Cursor("src", "/var/log/a.log", 1, 2, "8:00", 9, "k", 100.0, "9:ff")])
+    assert store.cursors("src")[0].near == "9:ff"
 
 
 def test_an_unknown_record_type_writes_nothing(store: Store) -> None:
     with pytest.raises(StoreError, match="no table for record type str"):
         store.commit([line(0), "not a record"], [cursor(2)])
-    assert list(store.lines()) == [] and store.cursors("src") == []
+    assert texts(store) == [] and store.cursors("src") == []
 
 
 def test_a_failed_transaction_leaves_lines_and_cursors_as_they_were(tmp_path: Path) -> None:
@@ -63,7 +76,7 @@ def test_a_failed_transaction_leaves_lines_and_cursors_as_they_were(tmp_path: Pa
     with Store.open(db) as store:
         with pytest.raises(StoreError, match="cannot write"):
             store.commit([line(2, "b")], [cursor(4)])
-        assert [x.text for x in store.lines()] == ["a"]
+        assert texts(store) == ["a"]
         assert store.cursors("src") == [cursor(2)]
 
 
