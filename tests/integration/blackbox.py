@@ -170,16 +170,20 @@ store: {{path: {json.dumps(str(self.db))}}}
                 total = (total or 0.0) + float(row.rsplit(" ", 1)[1])
         return total
 
+    def stored(self) -> int:
+        return int(self.query("SELECT count(*) FROM events WHERE kind IN ('http_503', 'deadline_exceeded')")[0][0])
+
     def settle(self, expected: int, timeout: float = 30.0) -> Counter[int]:
-        """Wait until `expected` distinct lines are stored, or no progress for `timeout` seconds."""
-        numbers, deadline = self.numbers(), time.monotonic() + timeout
-        while len(numbers) < expected and time.monotonic() < deadline:
-            time.sleep(0.1)
-            now = self.numbers()
-            if len(now) > len(numbers):
+        """Wait until `expected` numbered events are stored, or no progress for `timeout` seconds; then say
+        which lines they are (counting rows while waiting keeps the test from competing for the CPU)."""
+        count, deadline = self.stored(), time.monotonic() + timeout
+        while count < expected and time.monotonic() < deadline:
+            time.sleep(0.2)
+            now = self.stored()
+            if now > count:
                 deadline = time.monotonic() + timeout
-            numbers = now
-        return numbers
+            count = now
+        return self.numbers()
 
 
 def lost_and_duplicated(numbers: Counter[int], written: Iterable[int]) -> tuple[int, int]:

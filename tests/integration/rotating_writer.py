@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 BURST = 1000
+PAUSE_SECONDS = 0.1  # between bursts: 100,000 lines take about 10 s, so kills land all through them
 
 
 def text(n: int) -> str:
@@ -63,7 +64,7 @@ def main(path: Path, lines: int, every: int, progress: Path) -> None:
         if half < len(line):
             os.write(fd, line[half:])
         if n % BURST == BURST - 1:
-            time.sleep(0.04)
+            time.sleep(PAUSE_SECONDS)
     os.close(fd)
     print(rotations)
 
