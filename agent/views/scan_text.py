@@ -10,7 +10,7 @@ from typing import Any
 from agent.records import CapacityFact, Event, ServerStats, as_dict
 from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
-from agent.views.units import number, printable, when
+from agent.views.units import fact, printable, when
 
 
 def render_text(scans: list[FileScan]) -> str:
@@ -30,7 +30,7 @@ def render_text(scans: list[FileScan]) -> str:
     out += _distinctions(summary)
     if summary.facts:
         out.append("Capacity (last reported):")
-        out += [f"  {name:<24} {number(value)}" for name, value in sorted(summary.facts.items())]
+        out += [f"  {name:<24} {fact(name, value)}" for name, value in sorted(summary.facts.items())]
     if summary.samples:
         out.append(f"Load ({summary.samples:,} samples):")
         if summary.peak_kv is not None and summary.peak_kv.kv_usage_ratio is not None:

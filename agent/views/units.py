@@ -21,6 +21,16 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if ts is not None else "?"
 
 
+def fact(name: str, value: float | str) -> str:
+    """A capacity fact for people: bytes in binary units, ratios as percentages, counts with separators."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if name.endswith("_bytes"):
+            return f"{size(value)} ({value:,.0f} B)"
+        if name.endswith(("_ratio", "_utilization")):
+            return f"{value:.0%}"
+    return number(value)
+
+
 def number(value: float | str) -> str:
     """A fact's value: whole numbers with separators, others with two decimals, strings as they are."""
     if isinstance(value, float):

@@ -41,3 +41,11 @@ def test_status_escapes_event_messages() -> None:
     event = Event(time.time(), "vllm", Server.VLLM, EventKind.OOM, Severity.ERROR, Phase.RUNTIME, "oom " + HOSTILE)
     text = render(StatusReport("http://127.0.0.1:1/metrics", None, events=[event]), Config(), None)
     assert "oom" in text and not RAW_CONTROL.search(text)
+
+
+def test_scan_shows_capacities_in_human_units() -> None:
+    from agent.views.units import fact
+
+    assert fact("kv_cache_bytes", 5819498496.0) == "5.42 GiB (5,819,498,496 B)"
+    assert fact("gpu_memory_utilization", 0.9) == "90%"
+    assert fact("kv_cache_tokens", 106368.0) == "106,368"
