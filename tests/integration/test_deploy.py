@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.integration
 
@@ -192,3 +193,36 @@ def test_install_script_is_shellcheck_clean() -> None:
     result = subprocess.run([shellcheck, str(INSTALL)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
     assert "set -euo pipefail" in INSTALL.read_text()
+
+
+# --- Prometheus alert rules --------------------------------------------------------------------------
+
+PROMETHEUS = ROOT / "prometheus"
+
+
+def test_alert_rules_pass_promtool_check_and_unit_tests() -> None:
+    promtool = tool("promtool")
+    check = subprocess.run([promtool, "check", "rules", str(PROMETHEUS / "alerts.yaml")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS" in check.stdout
+    test = subprocess.run([promtool, "test", "rules", str(PROMETHEUS / "alerts_test.yaml")],
+                          capture_output=True, text=True, cwd=PROMETHEUS)
+    assert test.returncode == 0, test.stdout + test.stderr
+    assert "SUCCESS" in test.stdout
+
+
+def test_every_alert_is_tested_firing_and_not_firing_and_names_the_runbook() -> None:
+    rules = [rule for group in yaml.safe_load((PROMETHEUS / "alerts.yaml").read_text())["groups"]
+             for rule in group["rules"]]
+    alerts = {rule["alert"] for rule in rules}
+    fired: set[str] = set()
+    quiet: set[str] = set()
+    for case in yaml.safe_load((PROMETHEUS / "alerts_test.yaml").read_text())["tests"]:
+        for check in case["alert_rule_test"]:
+            (fired if check["exp_alerts"] else quiet).add(check["alertname"])
+    assert alerts - fired == set(), "alerts never tested firing"
+    assert alerts - quiet == set(), "alerts never tested not firing"
+    for rule in rules:
+        assert "deepinfer-agent report --since 1h" in rule["annotations"]["runbook"], rule["alert"]
+        assert rule["annotations"]["summary"], rule["alert"]
