@@ -85,6 +85,14 @@ command -v "$python" >/dev/null || die "$python not found: install Python 3.10+ 
   || die "$python is older than 3.10: pass --python python3.11 (or newer)"
 "$python" -c 'import venv, ensurepip' 2>/dev/null \
   || die "$python cannot create virtualenvs: apt install python3-venv"
+# The virtualenv runs this interpreter, and the unit's ProtectHome=yes hides /root and /home: an interpreter
+# there (pyenv, conda, a user's build) makes the service fail with status 203/EXEC.
+interpreter="$(readlink -f "$(command -v "$python")")"
+case "$interpreter" in
+  /root/*|/home/*|/run/user/*)
+    message="$python is $interpreter, hidden from the service by ProtectHome=yes: pass --python /usr/bin/python3"
+    if [[ $dry_run -eq 1 ]]; then note "warning: $message"; else die "$message"; fi ;;
+esac
 [[ -f "$example" ]] || die "example config not found: $example"
 [[ -f "$here/$service.service" ]] || die "unit file not found: $here/$service.service"
 
