@@ -532,3 +532,131 @@ def test_pending_metrics_are_not_exported_yet(fleet: Fleet, which: str) -> None:
     if pending:
         pytest.skip(f"{which} in grafana/generate.py: panels on {', '.join(sorted(pending))} are not run "
                     f"against Prometheus until the agent exports them ({'; '.join(pending.values())})")
+
+
+# --- the unit under a real systemd ---------------------------------------------------------------------
+
+BOOT = r"""
+set -e
+# Everything the install writes lands in overlays whose upper layers are in $1; /run, /tmp and /var/tmp
+# are fresh tmpfs; systemd knows only the units in /run/units (no host unit can be pulled in: a host's
+# sysinit.target would run systemd-tmpfiles, which empties the shared /tmp).
+for d in etc opt usr/local var/lib var/log; do
+  n=${d//\//_}; mkdir -p "$1/$n/up" "$1/$n/work"
+  mount -t overlay overlay -o "lowerdir=/$d,upperdir=$1/$n/up,workdir=$1/$n/work" "/$d"
+done
+mount -t tmpfs tmpfs /run
+mkdir -p /run/units /var/log/vllm /etc/deepinfer-agent
+cp "$1/config.yaml" /etc/deepinfer-agent/config.yaml
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /var/tmp
+: > /var/log/vllm/engine.log
+chgrp adm /var/log/vllm /var/log/vllm/engine.log; chmod 0750 /var/log/vllm; chmod 0640 /var/log/vllm/engine.log
+printf '[Unit]\nDescription=test\n' > /run/units/test.target
+for t in sysinit basic multi-user network-online; do printf '[Unit]\nDescription=stub\n' > /run/units/$t.target; done
+: > /run/console; mount --bind /run/console /dev/console
+mount -t proc proc /proc
+export SYSTEMD_UNIT_PATH=/run/units
+exec /lib/systemd/systemd --system --unit=test.target --log-target=console --show-status=no
+"""
+
+
+class NamespacedSystemd:
+    """systemd as PID 1 of private PID/mount/UTS/IPC namespaces (the network is the host's loopback)."""
+
+    def __init__(self, layers: Path) -> None:
+        self.proc = subprocess.Popen(["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc",
+                                      "--propagation", "private", "bash", "-c", BOOT, "boot", str(layers)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.pid = int(wait_for("systemd in the namespace", self._child, timeout=10))
+
+    def _child(self) -> str:
+        if self.proc.poll() is not None:
+            why = self.proc.stderr.read() if self.proc.stderr else ""
+            pytest.skip(f"cannot boot systemd in a namespace here: {why}")
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        if children and Path(f"/proc/{children[0]}/comm").read_text().strip() == "systemd":
+            return children[0]
+        return ""
+
+    def run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["nsenter", "-t", str(self.pid), "-m", "-p", "-u", "-i", f"--wd={ROOT}", "--",
+                               "env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", *argv],
+                              capture_output=True, text=True, timeout=timeout)
+
+    def show(self, *props: str) -> dict[str, str]:
+        out = self.run("systemctl", "show", "deepinfer-agent", *(f"--property={p}" for p in props)).stdout
+        return dict(line.split("=", 1) for line in out.splitlines())
+
+    def close(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)  # PID 1 of the namespace: everything in it goes with it
+        self.proc.wait(10)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="booting systemd in namespaces needs root")
+def test_install_for_real_and_the_unit_runs_under_a_real_systemd(tmp_path: Path) -> None:
+    """install.sh for real (user, virtualenv, config, unit, enable, restart) in namespaces, then the hardened
+    unit under a real systemd: READY, watchdog, reading a 0640 root:adm log, reload, idempotent re-install."""
+    for needed in ("unshare", "nsenter"):
+        tool(needed)
+    if not Path("/lib/systemd/systemd").exists() or not Path("/usr/bin/python3").exists():
+        pytest.skip("needs /lib/systemd/systemd and /usr/bin/python3 (the interpreter the service runs)")
+    port = free_port()
+    (tmp_path / "config.yaml").write_text(f"""
+sources: [{{path: /var/log/vllm/*.log, server: vllm, name: vllm}}]
+nvml: {{enabled: true}}
+metrics: {{listen: 127.0.0.1, port: {port}}}
+store: {{path: /var/lib/deepinfer-agent/agent.db}}
+""")
+    systemd = NamespacedSystemd(tmp_path)
+    try:
+        wait_for("systemd to be up", lambda: systemd.run("systemctl", "is-system-running").stdout.strip()
+                 in ("running", "degraded"))
+        install = [str(INSTALL), "--python", "/usr/bin/python3", "--unit-dir", "/run/units"]
+        first = systemd.run("bash", *install, timeout=300)
+        if first.returncode != 0 and "pip install" in first.stdout.splitlines()[-1]:
+            pytest.skip(f"pip could not install (no package index?): {first.stderr[-500:]}")
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "+ useradd" in first.stdout and "config.yaml exists: kept" in first.stdout
+        state = systemd.show("ActiveState", "StatusText", "NRestarts", "User")
+        assert state == {"ActiveState": "active", "StatusText": "watching 1 log source(s)", "NRestarts": "0",
+                         "User": "deepinfer-agent"}, state  # Type=notify: active only after READY=1
+
+        def metric(line: str) -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                    return line in response.read().decode()
+            except OSError:
+                return False
+
+        systemd.run("sh", "-c", f"echo '{scenario_lines()[8]}' >> /var/log/vllm/engine.log")
+        wait_for("the OOM read through group adm", lambda: metric(
+            'deepinfer_events_total{kind="oom",server="vllm",source="vllm"} 1.0'))
+        assert metric('deepinfer_source_up{source="vllm"} 1.0') and metric("deepinfer_store_up 1.0")
+        assert systemd.run("systemctl", "reload", "deepinfer-agent").returncode == 0
+        wait_for("the reload", lambda: metric("deepinfer_config_reloads_total 1.0"))
+
+        # The watchdog: pings every WatchdogSec/2 keep it alive (a 2 s watchdog for the test, in a drop-in).
+        systemd.run("sh", "-c", "mkdir -p /run/units/deepinfer-agent.service.d && printf '[Service]\\n"
+                    "WatchdogSec=2s\\n' > /run/units/deepinfer-agent.service.d/watchdog.conf")
+        systemd.run("systemctl", "daemon-reload")
+        systemd.run("systemctl", "restart", "deepinfer-agent")
+        pings: set[str] = set()
+
+        def pinged_five_times() -> bool:
+            pings.add(systemd.show("WatchdogTimestampMonotonic")["WatchdogTimestampMonotonic"])
+            return len(pings - {"0"}) >= 5
+
+        # Five distinct pings span more than the 2 s watchdog: a service that did not ping is killed by then.
+        wait_for("five watchdog pings", pinged_five_times, timeout=20)
+        assert systemd.show("ActiveState", "NRestarts") == {"ActiveState": "active", "NRestarts": "0"}
+
+        again = systemd.run("bash", *install, timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+        for kept in ("user deepinfer-agent exists", "virtualenv /opt/deepinfer-agent exists",
+                     "config.yaml exists: kept", "deepinfer-agent.service is up to date"):
+            assert kept in again.stdout
+        assert systemd.run("systemctl", "stop", "deepinfer-agent").returncode == 0
+        assert systemd.show("ActiveState", "Result") == {"ActiveState": "inactive", "Result": "success"}
+    finally:
+        systemd.close()
