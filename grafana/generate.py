@@ -74,6 +74,7 @@ class Query:
     expr: str
     legend: str = ""
     instant: bool = False
+    unit: str | None = None  # when it differs from the panel's unit
 
     def metrics(self) -> set[str]:
         return metrics_in(self.expr)
@@ -127,8 +128,8 @@ def events(kinds: str, legend: str = "{{instance}} {{source}}") -> Query:
 
 
 def per_second(metric: str, labels: str, legend: str) -> Query:
-    return Query(f"sum by (instance, {labels}) (rate({metric}{{{NODE}}}[{RATE}]))" if labels else
-                 f"sum by (instance) (rate({metric}{{{NODE}}}[{RATE}]))", legend)
+    by = f"instance, {labels}" if labels else "instance"
+    return Query(f"sum by ({by}) (rate({metric}{{{NODE}}}[{RATE}]))", legend, unit="ops")
 
 
 NODE_OVERVIEW = Dashboard(
@@ -158,9 +159,11 @@ NODE_OVERVIEW = Dashboard(
                   unit="percentunit", min=0, max=1),
             Panel("GPU temperature and power",
                   "Temperature and power draw against the power limit (throttling shows as draw pinned at the limit).",
-                  (Query(f"deepinfer_gpu_temperature_celsius{{{NODE}}}", "{{instance}} GPU {{gpu}} °C"),
-                   Query(f"deepinfer_gpu_power_watts{{{NODE}}}", "{{instance}} GPU {{gpu}} W"),
-                   Query(f"deepinfer_gpu_power_limit_watts{{{NODE}}}", "{{instance}} GPU {{gpu}} W limit")),
+                  (Query(f"deepinfer_gpu_temperature_celsius{{{NODE}}}", "{{instance}} GPU {{gpu}} temperature",
+                         unit="celsius"),
+                   Query(f"deepinfer_gpu_power_watts{{{NODE}}}", "{{instance}} GPU {{gpu}} power", unit="watt"),
+                   Query(f"deepinfer_gpu_power_limit_watts{{{NODE}}}", "{{instance}} GPU {{gpu}} power limit",
+                         unit="watt")),
                   unit="short", min=0),
             Panel("GPUs",
                   "Which card each index is (NVML), with the compute processes on it.",
@@ -189,7 +192,7 @@ NODE_OVERVIEW = Dashboard(
                   "actually allocated; the per-token cost the budget used.",
                   (Query(f"deepinfer_budget_usable_kv_bytes{{{NODE}}}", "{{instance}} budget"),
                    Query(f"deepinfer_server_kv_cache_bytes{{{ENGINE}}}", "{{instance}} {{source}} engine"),
-                   Query(f"deepinfer_budget_kv_bytes_per_token{{{NODE}}}", "{{instance}} per token")),
+                   Query(f"deepinfer_budget_kv_bytes_per_token{{{NODE}}}", "{{instance}} per token", unit="bytes")),
                   kind="stat", unit="bytes", width=8),
             Panel("Concurrency: the budget vs the engine",
                   "Requests of the assumed length the KV cache holds at once: the agent's arithmetic and the "
@@ -286,7 +289,7 @@ INCIDENTS = Dashboard(
                   "Lines each source delivers, and bytes written but not read yet (a growing lag: the agent is "
                   "behind).",
                   (per_second("deepinfer_source_lines_total", "source", "{{instance}} {{source}} lines/s"),
-                   Query(f"deepinfer_source_lag_bytes{{{ENGINE}}}", "{{instance}} {{source}} lag bytes"),
+                   Query(f"deepinfer_source_lag_bytes{{{ENGINE}}}", "{{instance}} {{source}} lag", unit="bytes"),
                    Query(f"deepinfer_source_files{{{ENGINE}}}", "{{instance}} {{source}} open files")),
                   min=0),
             Panel("Seconds since the last load sample",
@@ -313,12 +316,13 @@ INCIDENTS = Dashboard(
                   (per_second("deepinfer_nvml_errors_total", "call", "{{instance}} NVML {{call}}"),
                    per_second("deepinfer_scrapes_total", "target", "{{instance}} scrapes {{target}}"),
                    per_second("deepinfer_scrape_errors_total", "target", "{{instance}} failed {{target}}"),
-                   Query(f"deepinfer_scrape_duration_seconds{{{NODE}}}", "{{instance}} seconds {{target}}")),
+                   Query(f"deepinfer_scrape_duration_seconds{{{NODE}}}", "{{instance}} last scrape {{target}}",
+                         unit="s")),
                   min=0),
             Panel("Store",
                   "SQLite: size, records held in memory while it cannot be written, write failures and records "
                   "dropped per second.",
-                  (Query(f"deepinfer_store_size_bytes{{{NODE}}}", "{{instance}} size bytes"),
+                  (Query(f"deepinfer_store_size_bytes{{{NODE}}}", "{{instance}} size", unit="bytes"),
                    Query(f"deepinfer_store_buffered_records{{{NODE}}}", "{{instance}} buffered records"),
                    per_second("deepinfer_store_write_errors_total", "", "{{instance}} write errors"),
                    per_second("deepinfer_store_dropped_records_total", "", "{{instance}} dropped records")),
@@ -334,7 +338,7 @@ INCIDENTS = Dashboard(
             Panel("Agents",
                   "Version and uptime of the agent on each node.",
                   (Query(f"deepinfer_agent_info{{{NODE}}}", instant=True),
-                   Query(f"time() - deepinfer_agent_start_time_seconds{{{NODE}}}", instant=True)),
+                   Query(f"time() - deepinfer_agent_start_time_seconds{{{NODE}}}", instant=True, unit="s")),
                   kind="table"),
         )),
     ),
@@ -391,7 +395,10 @@ def _panel(panel: Panel, panel_id: int) -> Any:
         steps += [md.Threshold(value=value, color=color) for value, color in panel.thresholds]
         builder = builder.thresholds(gd.ThresholdsConfig().mode(md.ThresholdsMode.ABSOLUTE).steps(steps))
     for index, query in enumerate(panel.queries):
-        builder = builder.with_target(_target(query, chr(ord("A") + index)))
+        ref_id = chr(ord("A") + index)
+        builder = builder.with_target(_target(query, ref_id))
+        if query.unit is not None:
+            builder = builder.override_by_query(ref_id, [md.DynamicConfigValue(id_val="unit", value=query.unit)])
     return builder
 
 
