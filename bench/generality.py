@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.records import CapacityFact, Event, EventKind, Record, Server, ServerStats  # noqa: E402
-from parsers import make_parser  # noqa: E402
+from agent.records import CapacityFact, Event, EventKind, Record, Server, ServerStats
+from parsers import make_parser
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "real"
 EXCERPTS = DATA / "excerpts.txt"

@@ -11,7 +11,7 @@ import re
 from datetime import timedelta, timezone
 
 from agent.records import Server
-from parsers import gpu, http_access, kernel
+from parsers import families, gpu, http_access, kernel
 from parsers.base import MONTHS, Split, StreamParser, hot
 
 _CLF_TIME = re.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)\]")
@@ -22,8 +22,8 @@ class GenericParser(StreamParser):
 
     server = Server.AUTO
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *http_access.HTTP_SIGNATURES,
-                  *http_access.TIMEOUT_SIGNATURES)
-    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+                  *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
+    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)

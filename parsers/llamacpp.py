@@ -15,30 +15,27 @@ import re
 from datetime import timezone, tzinfo
 
 from agent.records import EventKind, Phase, Record, Server, Severity
-from parsers import gpu, http_access, kernel
+from parsers import families, gpu, http_access, kernel
 from parsers.base import Signature, Split, StreamParser, hot, json_object, signature, size_bytes
 
 LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
     *gpu.GPU_SIGNATURES,
-    signature(EventKind.OOM, r"unable to allocate \w{1,20} buffer|failed to allocate (?:compute|KV) buffers?"
-         r"|insufficient memory|model requires more system memory", Severity.ERROR, incident=True),
     *kernel.KERNEL_SIGNATURES,
-    signature(EventKind.PREEMPTION, r"failed to find free space in the KV cache|failed to find a memory slot for batch",
-         Severity.WARNING, Phase.RUNTIME, lambda m: {"reason": "kv_cache_full"}),
     signature(EventKind.QUEUE_FULL,
         r"server busy, please try again|maximum pending requests exceeded", Severity.WARNING,
          Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
     signature(EventKind.ENGINE_DEAD,
         r"timed out waiting for llama runner to start|error loading model|failed to load model",
          Severity.CRITICAL, Phase.STARTUP, incident=True),
-    signature(EventKind.ENGINE_DEAD, r"llama runner process has terminated|llama runner process no longer running"
-         r"|GGML_ASSERT\(|Segmentation fault|core dumped"
+    signature(EventKind.ENGINE_DEAD, r"llama (?:runner|server) process has terminated"
+         r"|llama runner process no longer running|GGML_ASSERT\(|Segmentation fault|core dumped"
          r"|: Assertion [`'][^\n]{1,300}' failed\.",  # a C / libstdc++ assert: the process aborts
          Severity.CRITICAL, incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
-         Phase.GENERATION, lambda m: {"reason": "server_timeout"}),
+         Phase.GENERATION, lambda m: {"reason": "server_timeout", "scope": "request"}),
     *http_access.TIMEOUT_SIGNATURES,
     *http_access.HTTP_SIGNATURES,
+    *families.FAMILY_SIGNATURES,
 )
 
 _SINCE_START = re.compile(r"\d{1,6}\.\d\d\.\d{3}\.\d{3} ([IWED]) ")
@@ -76,7 +73,7 @@ class LlamaCppParser(StreamParser):
               "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
               "server is listening", "HTTP server listening", "model loaded", "loaded meta data",
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
-              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import gpu, http_access, kernel
+from parsers import families, gpu, http_access, kernel
 from parsers.base import ANSI, Signature, Split, StreamParser, hot, json_object, signature
 
 GIB = 1024**3
@@ -225,6 +225,7 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
          Severity.CRITICAL, extract=_died, incident=True),
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
+    *families.FAMILY_SIGNATURES,
 )
 
 _PREEMPT_V0 = re.compile(
@@ -266,6 +267,7 @@ class VllmParser(StreamParser):
     READY = re.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
     STATS_WORD = "prompt throughput: "
     HOT = hot(_PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
+              *families.HOT_WORDS,
               "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
