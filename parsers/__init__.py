@@ -94,6 +94,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"level=\w+ source=\w+\.go:\d+", 3),
             (r"GGML_ASSERT|load_tensors:|print_info:|llama runner|llama_kv_cache|llama_model_load|\bollama\b", 3),
             (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
+            # server timing/slot lines of any build or fork, whatever wraps them (`[pid] `, a compose prefix)
+            (r"\b(?:print_timings?|update_slots|launch_slot_|log_server_r)\b|prompt eval time +=", 3),
         ),
         Server.KERNEL: ((r"NVRM: ", 2), (r"kernel: \[ *\d+\.\d+\]", 1)),
     }.items()
