@@ -64,6 +64,10 @@ ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
               Severity.ERROR, Phase.RUNTIME, _timeout("engine", Knob.WATCHDOG_TIMEOUT), incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"timed out waiting for llama runner to start", Severity.ERROR,
               Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT), incident=True),
+    # a traceback whose exception is a bare timeout (vLLM's shared-memory broadcast `acquire_read` raises one
+    # without a message): the engine waited on itself; which knob, the line does not say
+    signature(EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
+              _timeout("engine"), incident=True),
 )
 
 
@@ -122,7 +126,7 @@ ENGINE_DEATH_SIGNATURES: tuple[Signature, ...] = (
 FAMILY_SIGNATURES: tuple[Signature, ...] = (
     *ENGINE_TIMEOUT_SIGNATURES, *KV_SIGNATURES, *OOM_SIGNATURES, *ENGINE_DEATH_SIGNATURES)
 
-HOT_WORDS = ("timed out", "didn't reply", "No heartbeat", "atchdog timeout", "llama runner to start",
+HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchdog timeout", "llama runner to start",
              "n_batch = 1", "NoKvSlot", "kv cache slot", "available context size", "free space in the KV cache",
              "memory slot", "Free memory on device", "out of memory", "Out of memory", "allocate",
              "insufficient memory", "more system memory", "terminated", "terminating server", "Engine loop has died")
