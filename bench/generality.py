@@ -33,6 +33,7 @@ from parsers import make_parser
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "real"
 EXCERPTS = DATA / "excerpts.txt"
 VALIDATION = DATA / "validation.txt"
+FRESH = DATA / "fresh.txt"  # collected after tuning, scored as they came: a second held-out check
 SPLIT_KEY = 20261201  # the fixed key of the one random draw that made validation.txt
 
 KIND_CLASS = {
@@ -103,18 +104,25 @@ def draw_validation(excerpts: Sequence[Excerpt], key: int = SPLIT_KEY) -> list[s
     return sorted(chosen)
 
 
-def validation_ids(path: Path = VALIDATION) -> frozenset[str]:
+def held_ids(path: Path) -> frozenset[str]:
     return frozenset(line.strip() for line in path.read_text(encoding="utf-8").splitlines()
                      if line.strip() and not line.startswith("#"))
 
 
+def validation_ids() -> frozenset[str]:
+    return held_ids(VALIDATION)
+
+
 def split(excerpts: Iterable[Excerpt], which: str) -> list[Excerpt]:
-    held = validation_ids()
+    """`tune`, `validation` (drawn before tuning), `fresh` (collected after it) or `all`."""
+    held, fresh = held_ids(VALIDATION), held_ids(FRESH)
     if which == "all":
         return list(excerpts)
     if which == "validation":
         return [ex for ex in excerpts if ex.id in held]
-    return [ex for ex in excerpts if ex.id not in held]
+    if which == "fresh":
+        return [ex for ex in excerpts if ex.id in fresh]
+    return [ex for ex in excerpts if ex.id not in held and ex.id not in fresh]
 
 
 def classify(ex: Excerpt) -> list[Record]:
@@ -227,15 +235,16 @@ def render(name: str, report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--split", choices=["tune", "validation", "all"], default="all")
+    ap.add_argument("--split", choices=["tune", "validation", "fresh", "all"], default="all")
     ap.add_argument("--show-misses", action="store_true")
     ap.add_argument("--draw", action="store_true", help="print a fresh validation draw (done once, committed)")
     args = ap.parse_args(argv)
     excerpts = load()
     if args.draw:
-        print("\n".join(draw_validation(excerpts)))
+        fresh = held_ids(FRESH)
+        print("\n".join(draw_validation([ex for ex in excerpts if ex.id not in fresh])))
         return 0
-    names = ["tune", "validation"] if args.split == "all" else [args.split]
+    names = ["tune", "validation", "fresh"] if args.split == "all" else [args.split]
     for name in names:
         report = score(split(excerpts, name))
         print(render(name, report))
