@@ -72,8 +72,9 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.]+\.py:\d+\] ", 2),
             (r"Avg prompt throughput: [\d.]+ tokens/s", 3),
             # messages only vLLM prints: a short excerpt (a comment, a crash tail) has no prefix at all
-            (r"# (?:GPU|gpu|cuda|CUDA) blocks: \d+|Maximum concurrency for [\d,]+ tokens per request|is preempted by "
-             r"PreemptionMode|No available memory for the cache blocks|max seq len \(\d+\) is larger than|EngineCore"
+            (r"# (?:GPU|gpu|cuda|CUDA) blocks: \d+|Maximum concurrency for [\d,]+ tokens per request"
+             r"|is preempted (?:by|in) PreemptionMode|No available memory for the cache blocks"
+             r"|max seq len \(\d+\) is larger than|EngineCore"
              r"|Memory profiling results|Loading model weights took|EngineDeadError", 3),
         ),
         Server.SGLANG: (

@@ -118,15 +118,24 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
               unless=r"(?i:\bif\b[^\n]{0,80}out.of.memory|\bconsider\b|\bto avoid\b|\bprevent\b)"),
 )
 
+# Ollama's refusals as its clients relay them (the server's own GIN line is the 503 in http_access)
+QUEUE_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.QUEUE_FULL, r"server busy, please try again|maximum pending requests exceeded",
+              Severity.WARNING, Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
+    signature(EventKind.QUEUE_FULL, r"llm busy - no slots available|no slots available after \d{1,6} retries",
+              Severity.WARNING, Phase.ADMISSION, lambda m: {"reason": "no_slots"}),
+)
+
 ENGINE_DEATH_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.ENGINE_DEAD, r"llama-server process has terminated|(?:is already dead|has failed), terminating "
               r"server process|Engine loop has died", Severity.CRITICAL, incident=True),
 )
 
 FAMILY_SIGNATURES: tuple[Signature, ...] = (
-    *ENGINE_TIMEOUT_SIGNATURES, *KV_SIGNATURES, *OOM_SIGNATURES, *ENGINE_DEATH_SIGNATURES)
+    *ENGINE_TIMEOUT_SIGNATURES, *KV_SIGNATURES, *OOM_SIGNATURES, *QUEUE_SIGNATURES, *ENGINE_DEATH_SIGNATURES)
 
 HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchdog timeout", "llama runner to start",
              "n_batch = 1", "NoKvSlot", "kv cache slot", "available context size", "free space in the KV cache",
              "memory slot", "Free memory on device", "out of memory", "Out of memory", "allocate",
-             "insufficient memory", "more system memory", "terminated", "terminating server", "Engine loop has died")
+             "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
+             "terminated", "terminating server", "Engine loop has died")

@@ -55,10 +55,11 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
     _signatures(EventKind.HTTP_429, "429", Phase.ADMISSION) + _signatures(EventKind.HTTP_503, "503", Phase.ADMISSION)
     # the family under the access-line forms: a 503 as a client or a proxy in front reports it (llama.cpp and
     # its forks answer `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`)
-    + (signature(EventKind.HTTP_503, r"[\"']code[\"']: ?503\b"
+    + (signature(EventKind.HTTP_503, r"[\"']code\\?[\"']: ?503\b"
                  r"(?:[^\n]{0,40}?[\"']message[\"']: ?[\"']"
                  r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
-                 r"|\b(?:HTTP code|Error code:|[Ss]tatus code:?) 503\b|\b503 Service (?:Temporarily )?Unavailable\b",
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 503\b"
+                 r"|\b503 Service (?:Temporarily )?Unavailable\b",
                  Severity.WARNING, Phase.ADMISSION, _body_503),)
 )
 

@@ -229,7 +229,7 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
 )
 
 _PREEMPT_V0 = re.compile(
-    r"is preempted by PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
+    r"is preempted (?:by|in) PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
     r"(?:[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+))?"  # the total arrived in 0.4
 )
 _STATS = re.compile(
@@ -261,7 +261,7 @@ _PREFIX = re.compile(
     r"\[([^\]\s]{1,200}:\d{1,6})\] )?"
 )
 
-_PREEMPT_WORD = "preempted by"
+_PREEMPT_WORD = "is preempted "  # "by" until 0.6.0, "in" from 0.6.1
 
 
 class VllmParser(StreamParser):

@@ -70,7 +70,9 @@ def test_validation_split_is_a_third_spread_over_engines_and_classes() -> None:
     assert any(ex.benign for ex in validation)
 
 
-@pytest.mark.parametrize("which", ["tune", "validation"])
+# `fresh` was scored once as collected (macro-F1 0.583: client/proxy wordings of queue and 503 refusals,
+# vLLM 0.6.1's "preempted in") and then tuned on, like `tune`; `validation` never was.
+@pytest.mark.parametrize("which", ["tune", "validation", "fresh"])
 def test_split_meets_the_targets(which: str) -> None:
     report = G.score(G.split(EXCERPTS, which))
     low = {cls: (round(s.precision, 2), round(s.recall, 2)) for cls, s in report.per_class.items()
