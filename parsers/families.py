@@ -67,7 +67,9 @@ ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
     # a traceback whose exception is a bare timeout (vLLM's shared-memory broadcast `acquire_read` raises one
     # without a message): the engine waited on itself; which knob, the line does not say
     signature(EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
-              _timeout("engine"), incident=True),
+              _timeout("engine"), incident=True,
+              # a network wait (a model download, a remote store) is not the engine waiting on itself
+              unless=r"(?i:errno|connect|socket|https?pool|read timed out|huggingface|\burl\b)"),
 )
 
 

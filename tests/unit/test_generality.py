@@ -222,6 +222,7 @@ def test_an_engine_that_dies_of_its_timeout_is_also_engine_dead() -> None:
     "ValueError: The decoder prompt (length 5951) is longer than the maximum model length of 4096.",
     "Mar 25 17:17:55 h ollama[247]: [GIN] 2025/03/25 - 17:17:55 | 500 |      4h15m37s |  127.0.0.1 | POST     "
     '"/api/generate"',
+    "TimeoutError: [Errno 110] Connection timed out",
 ])
 @pytest.mark.parametrize("server", [Server.AUTO, Server.VLLM, Server.LLAMACPP, Server.SGLANG])
 def test_hard_negatives_stay_benign(line: str, server: Server) -> None:
