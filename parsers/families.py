@@ -20,8 +20,13 @@ Families and their guards against the known hard negatives:
   desired" are `oom`; SGLang's retraction stays a preemption (its own signature, matched first).
 - **allocation failures** of ggml and FlashInfer buffers, and a guarded catch-all: "out of memory" in an
   error/failure line, unless the line is advice ("If out-of-memory error occurs, consider …").
+- **relayed refusals**: Ollama's "server busy … maximum pending requests exceeded" and "no slots available"
+  as a client logs them (`queue_full`).
 - **engine death** in wordings no parser had (Ollama's newer `llama-server process has terminated`,
   vLLM's API server noticing its engine is gone).
+
+A bare `TimeoutError` exception line is an engine timeout without a knob, unless it names a network wait
+(errno, connection, socket, URL: a model download is not the engine waiting on itself).
 """
 
 from __future__ import annotations

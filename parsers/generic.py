@@ -1,5 +1,7 @@
-"""Lines of a stream no server parser claimed (a proxy's access log, a wrapper's stderr): only the
-server-independent signatures apply — CUDA/NCCL failures, Xid, HTTP 429/503, request deadlines.
+"""Lines of a stream no server parser claimed (a proxy's access log, a wrapper's stderr, a client's log):
+only the server-independent signatures apply — CUDA/NCCL failures, Xid, HTTP 429/503, request deadlines,
+and the engine-agnostic families (parsers/families.py: engine timeouts, KV exhaustion, OOM forms, relayed
+refusals, engine death in other wordings).
 
 The nginx/Apache time stamp (`[29/Nov/2026:09:00:00 +0000]`) is read so proxy refusals line up in
 time with the engine's own events.
