@@ -36,7 +36,7 @@ from tests.integration.test_daemon import Agent, append, free_port, wait_for
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-UNIT = ROOT / "systemd" / "deepinfer-agent.daemon.service"
+UNIT = ROOT / "systemd" / "deepinfer-agent.service"
 INSTALL = ROOT / "systemd" / "install.sh"
 VENV = Path(sys.executable).parent.parent
 MAX_EXPOSURE = 2.0
@@ -55,7 +55,7 @@ def rendered_unit(tmp_path: Path) -> Path:
     assert (VENV / "bin" / "deepinfer-agent").exists(), "the package is not installed in this virtualenv"
     text = subprocess.run(["bash", str(INSTALL), "--print-unit", "--prefix", str(VENV)],
                           capture_output=True, text=True, check=True).stdout
-    path = tmp_path / "deepinfer-agent.daemon.service"
+    path = tmp_path / "deepinfer-agent.service"
     path.write_text(text)
     return path
 
@@ -172,7 +172,7 @@ def test_install_dry_run_on_a_fresh_node_prints_every_step_and_changes_nothing(t
         f"+ install -m 0640 -o root -g deepinfer-test-no-such-user {ROOT}/examples/config.yaml "
         f"{tmp_path}/etc/config.yaml",
         f"+ {tmp_path}/venv/bin/deepinfer-agent check --config {tmp_path}/etc/config.yaml",
-        f"+ write {tmp_path}/units/deepinfer-agent.daemon.service",
+        f"+ write {tmp_path}/units/deepinfer-agent.service",
         "+ systemctl daemon-reload",
         "+ systemctl enable deepinfer-agent",
         "+ systemctl restart deepinfer-agent",
@@ -193,12 +193,12 @@ def test_install_dry_run_again_keeps_what_is_there(tmp_path: Path) -> None:
     unit = subprocess.run(["bash", str(INSTALL), "--print-unit", "--prefix", str(tmp_path / "venv"),
                            "--config-dir", str(tmp_path / "etc"), "--user", "root"],
                           capture_output=True, text=True, check=True).stdout
-    (tmp_path / "units" / "deepinfer-agent.daemon.service").write_text(unit)
+    (tmp_path / "units" / "deepinfer-agent.service").write_text(unit)
     out = dry_run(tmp_path, "--user", "root", "--no-start")
     assert "# user root exists" in out
     assert f"# virtualenv {tmp_path}/venv exists" in out
     assert f"# {tmp_path}/etc/config.yaml exists: kept as it is" in out
-    assert f"# {tmp_path}/units/deepinfer-agent.daemon.service is up to date" in out
+    assert f"# {tmp_path}/units/deepinfer-agent.service is up to date" in out
     assert "useradd" not in out and "-m venv" not in out and "install -m 0640" not in out and "+ write" not in out
     assert "+ systemctl enable deepinfer-agent" in out
     assert "systemctl restart" not in out
@@ -637,8 +637,8 @@ store: {{path: /var/lib/deepinfer-agent/agent.db}}
         wait_for("the reload", lambda: metric("deepinfer_config_reloads_total 1.0"))
 
         # The watchdog: pings every WatchdogSec/2 keep it alive (a 2 s watchdog for the test, in a drop-in).
-        systemd.run("sh", "-c", "mkdir -p /run/units/deepinfer-agent.daemon.service.d && printf '[Service]\\n"
-                    "WatchdogSec=2s\\n' > /run/units/deepinfer-agent.daemon.service.d/watchdog.conf")
+        systemd.run("sh", "-c", "mkdir -p /run/units/deepinfer-agent.service.d && printf '[Service]\\n"
+                    "WatchdogSec=2s\\n' > /run/units/deepinfer-agent.service.d/watchdog.conf")
         systemd.run("systemctl", "daemon-reload")
         systemd.run("systemctl", "restart", "deepinfer-agent")
         pings: set[str] = set()
@@ -654,7 +654,7 @@ store: {{path: /var/lib/deepinfer-agent/agent.db}}
         again = systemd.run("bash", *install, timeout=300)
         assert again.returncode == 0, again.stdout + again.stderr
         for kept in ("user deepinfer-agent exists", "virtualenv /opt/deepinfer-agent exists",
-                     "config.yaml exists: kept", "deepinfer-agent.daemon.service is up to date"):
+                     "config.yaml exists: kept", "deepinfer-agent.service is up to date"):
             assert kept in again.stdout
         assert systemd.run("systemctl", "stop", "deepinfer-agent").returncode == 0
         assert systemd.show("ActiveState", "Result") == {"ActiveState": "inactive", "Result": "success"}
