@@ -166,3 +166,16 @@ def test_stream_chunks() -> None:
     error = b'data: {"error": {"message": "engine dead", "code": 500}}\n'
     assert [stream_chunk_kind(x) for x in (role, text, completion, error, b"data: [DONE]\n", b"\n", b": ping\n")] == [
         None, "text", "text", "error", None, None, None]
+
+
+def test_levels_are_kept_in_the_agents_store_for_report(tmp_path: Path) -> None:
+    from agent.sinks.queries import Queries
+    from agent.sinks.store import Store
+    from agent.tools.loadtest_cli import store_steps
+    from agent.tools.loadtest_report import LoadTestResult
+
+    steps = (_step(8, False), _step(16, True, errors={"http_503": 3}))
+    store_steps(tmp_path / "agent.db", LoadTestResult("run", "http://x", steps, verdict(steps, 13)))
+    with Store.open_readonly(tmp_path / "agent.db") as store:
+        assert [(s.level, s.broke, dict(s.errors)) for s in Queries(store).load_steps()] == [
+            (8, False, {}), (16, True, {"http_503": 3})]
