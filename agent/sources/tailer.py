@@ -412,10 +412,11 @@ class FileTailer:
             if ident in live:
                 os.close(new.fd)
                 continue
-            if any(o.rotated_at is None and _fingerprint_length(o.fp) == FINGERPRINT_BYTES and _same_start(new, o)
-                   for o in self._open.values()):
-                # A copy of a live file (copytruncate, with a glob that names rotated files too): its bytes
-                # are read through the live file, and what the truncation leaves unread from the copy.
+            if self._copy_of_live(new):
+                # A copy of a live file (copytruncate, with a glob that names rotated files too), or one
+                # being made: its bytes are read through the live file, and what the truncation leaves
+                # unread from the copy. (An empty `x.log.1` waits too: it may be a copy about to be
+                # written, and there is nothing to read in it yet.)
                 os.close(new.fd)
                 continue
             if ident in retired:
@@ -441,6 +442,30 @@ class FileTailer:
         self._up = not reasons
         self._down_reason = reason
         return more
+
+    def _copy_of_live(self, new: _File) -> bool:
+        """Whether `new` (just found by the glob) holds the start of a live file of another inode, or is
+        empty under a rotation name of a live file: a copytruncate copy, complete or still being written."""
+        try:
+            head = os.pread(new.fd, FINGERPRINT_BYTES, 0)
+        except OSError:
+            return False
+        if not head:
+            name = Path(new.path)
+            base = name.with_name(rotation_base(name.name))
+            return base != name and any(o.rotated_at is None and Path(o.path) == base for o in self._open.values())
+        for o in self._open.values():
+            if o.rotated_at is not None or o.inode == new.inode or _fingerprint_length(o.fp) == 0:
+                continue
+            if _fingerprint_matches(new.fd, o.fp):
+                return True  # starts as the live file did when last read (it may be truncated by now)
+            try:
+                live = os.pread(o.fd, FINGERPRINT_BYTES, 0)
+            except OSError:
+                continue
+            if len(head) <= len(live) and live.startswith(head):
+                return True  # a copy still being written
+        return False
 
     def _pattern_problems(self, paths: Sequence[str]) -> list[str]:
         return _unmatched_problems(self.pattern) if not paths else []
