@@ -106,3 +106,14 @@ def test_help_version_completion_and_json() -> None:
     assert "<bool>" not in out and "--once" in out
     code, out, _ = run("models", "--json")
     assert code == 0 and any(m["name"] == "qwen2.5-7b" for m in json.loads(out))
+
+
+def test_scan_progress_reports_every_byte() -> None:
+    import io
+
+    from agent.cli import _Progress
+
+    data = b"".join(b"line %d\n" % n for n in range(200_000))
+    seen: list[int] = []
+    lines = list(_Progress(io.BytesIO(data), seen.append))  # type: ignore[arg-type]
+    assert len(lines) == 200_000 and sum(seen) == len(data) and len(seen) > 1
