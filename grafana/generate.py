@@ -59,6 +59,10 @@ NOT_ON_A_PANEL: dict[str, str] = {
     "deepinfer_source_bytes_total": "lines per second says the same about a source's activity",
     "deepinfer_source_partial_flushes_total": "normal at the end of a burst (an unfinished last line), not a problem",
     "deepinfer_source_restarts_total": "journald sources only; journalctl restarts show as a source going down",
+    "deepinfer_source_down_info": "the reason text behind deepinfer_source_up 0 (on the source panel); "
+                                  "`deepinfer-agent status` prints it",
+    "deepinfer_source_emfile_total": "descriptor exhaustion also takes the source down (deepinfer_source_up 0), "
+                                     "which the source panel and the DeepinferSourceDown alert show",
 }
 
 
