@@ -269,3 +269,96 @@ def scan(
             typer.echo(line)
         return
     typer.echo(render_text(scans))
+
+
+class ReportFormat(str, Enum):
+    TEXT = "text"
+    MD = "md"
+    HTML = "html"
+    JSON = "json"
+
+
+@app.command()
+def report(
+    db: Annotated[Path | None, typer.Option("--db", help="Read this store (a copy is fine; opened read-only). "
+                                            "Default: the config's store.path.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's config: its store and its "
+                                                "budget (the paper capacity).")] = None,
+    logs: Annotated[list[Path] | None, typer.Option("--log", help="Report on saved logs instead of a store (no "
+                                                    "daemon needed); repeat for several files.")] = None,
+    since: Annotated[str | None, typer.Option(help="The last DURATION up to now: 90s, 30m, 2h, 1d.")] = None,
+    start: Annotated[str | None, typer.Option("--from", help="Window start: ISO time (UTC unless it names a "
+                                              "zone) or epoch seconds.")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="Window end (default: now).")] = None,
+    around: Annotated[int | None, typer.Option(help="30 minutes either side of this event id (ids are in the "
+                                               "timeline's 'first id' column).")] = None,
+    output_format: Annotated[ReportFormat, typer.Option("--format", help="text (terminal), md (issue "
+                                                        "trackers), html (one file with charts), json.")]
+    = ReportFormat.TEXT,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+) -> None:
+    """Post-incident summary: verdict, timeline, peaks vs capacity, findings, top errors, blind spots.
+
+    Default window: the 24 hours up to the store's newest record. Exit codes: 0 report written (an empty
+    window says so in the report); 1 the store is missing, corrupt or unreadable, a log cannot be read, the
+    config is invalid or an option value is wrong; 2 usage error.
+    """
+    from agent.config import load_config
+    from agent.daemon.offline import load_logs
+    from agent.errors import StoreError
+    from agent.sinks.queries import Queries
+    from agent.sinks.store import Store, failure_hint
+    from agent.views import report_data
+
+    if sum(x is not None for x in (since, around)) + (start is not None or end is not None) > 1:
+        _fail("choose one of --since, --from/--to and --around")
+    if logs and db is not None:
+        _fail("choose --db or --log, not both")
+    try:
+        cfg = load_config(config) if config is not None else None
+        if logs:
+            store, source = Store.open(":memory:"), ", ".join(str(p) for p in logs)
+            load_logs(logs, store)
+        else:
+            if db is None:
+                cfg = cfg or load_config(DEFAULT_CONFIG_PATH)
+                db = cfg.store.path
+            store, source = Store.open_readonly(db), str(db)
+        with store:
+            queries = Queries(store)
+            window = report_data.resolve_window(queries, time.time(), since=since, start=start, end=end,
+                                                around=around)
+            result = report_data.gather(queries, cfg, window, source=source, evaluate_findings=bool(logs))
+    except ConfigError as exc:
+        _fail("\n".join(exc.problems))
+    except StoreError as exc:
+        _fail(f"{exc} ({failure_hint(exc)})")
+    except AgentError as exc:
+        _fail(str(exc))
+    text = _render_report(result, output_format, color=output is None and sys.stdout.isatty())
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{output}: cannot write: {exc.strerror or exc}")
+
+
+def _render_report(result: object, output_format: ReportFormat, *, color: bool) -> str:
+    from agent.views.report_data import Report, as_json
+
+    assert isinstance(result, Report)
+    if output_format is ReportFormat.JSON:
+        return json.dumps(as_json(result), indent=1, allow_nan=False) + "\n"
+    if output_format is ReportFormat.MD:
+        from agent.views.report_md import render_md
+
+        return render_md(result)
+    if output_format is ReportFormat.HTML:
+        from agent.views.report_html import render_html
+
+        return render_html(result)
+    from agent.views.report_text import render_text
+
+    return render_text(result, color=color)

@@ -194,6 +194,94 @@ class Queries:
             out.append(LoadStep(**values))
         return out
 
+    # --- what `report` reads: aggregated in SQL, so a day of samples and a million events stay fast ---
+
+    def event_buckets(self, since: float, until: float, width: float) -> list[tuple[str, int, int, float, float]]:
+        """(kind, bucket, count, first, last) with bucket = floor((at − since) / width): the per-minute
+        chart and, summed, each kind's count, first and last time — one pass over the window."""
+        rows = self._store.query("SELECT kind, CAST((at - ?1) / ?3 AS INTEGER) AS b, count(*), min(at), max(at) "
+                                 "FROM events WHERE at >= ?1 AND at < ?2 GROUP BY kind, b ORDER BY kind, b",
+                                 (since, until, width))
+        return [(str(r[0]), int(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows]
+
+    def first_event(self, kind: str, since: float, until: float) -> tuple[int, Event] | None:
+        """The first event of `kind` in the window with its id (the `--around` handle)."""
+        rows = self._store.query(f"SELECT rowid, {_EVENT_COLUMNS} FROM events WHERE kind = ? AND at >= ? AND at < ? "
+                                 "ORDER BY at, rowid LIMIT 1", (kind, since, until))
+        return (int(rows[0][0]), _event(rows[0][1:])) if rows else None
+
+    def event_time(self, event_id: int) -> float | None:
+        """When the event with this id happened (its own time, else when it was stored)."""
+        rows = self._store.query("SELECT coalesce(ts, at) FROM events WHERE rowid = ?", (event_id,))
+        return float(rows[0][0]) if rows else None
+
+    def top_messages(self, since: float, until: float, limit: int = 10) -> list[tuple[str, str, int]]:
+        """The most frequent distinct (kind, message) pairs in the window, with counts (already redacted)."""
+        rows = self._store.query("SELECT kind, message, count(*) AS n FROM events WHERE at >= ? AND at < ? "
+                                 "GROUP BY kind, message ORDER BY n DESC, kind, message LIMIT ?", (since, until, limit))
+        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+    def time_range(self) -> tuple[float, float] | None:
+        """The oldest and newest record time over events, load samples and GPU samples; None when empty."""
+        rows = self._store.query("SELECT min(lo), max(hi) FROM (SELECT min(at) lo, max(at) hi FROM events UNION ALL "
+                                 "SELECT min(at), max(at) FROM server_stats UNION ALL "
+                                 "SELECT min(ts), max(ts) FROM gpu_samples)")
+        return None if rows[0][0] is None else (float(rows[0][0]), float(rows[0][1]))
+
+    def stats_values(self, source: str, column: str, since: float, until: float) -> list[float]:
+        """One load column's non-null values for one source in the window, ascending (for percentiles)."""
+        if column not in ("kv_usage_ratio", "running", "waiting"):
+            raise ValueError(column)
+        rows = self._store.query(f"SELECT {column} FROM server_stats WHERE source = ? AND at >= ? AND at < ? AND "
+                                 f"{column} IS NOT NULL ORDER BY {column}", (source, since, until))
+        return [float(r[0]) for r in rows]
+
+    def stats_buckets(self, source: str, since: float, until: float, width: float) -> list[tuple[Any, ...]]:
+        """(bucket, min kv, max kv, max running, max waiting, samples) per bucket for one source: chart
+        series that keep the peaks however many samples a bucket holds."""
+        return self._store.query("SELECT CAST((at - ?2) / ?4 AS INTEGER) AS b, min(kv_usage_ratio), "
+                                 "max(kv_usage_ratio), max(running), max(waiting), count(*) FROM server_stats "
+                                 "WHERE source = ?1 AND at >= ?2 AND at < ?3 GROUP BY b ORDER BY b",
+                                 (source, since, until, width))
+
+    def gpus_in(self, since: float, until: float) -> list[tuple[str, int, str, int | None]]:
+        """(uuid, index, name, memory total) of every GPU sampled in the window."""
+        rows = self._store.query("SELECT uuid, max(gpu), max(name), max(memory_total_bytes) FROM gpu_samples "
+                                 "WHERE ts >= ? AND ts < ? GROUP BY uuid ORDER BY max(gpu), uuid", (since, until))
+        return [(str(r[0]), int(r[1]), str(r[2]), None if r[3] is None else int(r[3])) for r in rows]
+
+    def gpu_memory_values(self, uuid: str, since: float, until: float) -> list[float]:
+        """One GPU's used memory (bytes) in the window, ascending."""
+        rows = self._store.query("SELECT memory_used_bytes FROM gpu_samples WHERE uuid = ? AND ts >= ? AND ts < ? "
+                                 "AND memory_used_bytes IS NOT NULL ORDER BY memory_used_bytes", (uuid, since, until))
+        return [float(r[0]) for r in rows]
+
+    def gpu_buckets(self, uuid: str, since: float, until: float, width: float) -> list[tuple[Any, ...]]:
+        """(bucket, min used, max used) per bucket for one GPU."""
+        return self._store.query("SELECT CAST((ts - ?2) / ?4 AS INTEGER) AS b, min(memory_used_bytes), "
+                                 "max(memory_used_bytes) FROM gpu_samples WHERE uuid = ?1 AND ts >= ?2 AND ts < ?3 "
+                                 "GROUP BY b ORDER BY b", (uuid, since, until, width))
+
+    def sample_times(self, table: str, since: float, until: float) -> dict[str, tuple[int, float, float]]:
+        """Per source (server_stats) or GPU (gpu_samples): sample count, first and last time in the window."""
+        at, column = ("at", "source") if table == "server_stats" else ("ts", "uuid")
+        if table not in ("server_stats", "gpu_samples"):
+            raise ValueError(table)
+        rows = self._store.query(f"SELECT {column}, count(*), min({at}), max({at}) FROM {table} WHERE {at} >= ? "
+                                 f"AND {at} < ? GROUP BY {column}", (since, until))
+        return {str(r[0]): (int(r[1]), float(r[2]), float(r[3])) for r in rows}
+
+    def sample_gaps(self, table: str, name: str, since: float, until: float,
+                    longer_than: float) -> list[tuple[float, float]]:
+        """(last sample before, first sample after) of every silence longer than `longer_than` seconds."""
+        at, column = ("at", "source") if table == "server_stats" else ("ts", "uuid")
+        if table not in ("server_stats", "gpu_samples"):
+            raise ValueError(table)
+        rows = self._store.query(f"SELECT prev, t FROM (SELECT {at} AS t, lag({at}) OVER (ORDER BY {at}) AS prev "
+                                 f"FROM {table} WHERE {column} = ? AND {at} >= ? AND {at} < ?) "
+                                 "WHERE t - prev > ? ORDER BY t", (name, since, until, longer_than))
+        return [(float(r[0]), float(r[1])) for r in rows]
+
 
 def _finding(row: Sequence[Any]) -> Finding:
     return Finding(ts=row[0], since=row[1], rule=row[2], engine=row[3], severity=Severity(row[4]), message=row[5],
