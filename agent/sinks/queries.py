@@ -194,15 +194,19 @@ class Queries:
             out.append(LoadStep(**values))
         return out
 
-    # --- what `report` reads: aggregated in SQL, so a day of samples and a million events stay fast ---
+    # --- what `report` reads: measured on a day of 1 s samples and a million events (bench/report.py) ---
 
-    def event_buckets(self, since: float, until: float, width: float) -> list[tuple[str, int, int, float, float]]:
-        """(kind, bucket, count, first, last) with bucket = floor((at − since) / width): the per-minute
-        chart and, summed, each kind's count, first and last time — one pass over the window."""
-        rows = self._store.query("SELECT kind, CAST((at - ?1) / ?3 AS INTEGER) AS b, count(*), min(at), max(at) "
-                                 "FROM events WHERE at >= ?1 AND at < ?2 GROUP BY kind, b ORDER BY kind, b",
-                                 (since, until, width))
-        return [(str(r[0]), int(r[1]), int(r[2]), float(r[3]), float(r[4])) for r in rows]
+    def event_kinds(self) -> list[str]:
+        """Every event kind the store holds (a loose index scan: one seek per kind)."""
+        return self._distinct("events", "kind")
+
+    def event_buckets(self, kind: str, since: float, until: float, width: float, buckets: int) -> list[int]:
+        """Events of `kind` in each of `buckets` consecutive `width`-second buckets from `since` (never past
+        `until`): one count per bucket on the covering (kind, at) index, with no sort."""
+        rows = self._store.query("WITH RECURSIVE b(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM b WHERE i + 1 < ?5) "
+                                 "SELECT (SELECT count(*) FROM events WHERE kind = ?1 AND at >= ?2 + i * ?4 AND "
+                                 "at < min(?2 + (i + 1) * ?4, ?3)) FROM b", (kind, since, until, width, buckets))
+        return [int(r[0]) for r in rows]
 
     def first_event(self, kind: str, since: float, until: float) -> tuple[int, Event] | None:
         """The first event of `kind` in the window with its id (the `--around` handle)."""
@@ -210,77 +214,90 @@ class Queries:
                                  "ORDER BY at, rowid LIMIT 1", (kind, since, until))
         return (int(rows[0][0]), _event(rows[0][1:])) if rows else None
 
+    def last_event_time(self, kind: str, since: float, until: float) -> float | None:
+        rows = self._store.query("SELECT max(at) FROM events WHERE kind = ? AND at >= ? AND at < ?",
+                                 (kind, since, until))
+        return None if rows[0][0] is None else float(rows[0][0])
+
     def event_time(self, event_id: int) -> float | None:
         """When the event with this id happened (its own time, else when it was stored)."""
         rows = self._store.query("SELECT coalesce(ts, at) FROM events WHERE rowid = ?", (event_id,))
         return float(rows[0][0]) if rows else None
 
-    def top_messages(self, since: float, until: float, limit: int = 10) -> list[tuple[str, str, int]]:
-        """The most frequent distinct (kind, message) pairs in the window, with counts (already redacted)."""
-        rows = self._store.query("SELECT kind, message, count(*) AS n FROM events WHERE at >= ? AND at < ? "
-                                 "GROUP BY kind, message ORDER BY n DESC, kind, message LIMIT ?", (since, until, limit))
-        return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+    def top_messages(self, since: float, until: float, total: int, limit: int = 10,
+                     exact_up_to: int = 100_000, slices: int = 40, per_slice: int = 500) -> MessageCounts:
+        """The most frequent distinct (kind, message) pairs of the window's `total` events (already redacted).
+
+        Exact up to `exact_up_to` events. Past that, counting every message means reading every row (a
+        second per million), so the counts come from `slices` evenly spread runs of `per_slice` rows
+        (rowids follow time) and are scaled up: `sampled` says how many rows they stand on.
+        """
+        if total <= exact_up_to:
+            rows = self._store.query("SELECT kind, message, count(*) AS n FROM events WHERE at >= ? AND at < ? "
+                                     "GROUP BY kind, message ORDER BY n DESC, kind, message LIMIT ?",
+                                     (since, until, limit))
+            return MessageCounts([(str(r[0]), str(r[1]), int(r[2])) for r in rows], None)
+        lo = self._store.query("SELECT rowid FROM events WHERE at >= ? ORDER BY at LIMIT 1", (since,))
+        hi = self._store.query("SELECT rowid FROM events WHERE at < ? ORDER BY at DESC LIMIT 1", (until,))
+        first, last = (int(lo[0][0]), int(hi[0][0])) if lo and hi else (0, -1)
+        step = max(per_slice, (last - first + 1) // slices)
+        counts: dict[tuple[str, str], int] = {}
+        sampled = 0
+        for start in range(first, last + 1, step):
+            for kind, message in self._store.query("SELECT kind, message FROM events WHERE rowid >= ? AND rowid < ? "
+                                                   "AND at >= ? AND at < ?", (start, start + per_slice, since, until)):
+                counts[(kind, message)] = counts.get((kind, message), 0) + 1
+                sampled += 1
+        scale = total / sampled if sampled else 0.0
+        top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        return MessageCounts([(k, m, round(n * scale)) for (k, m), n in top], sampled)
 
     def time_range(self) -> tuple[float, float] | None:
-        """The oldest and newest record time over events, load samples and GPU samples; None when empty."""
-        rows = self._store.query("SELECT min(lo), max(hi) FROM (SELECT min(at) lo, max(at) hi FROM events UNION ALL "
-                                 "SELECT min(at), max(at) FROM server_stats UNION ALL "
-                                 "SELECT min(ts), max(ts) FROM gpu_samples)")
+        """The oldest and newest record time over events, load samples and GPU samples; None when empty.
+        (One min() or max() per subquery, so each is a single index seek.)"""
+        rows = self._store.query(
+            "SELECT min(v), max(w) FROM (SELECT (SELECT min(at) FROM events) v, (SELECT max(at) FROM events) w "
+            "UNION ALL SELECT (SELECT min(at) FROM server_stats), (SELECT max(at) FROM server_stats) "
+            "UNION ALL SELECT (SELECT min(ts) FROM gpu_samples), (SELECT max(ts) FROM gpu_samples))")
         return None if rows[0][0] is None else (float(rows[0][0]), float(rows[0][1]))
 
-    def stats_values(self, source: str, column: str, since: float, until: float) -> list[float]:
-        """One load column's non-null values for one source in the window, ascending (for percentiles)."""
-        if column not in ("kv_usage_ratio", "running", "waiting"):
-            raise ValueError(column)
-        rows = self._store.query(f"SELECT {column} FROM server_stats WHERE source = ? AND at >= ? AND at < ? AND "
-                                 f"{column} IS NOT NULL ORDER BY {column}", (source, since, until))
-        return [float(r[0]) for r in rows]
-
-    def stats_buckets(self, source: str, since: float, until: float, width: float) -> list[tuple[Any, ...]]:
-        """(bucket, min kv, max kv, max running, max waiting, samples) per bucket for one source: chart
-        series that keep the peaks however many samples a bucket holds."""
-        return self._store.query("SELECT CAST((at - ?2) / ?4 AS INTEGER) AS b, min(kv_usage_ratio), "
-                                 "max(kv_usage_ratio), max(running), max(waiting), count(*) FROM server_stats "
-                                 "WHERE source = ?1 AND at >= ?2 AND at < ?3 GROUP BY b ORDER BY b",
-                                 (source, since, until, width))
+    def load_samples(self, source: str, since: float, until: float) -> list[tuple[Any, ...]]:
+        """(at, kv_usage_ratio, running, waiting) of one source in the window, oldest first: one indexed
+        read that percentiles, chart buckets and gap detection all share."""
+        return self._store.query("SELECT at, kv_usage_ratio, running, waiting FROM server_stats WHERE source = ? AND "
+                                 "at >= ? AND at < ? ORDER BY at", (source, since, until))
 
     def gpus_in(self, since: float, until: float) -> list[tuple[str, int, str, int | None]]:
         """(uuid, index, name, memory total) of every GPU sampled in the window."""
-        rows = self._store.query("SELECT uuid, max(gpu), max(name), max(memory_total_bytes) FROM gpu_samples "
-                                 "WHERE ts >= ? AND ts < ? GROUP BY uuid ORDER BY max(gpu), uuid", (since, until))
-        return [(str(r[0]), int(r[1]), str(r[2]), None if r[3] is None else int(r[3])) for r in rows]
+        out = []
+        for uuid in self.sample_times("gpu_samples", since, until):
+            row = self._store.query("SELECT gpu, name, memory_total_bytes FROM gpu_samples WHERE uuid = ? AND ts >= ? "
+                                    "AND ts < ? ORDER BY ts DESC LIMIT 1", (uuid, since, until))[0]
+            out.append((uuid, int(row[0]), str(row[1]), None if row[2] is None else int(row[2])))
+        return sorted(out, key=lambda g: (g[1], g[0]))
 
-    def gpu_memory_values(self, uuid: str, since: float, until: float) -> list[float]:
-        """One GPU's used memory (bytes) in the window, ascending."""
-        rows = self._store.query("SELECT memory_used_bytes FROM gpu_samples WHERE uuid = ? AND ts >= ? AND ts < ? "
-                                 "AND memory_used_bytes IS NOT NULL ORDER BY memory_used_bytes", (uuid, since, until))
-        return [float(r[0]) for r in rows]
-
-    def gpu_buckets(self, uuid: str, since: float, until: float, width: float) -> list[tuple[Any, ...]]:
-        """(bucket, min used, max used) per bucket for one GPU."""
-        return self._store.query("SELECT CAST((ts - ?2) / ?4 AS INTEGER) AS b, min(memory_used_bytes), "
-                                 "max(memory_used_bytes) FROM gpu_samples WHERE uuid = ?1 AND ts >= ?2 AND ts < ?3 "
-                                 "GROUP BY b ORDER BY b", (uuid, since, until, width))
+    def gpu_memory(self, uuid: str, since: float, until: float) -> list[tuple[Any, ...]]:
+        """(ts, memory_used_bytes) of one GPU in the window, oldest first."""
+        return self._store.query("SELECT ts, memory_used_bytes FROM gpu_samples WHERE uuid = ? AND ts >= ? AND ts < ? "
+                                 "ORDER BY ts", (uuid, since, until))
 
     def sample_times(self, table: str, since: float, until: float) -> dict[str, tuple[int, float, float]]:
-        """Per source (server_stats) or GPU (gpu_samples): sample count, first and last time in the window."""
+        """Per source (server_stats) or GPU (gpu_samples): sample count, first and last time in the window.
+        The unary `+` keeps the planner on the covering (source|uuid, time) index instead of the time index."""
         at, column = ("at", "source") if table == "server_stats" else ("ts", "uuid")
         if table not in ("server_stats", "gpu_samples"):
             raise ValueError(table)
-        rows = self._store.query(f"SELECT {column}, count(*), min({at}), max({at}) FROM {table} WHERE {at} >= ? "
-                                 f"AND {at} < ? GROUP BY {column}", (since, until))
+        rows = self._store.query(f"SELECT {column}, count(*), min({at}), max({at}) FROM {table} WHERE +{at} >= ? "
+                                 f"AND +{at} < ? GROUP BY {column}", (since, until))
         return {str(r[0]): (int(r[1]), float(r[2]), float(r[3])) for r in rows}
 
-    def sample_gaps(self, table: str, name: str, since: float, until: float,
-                    longer_than: float) -> list[tuple[float, float]]:
-        """(last sample before, first sample after) of every silence longer than `longer_than` seconds."""
-        at, column = ("at", "source") if table == "server_stats" else ("ts", "uuid")
-        if table not in ("server_stats", "gpu_samples"):
-            raise ValueError(table)
-        rows = self._store.query(f"SELECT prev, t FROM (SELECT {at} AS t, lag({at}) OVER (ORDER BY {at}) AS prev "
-                                 f"FROM {table} WHERE {column} = ? AND {at} >= ? AND {at} < ?) "
-                                 "WHERE t - prev > ? ORDER BY t", (name, since, until, longer_than))
-        return [(float(r[0]), float(r[1])) for r in rows]
+
+@dataclass(frozen=True)
+class MessageCounts:
+    """Top (kind, message, count) rows; `sampled` is the rows they were estimated from (None: exact)."""
+
+    rows: list[tuple[str, str, int]]
+    sampled: int | None
 
 
 def _finding(row: Sequence[Any]) -> Finding:

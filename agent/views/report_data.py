@@ -7,6 +7,8 @@ logs. Every field is a number, a string, None or a list/dict of those, so `as_js
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -123,6 +125,7 @@ class Report:
     capacity: list[CapacityLine]
     findings: list[dict[str, Any]]
     messages: list[MessageLine]
+    messages_sampled: int | None  # None: exact counts; else the rows the estimated counts stand on
     load_steps: list[dict[str, Any]]
     blind: list[Blind]
     charts: dict[str, Chart]
@@ -195,6 +198,7 @@ def resolve_window(queries: Queries, now: float, *, since: str | None = None, st
 # --- gathering -----------------------------------------------------------------------------------------
 
 def _spread(values: list[float]) -> Spread:
+    values.sort()
     return Spread(len(values), values[-1] if values else None, percentile(values, 0.5), percentile(values, 0.95),
                   percentile(values, 0.99))
 
@@ -244,117 +248,116 @@ def _capacity(queries: Queries, config: Config | None, engines: list[str]) -> li
     return out
 
 
-def _blind(queries: Queries, window: Window, engines: list[str], gpus: list[tuple[str, int, str, int | None]],
-           capacity: list[CapacityLine]) -> list[Blind]:
-    out: list[Blind] = []
-    for table, names, noun in (("server_stats", engines, "engine"), ("gpu_samples", [g[0] for g in gpus], "GPU")):
-        seen = queries.sample_times(table, window.since, window.until)
-        for name in names:
-            if name not in seen:
-                out.append(Blind("no_samples", name, window.since, window.until,
-                                 f"no load samples from {noun} {name} in the window"))
-                continue
-            count, first, last = seen[name]
-            step = (last - first) / (count - 1) if count > 1 else 60.0
-            limit = max(30.0, 5 * step)
-            holes = [(window.since, first)] if first - window.since > limit else []
-            holes += queries.sample_gaps(table, name, window.since, window.until, limit)
-            if window.until - last > limit:
-                holes.append((last, window.until))
-            for lo, hi in holes:
-                out.append(Blind("gap", name, lo, hi, f"{noun} {name}: no samples for {hi - lo:,.0f} s"))
-    if not gpus:
-        out.append(Blind("no_gpu_samples", "nvml", window.since, window.until,
-                         "no GPU samples in the window (NVML off, unavailable, or the agent was not running)"))
-    for line in capacity:
-        if line.max_concurrency is None:
-            out.append(Blind("no_capacity", line.engine, None, None, f"no capacity figure for {line.engine}: no "
-                             "config budget and no engine start-up lines (the capacity line is missing)"))
-    return out
-
-
-def _sample_step(queries: Queries, window: Window) -> float:
-    """The slowest typical sampling interval of any engine or GPU in the window (1 s when unknown)."""
-    steps = [(last - first) / (count - 1) for table in ("server_stats", "gpu_samples")
-             for count, first, last in queries.sample_times(table, window.since, window.until).values() if count > 1]
-    return max(steps, default=1.0) * 1.5
-
-
 def event_bucket_seconds(window: Window) -> float:
     """Events are counted per minute, or per whole minutes when the window needs more than MAX_POINTS."""
     return max(60.0, math.ceil((window.until - window.since) / MAX_POINTS / 60.0) * 60.0)
 
 
-def _charts(queries: Queries, window: Window, engines: list[str], gpus: list[tuple[str, int, str, int | None]],
-            kinds: list[str], event_rows: list[tuple[str, int, int, float, float]], step: float) -> dict[str, Chart]:
-    span = window.until - window.since
-    width = max(1.0, span / MAX_POINTS, step)  # never finer than the samples: a bucket without one is a gap
-    n = min(MAX_POINTS, max(1, math.ceil(span / width)))
-    x = [window.since + i * width for i in range(n)]
+@dataclass
+class _Grid:
+    """Chart buckets over the window: `n` buckets of `width` seconds from `since`."""
 
-    def blank() -> list[float | None]:
-        return [None] * n
+    since: float
+    width: float
+    n: int
 
-    memory, kv, load = Chart(x, {}, width), Chart(x, {}, width), Chart(x, {}, width)
-    for uuid, index, _, _ in gpus:
-        lo, hi = blank(), blank()
-        for b, mn, mx in queries.gpu_buckets(uuid, window.since, window.until, width):
-            if 0 <= b < n:
-                lo[b], hi[b] = mn, mx
-        memory.series[f"GPU {index} max"], memory.series[f"GPU {index} min"] = hi, lo
-    for engine in engines:
-        kv_lo, kv_hi, running, waiting = blank(), blank(), blank(), blank()
-        for b, mn, mx, run, wait, _ in queries.stats_buckets(engine, window.since, window.until, width):
-            if 0 <= b < n:
-                kv_lo[b], kv_hi[b], running[b], waiting[b] = mn, mx, run, wait
-        kv.series[f"{engine} max"], kv.series[f"{engine} min"] = kv_hi, kv_lo
-        load.series[f"{engine} running"], load.series[f"{engine} waiting"] = running, waiting
-    ev_width = event_bucket_seconds(window)
-    ev_n = min(MAX_POINTS, max(1, math.ceil(span / ev_width)))
-    events = Chart([window.since + i * ev_width for i in range(ev_n)], {}, ev_width)
-    for kind in kinds:
-        events.series[kind] = [0.0] * ev_n
-    for kind, b, count, _, _ in event_rows:
-        if 0 <= b < ev_n:
-            events.series[kind][b] = float(count)
-    return {"memory": memory, "kv": kv, "load": load, "events": events}
+    @classmethod
+    def over(cls, window: Window, width: float) -> _Grid:
+        n = min(MAX_POINTS, max(1, math.ceil((window.until - window.since) / width)))
+        return cls(window.since, width, n)
+
+    @property
+    def x(self) -> list[float]:
+        return [self.since + i * self.width for i in range(self.n)]
+
+    def cuts(self, times: list[float]) -> list[int]:
+        """Index of the first sample of each bucket in the sorted `times` (and one past the end)."""
+        return [bisect.bisect_left(times, self.since + i * self.width) for i in range(self.n)] + [len(times)]
+
+    def fold(self, cuts: list[int], values: list[Any], peak: bool) -> tuple[list[float | None], list[float | None]]:
+        """Per bucket: (min, max) of `values` (None where a bucket holds no value); one C-level min/max
+        per bucket over a slice, since a day of 1 s samples is too many for a Python loop."""
+        lo: list[float | None] = [None] * self.n
+        hi: list[float | None] = [None] * self.n
+        for b in range(self.n):
+            chunk = [v for v in values[cuts[b]:cuts[b + 1]] if v is not None]
+            if chunk:
+                hi[b] = max(chunk)
+                if peak:
+                    lo[b] = min(chunk)
+        return (lo, hi) if peak else (hi, hi)
+
+
+def _gaps(subject: str, noun: str, times: list[float], window: Window) -> list[Blind]:
+    """Silences longer than five sampling intervals (at least 30 s), the window's edges included."""
+    if len(times) < 2:
+        return []
+    limit = max(30.0, 5 * (times[-1] - times[0]) / (len(times) - 1))
+    edges = [window.since, *times, window.until]
+    return [Blind("gap", subject, a, b, f"{noun} {subject}: no samples for {b - a:,.0f} s")
+            for a, b in itertools.pairwise(edges) if b - a > limit]
 
 
 def gather(queries: Queries, config: Config | None, window: Window, *, source: str,
            evaluate_findings: bool = False) -> Report:
     """Everything the report shows for `window`, from the store behind `queries`."""
-    rows = queries.event_buckets(window.since, window.until, event_bucket_seconds(window))
-    totals: dict[str, list[float]] = {}
-    for kind, _, n, first, last in rows:
-        entry = totals.setdefault(kind, [0.0, first, last])
-        entry[0] += n
-        entry[1], entry[2] = min(entry[1], first), max(entry[2], last)
+    since, until = window.since, window.until
+    ev_grid = _Grid.over(window, event_bucket_seconds(window))
+    events = Chart(ev_grid.x, {}, ev_grid.width)
     timeline: list[KindLine] = []
-    for kind, (total, first, last) in sorted(totals.items(), key=lambda item: item[1][1]):
-        head = queries.first_event(kind, window.since, window.until)
-        timeline.append(KindLine(kind, int(total), first, last, head[0] if head else None,
-                                 head[1].message if head else ""))
-    seen = queries.sample_times("server_stats", window.since, window.until)
+    for kind in queries.event_kinds():
+        counts = queries.event_buckets(kind, since, until, ev_grid.width, ev_grid.n)
+        head = queries.first_event(kind, since, until) if any(counts) else None
+        if head is None:
+            continue
+        events.series[kind] = [float(c) for c in counts]
+        timeline.append(KindLine(kind, sum(counts), float(head[1].ts or since),
+                                 queries.last_event_time(kind, since, until) or since, head[0], head[1].message))
+    timeline.sort(key=lambda k: k.first)
+    seen = queries.sample_times("server_stats", since, until)
+    gpu_seen = queries.sample_times("gpu_samples", since, until)
+    steps = [(last - first) / (count - 1) for count, first, last in [*seen.values(), *gpu_seen.values()] if count > 1]
+    grid = _Grid.over(window, max(1.0, (until - since) / MAX_POINTS, 1.5 * max(steps, default=1.0)))
     sampled = set(queries.latest_stats())  # engines that report load at all (not the kernel log, say)
-    engines = sorted(sampled | set(queries.latest_facts()))
-    capacity = _capacity(queries, config, engines)
+    capacity = _capacity(queries, config, sorted(sampled | set(queries.latest_facts())))
     limits = {c.engine: c.max_concurrency for c in capacity}
-
-    def spread(engine: str, column: str) -> Spread:
-        return _spread(queries.stats_values(engine, column, window.since, window.until))
-
-    loads = [EngineLoad(e, spread(e, "kv_usage_ratio"), spread(e, "running"), spread(e, "waiting"), limits.get(e))
-             for e in sorted(seen)]
-    gpus = queries.gpus_in(window.since, window.until)
-    memory = [GpuMemory(index, uuid, name, total, _spread(queries.gpu_memory_values(uuid, window.since, window.until)))
-              for uuid, index, name, total in gpus]
+    kv, load, memory_chart = Chart(grid.x, {}, grid.width), Chart(grid.x, {}, grid.width), Chart(grid.x, {}, grid.width)
+    loads: list[EngineLoad] = []
+    blind: list[Blind] = []
+    for engine in sorted(sampled):
+        rows = queries.load_samples(engine, since, until)
+        if not rows:
+            blind.append(Blind("no_samples", engine, since, until, f"no load samples from engine {engine} in the "
+                               "window"))
+            continue
+        times, kv_values, running, waiting = (list(c) for c in zip(*rows, strict=True))
+        kv_spread, running_spread, waiting_spread = (_spread([float(v) for v in c if v is not None])
+                                                     for c in (kv_values, running, waiting))
+        loads.append(EngineLoad(engine, kv_spread, running_spread, waiting_spread, limits.get(engine)))
+        cuts = grid.cuts(times)
+        kv.series[f"{engine} min"], kv.series[f"{engine} max"] = grid.fold(cuts, kv_values, True)
+        _, load.series[f"{engine} running"] = grid.fold(cuts, running, False)
+        _, load.series[f"{engine} waiting"] = grid.fold(cuts, waiting, False)
+        blind += _gaps(engine, "engine", times, window)
+    gpus = queries.gpus_in(since, until)
+    memory: list[GpuMemory] = []
+    for uuid, index, name, total in gpus:
+        times, used = (list(c) for c in zip(*queries.gpu_memory(uuid, since, until), strict=True))
+        memory.append(GpuMemory(index, uuid, name, total, _spread([float(v) for v in used if v is not None])))
+        low, high = grid.fold(grid.cuts(times), used, True)
+        memory_chart.series[f"GPU {index} min"], memory_chart.series[f"GPU {index} max"] = low, high
+        blind += _gaps(uuid, "GPU", times, window)
+    if not gpus:
+        blind.append(Blind("no_gpu_samples", "nvml", since, until, "no GPU samples in the window (NVML off, "
+                           "unavailable, or the agent was not running)"))
+    blind += [Blind("no_capacity", c.engine, None, None, f"no capacity figure for {c.engine}: no config budget and "
+                    "no engine start-up lines (the capacity line is missing)")
+              for c in capacity if c.max_concurrency is None]
     findings = [_finding_line(f) for f in _findings_for(queries, config, window, evaluate=evaluate_findings)]
-    steps = [asdict(s) for s in queries.load_steps(since=window.since) if s.started < window.until]
-    empty = not timeline and not loads and not memory and not findings and not steps
-    markers = [{"ts": k.first, "kind": k.kind, "id": k.first_id} for k in timeline]
-    charts = _charts(queries, window, [e.engine for e in loads], gpus, [k.kind for k in timeline], rows,
-                     _sample_step(queries, window))
-    messages = [MessageLine(*m) for m in queries.top_messages(window.since, window.until)]
+    load_steps = [asdict(s) for s in queries.load_steps(since=since) if s.started < until]
+    empty = not timeline and not loads and not memory and not findings and not load_steps
+    top = queries.top_messages(since, until, sum(k.count for k in timeline))
     return Report(source, window, empty, verdict(timeline, loads, capacity, window, empty), timeline, loads, memory,
-                  capacity, findings, messages, steps, _blind(queries, window, sorted(sampled), gpus, capacity),
-                  charts, markers)
+                  capacity, findings, [MessageLine(*m) for m in top.rows], top.sampled, load_steps, blind,
+                  {"memory": memory_chart, "kv": kv, "load": load, "events": events},
+                  [{"ts": k.first, "kind": k.kind, "id": k.first_id} for k in timeline])
