@@ -230,16 +230,16 @@ class Queries:
 
         Exact up to `exact_up_to` events. Past that, counting every message means reading every row (a
         second per million), so the counts come from `slices` evenly spread runs of `per_slice` rows
-        (rowids follow time) and are scaled up: `sampled` says how many rows they stand on.
+        of the window's rowids and are scaled up: `sampled` says how many rows they stand on.
         """
         if total <= exact_up_to:
             rows = self._store.query("SELECT kind, message, count(*) AS n FROM events WHERE at >= ? AND at < ? "
                                      "GROUP BY kind, message ORDER BY n DESC, kind, message LIMIT ?",
                                      (since, until, limit))
             return MessageCounts([(str(r[0]), str(r[1]), int(r[2])) for r in rows], None)
-        lo = self._store.query("SELECT rowid FROM events WHERE at >= ? ORDER BY at LIMIT 1", (since,))
-        hi = self._store.query("SELECT rowid FROM events WHERE at < ? ORDER BY at DESC LIMIT 1", (until,))
-        first, last = (int(lo[0][0]), int(hi[0][0])) if lo and hi else (0, -1)
+        bounds = self._store.query("SELECT min(rowid), max(rowid) FROM events WHERE at >= ? AND at < ?",
+                                   (since, until))[0]  # a scan of the covering time index, no row reads
+        first, last = (int(bounds[0]), int(bounds[1])) if bounds[0] is not None else (0, -1)
         step = max(per_slice, (last - first + 1) // slices)
         counts: dict[tuple[str, str], int] = {}
         sampled = 0

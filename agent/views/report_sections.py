@@ -83,7 +83,10 @@ def sections(report: Report) -> list[Section]:
                   ", ".join(f"{k}={_value(v)}" for k, v in f["evidence"].items()), _cut(f["arithmetic"])]
                  for f in report.findings], "No findings in the window."),
         Section("messages", "Top error messages", ["count", "kind", "message"],
-                [[f"{m.count:,}", m.kind, _cut(m.message)] for m in report.messages], "No messages."),
+                [[("≈" if report.messages_sampled else "") + f"{m.count:,}", m.kind, _cut(m.message)]
+                 for m in report.messages], "No messages.",
+                f"Counts estimated from {report.messages_sampled:,} evenly spread events of the window's "
+                f"{sum(k.count for k in report.timeline):,}." if report.messages_sampled else ""),
         Section("load_test", "Load test", ["run", "level", "requests", "ok", "errors", "p95 latency", "KV peak",
                                            "broke"],
                 [[s["run_id"], str(s["level"]), f"{s['requests']:,}", f"{s['ok']:,}",
