@@ -335,7 +335,8 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
                                                      for c in (kv_values, running, waiting))
         loads.append(EngineLoad(engine, kv_spread, running_spread, waiting_spread, limits.get(engine)))
         cuts = grid.cuts(times)
-        kv.series[f"{engine} min"], kv.series[f"{engine} max"] = grid.fold(cuts, kv_values, True)
+        low, high = grid.fold(cuts, kv_values, True)
+        kv.series[f"{engine} max"], kv.series[f"{engine} min"] = high, low  # max first: the band's upper edge
         _, load.series[f"{engine} running"] = grid.fold(cuts, running, False)
         _, load.series[f"{engine} waiting"] = grid.fold(cuts, waiting, False)
         blind += _gaps(engine, "engine", times, window)
@@ -345,7 +346,7 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
         times, used = (list(c) for c in zip(*queries.gpu_memory(uuid, since, until), strict=True))
         memory.append(GpuMemory(index, uuid, name, total, _spread([float(v) for v in used if v is not None])))
         low, high = grid.fold(grid.cuts(times), used, True)
-        memory_chart.series[f"GPU {index} min"], memory_chart.series[f"GPU {index} max"] = low, high
+        memory_chart.series[f"GPU {index} max"], memory_chart.series[f"GPU {index} min"] = high, low
         blind += _gaps(uuid, "GPU", times, window)
     if not gpus:
         blind.append(Blind("no_gpu_samples", "nvml", since, until, "no GPU samples in the window (NVML off, "
