@@ -332,7 +332,7 @@ def report(
     except ConfigError as exc:
         _fail("\n".join(exc.problems))
     except StoreError as exc:
-        _fail(f"{exc} ({failure_hint(exc)})")
+        _fail(f"{exc} ({failure_hint(exc)})" if exc.__cause__ is not None else str(exc))
     except AgentError as exc:
         _fail(str(exc))
     text = _render_report(result, output_format, color=output is None and sys.stdout.isatty())

@@ -29,6 +29,11 @@ NAMES = {"oom": "OOM events", "preemption": "preemptions", "xid": "Xid errors", 
          "queue_full": "queue-full rejections", "http_429": "HTTP 429", "http_503": "HTTP 503",
          "deadline_exceeded": "deadlines exceeded", "pending": "pending/waiting lines"}
 
+ONE = {"oom": "OOM event", "preemption": "preemption", "xid": "Xid error", "gpu_lost": "GPU lost",
+       "cuda_error": "CUDA error", "nccl_timeout": "NCCL timeout", "engine_dead": "engine death",
+       "queue_full": "queue-full rejection", "deadline_exceeded": "deadline exceeded",
+       "pending": "pending/waiting line"}
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -79,7 +84,8 @@ def verdict(timeline: Sequence[KindLine], loads: Sequence[EngineLoad], capacity:
     key, title, kinds = present[0]
     lines = [by_kind[k] for k in kinds if k in by_kind]
     first = min(lines, key=lambda k: k.first)
-    counts = ", ".join(f"{k.count:,} {NAMES[k.kind]}" for k in lines)
+    counts = ", ".join(f"{k.count:,} {ONE.get(k.kind, NAMES[k.kind]) if k.count == 1 else NAMES[k.kind]}"
+                       for k in lines)
     tail = ""
     if key == "kv_exhausted":
         tail = _over(capacity)
