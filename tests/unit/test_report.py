@@ -208,3 +208,21 @@ def test_message_counts_past_the_exact_limit_are_estimated_and_say_so(stores: di
     assert top.sampled is not None and 0 < top.sampled < 1241
     assert top.rows[0][:2] == ("preemption", "Sequence group preempted by RECOMPUTE")
     assert 900 < top.rows[0][2] < 1241
+
+
+def test_a_new_empty_store_reports_nothing_recorded_in_every_format(tmp_path: Path) -> None:
+    db = tmp_path / "empty.db"
+    Store.open(db).close()
+    data = _json(db)
+    assert data["empty"] is True and data["verdict"]["category"] == "empty"  # type: ignore[index]
+    assert "Nothing recorded" in _report(db, "--format", "md")
+    assert "Nothing recorded" in _report(db, "--format", "html")
+
+
+def test_text_is_coloured_only_for_a_terminal(stores: dict[str, Path]) -> None:
+    from agent.views.report_text import render_text
+
+    with Store.open_readonly(stores["oom_storm"]) as store:
+        report = gather(Queries(store), None, Window(T0, T0 + 900, "test"), source="test")
+    assert "\x1b[" in render_text(report, color=True)
+    assert "\x1b[" not in render_text(report) and "\x1b[" not in _report(stores["oom_storm"])
