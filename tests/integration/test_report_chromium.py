@@ -27,9 +27,10 @@ def dump_dom(page: Path, profile: Path) -> str:
     """The DOM of `page` after its scripts ran, from Debian's chromium binary (root needs --no-sandbox)."""
     assert CHROMIUM is not None
     result = subprocess.run(
-        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions",
-         f"--user-data-dir={profile}", "--window-size=1200,1600", "--virtual-time-budget=5000", "--dump-dom",
-         page.as_uri()], capture_output=True, text=True, timeout=120, check=True)
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+         "--disable-extensions", f"--user-data-dir={profile}", "--window-size=1200,1600",
+         "--virtual-time-budget=5000", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True)
     return result.stdout
 
 
