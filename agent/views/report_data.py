@@ -215,10 +215,11 @@ def _findings_for(queries: Queries, config: Config | None, window: Window, *, ev
             found: list[Finding] = evaluate_window(queries, config, window.since, window.until)
             return found
     latest: dict[tuple[str, str], Finding] = {}
-    for finding in queries.findings(since=window.since):
+    for finding in queries.findings():  # a finding's history is small: a row per change
         if finding.ts < window.until:
             latest[(finding.rule, finding.engine)] = finding
-    return list(latest.values())
+    # Changed in the window, or still active from before it.
+    return [f for f in latest.values() if f.ts >= window.since or f.active]
 
 
 def _finding_line(f: Finding) -> dict[str, Any]:

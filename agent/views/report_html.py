@@ -19,7 +19,8 @@ from agent.views.report_data import MAX_POINTS, Report
 from agent.views.report_sections import header_lines, sections
 
 UPLOT_VERSION = "1.6.32"
-CHARTS = (("memory", "GPU memory used (bucket max, min dashed; red: card total)", "GiB", True, False),
+CHARTS = (("memory", "GPU memory used (bucket max, min dashed; red: card total and the engine's memory fraction)",
+           "GiB", True, False),
           ("kv", "KV-cache usage per engine (bucket max, min dashed; red: full)", "%", True, False),
           ("load", "Running and waiting requests (red: capacity, configured max_num_seqs)", "requests", False, False),
           ("events", "Events per {bucket} by kind", "events", False, True))
@@ -38,7 +39,13 @@ def safe_json(value: Any) -> str:
 
 def _hlines(report: Report, key: str) -> list[dict[str, Any]]:
     if key == "memory":
-        return [{"value": g.total_bytes, "label": f"GPU {g.gpu} total"} for g in report.gpus if g.total_bytes]
+        fractions = [c.configured.get("gpu_memory_fraction") for c in report.capacity]
+        fraction = next((f for f in fractions if isinstance(f, int | float)), None)
+        lines = [{"value": g.total_bytes, "label": f"GPU {g.gpu} total"} for g in report.gpus if g.total_bytes]
+        if fraction is not None:  # the engine's share of the card: what it pre-allocates up to
+            lines += [{"value": fraction * g.total_bytes, "label": f"GPU {g.gpu} × {fraction:g} (engine budget)"}
+                      for g in report.gpus if g.total_bytes]
+        return lines
     if key == "kv":
         return [{"value": 1.0, "label": "KV cache full"}] if report.engines else []
     if key == "load":

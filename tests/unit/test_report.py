@@ -226,3 +226,10 @@ def test_text_is_coloured_only_for_a_terminal(stores: dict[str, Path]) -> None:
         report = gather(Queries(store), None, Window(T0, T0 + 900, "test"), source="test")
     assert "\x1b[" in render_text(report, color=True)
     assert "\x1b[" not in render_text(report) and "\x1b[" not in _report(stores["oom_storm"])
+
+
+def test_a_finding_active_since_before_the_window_is_still_shown(stores: dict[str, Path]) -> None:
+    later = _json(stores["oom_storm"], "--from", str(T0 + 600), "--to", str(T0 + 900))
+    assert [f["rule"] for f in later["findings"]] == ["kv_exhausted"]  # type: ignore[attr-defined]
+    before = _json(stores["oom_storm"], "--from", str(T0), "--to", str(T0 + 200))
+    assert before["findings"] == []
