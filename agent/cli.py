@@ -359,6 +359,8 @@ def _render_report(result: object, output_format: ReportFormat, *, color: bool) 
         from agent.views.report_html import render_html
 
         return render_html(result)
+    import shutil
+
     from agent.views.report_text import render_text
 
-    return render_text(result, color=color)
+    return render_text(result, color=color, width=shutil.get_terminal_size((120, 40)).columns if color else 120)
