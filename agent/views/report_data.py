@@ -62,6 +62,7 @@ class EngineLoad:
     running: Spread
     waiting: Spread
     max_concurrency: int | None
+    over_capacity_ratio: float | None = None  # share of samples with running above max_concurrency
 
 
 @dataclass(frozen=True)
@@ -332,9 +333,12 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
                                "window"))
             continue
         times, kv_values, running, waiting = (list(c) for c in zip(*rows, strict=True))
-        kv_spread, running_spread, waiting_spread = (_spread([float(v) for v in c if v is not None])
-                                                     for c in (kv_values, running, waiting))
-        loads.append(EngineLoad(engine, kv_spread, running_spread, waiting_spread, limits.get(engine)))
+        sorted_running = sorted(float(v) for v in running if v is not None)
+        kv_spread, waiting_spread = (_spread([float(v) for v in c if v is not None]) for c in (kv_values, waiting))
+        limit = limits.get(engine)
+        over = (1 - bisect.bisect_right(sorted_running, limit) / len(sorted_running)
+                if limit is not None and sorted_running else None)
+        loads.append(EngineLoad(engine, kv_spread, _spread(sorted_running), waiting_spread, limit, over))
         cuts = grid.cuts(times)
         low, high = grid.fold(cuts, kv_values, True)
         kv.series[f"{engine} max"], kv.series[f"{engine} min"] = high, low  # max first: the band's upper edge

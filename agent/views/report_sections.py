@@ -60,9 +60,10 @@ def sections(report: Report) -> list[Section]:
                 [[k.kind, f"{k.count:,}", when(k.first), when(k.last), _value(k.first_id), _cut(k.first_message)]
                  for k in report.timeline], "No events in the window."),
         Section("load", "Load against capacity (peak / p95 / p50)",
-                ["engine", "KV usage", "running", "waiting", "capacity", "samples"],
+                ["engine", "KV usage", "running", "waiting", "capacity", "time over capacity", "samples"],
                 [[e.engine, _pair(e.kv_usage_ratio, _ratio), _pair(e.running, _count), _pair(e.waiting, _count),
-                  _value(e.max_concurrency), f"{e.kv_usage_ratio.samples or e.running.samples:,}"]
+                  _value(e.max_concurrency), _ratio(e.over_capacity_ratio),
+                  f"{e.kv_usage_ratio.samples or e.running.samples:,}"]
                  for e in report.engines], "No load samples in the window."),
         Section("gpus", "GPU memory (peak / p95 / p50)", ["GPU", "name", "used", "total", "peak of total"],
                 [[str(g.gpu), g.name, _pair(g.used_bytes, _bytes), _bytes(g.total_bytes),

@@ -72,6 +72,7 @@ def test_the_oom_storm_report_has_every_section_with_its_numbers(stores: dict[st
     engine = data["engines"][0]  # type: ignore[index]
     assert (engine["engine"], engine["max_concurrency"], engine["running"]["peak"]) == (ENGINE, 41, 64.0)
     assert engine["kv_usage_ratio"]["peak"] == 1.0
+    assert engine["over_capacity_ratio"] == pytest.approx(1 - 14 / 120)  # running > 41 from s = 66: 14 samples under
     gpu = data["gpus"][0]  # type: ignore[index]
     assert gpu["used_bytes"]["peak"] == 23.5 * 1024**3 and gpu["total_bytes"] == 24 * 1024**3
     capacity = data["capacity"][0]  # type: ignore[index]
