@@ -215,6 +215,13 @@ class Queries:
                                  "ORDER BY at, rowid LIMIT 1", (kind, since, until))
         return (int(rows[0][0]), _event(rows[0][1:])) if rows else None
 
+    def occurrences(self, kind: str, since: float, until: float) -> int:
+        """How many occurrences the window's events of `kind` stand for: an event's `count` field where the
+        line summed several (vLLM V0 logs every 50th preemption; V1 a per-interval count), else one."""
+        rows = self._store.query("SELECT sum(coalesce(json_extract(fields, '$.count'), 1)) FROM events WHERE "
+                                 "kind = ? AND at >= ? AND at < ?", (kind, since, until))
+        return int(rows[0][0] or 0)
+
     def last_event_time(self, kind: str, since: float, until: float) -> float | None:
         rows = self._store.query("SELECT max(at) FROM events WHERE kind = ? AND at >= ? AND at < ?",
                                  (kind, since, until))

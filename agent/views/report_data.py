@@ -26,6 +26,10 @@ MAX_POINTS = 2000
 """Chart series are cut into at most this many buckets; each keeps its bucket's min and max (the peaks)."""
 AROUND_SECONDS = 1800.0
 """`--around EVENT_ID` reports on this many seconds either side of the event."""
+OCCURRENCES_UP_TO = 100_000
+"""Up to this many events of a counted kind in the window, their `count` fields are summed (see KindLine)."""
+COUNTED_KINDS = frozenset({"preemption"})
+"""Kinds whose lines carry a `count` of the occurrences they stand for (parsers/vllm.py, parsers/sglang.py)."""
 CONFIG_KNOBS = ("max_num_seqs", "max_model_len", "gpu_memory_fraction", "kv_cache_dtype")
 
 
@@ -44,6 +48,7 @@ class KindLine:
     last: float
     first_id: int | None
     first_message: str
+    occurrences: int | None = None  # what the lines stand for (summed `count` fields); None: not counted
 
 
 @dataclass(frozen=True)
@@ -313,8 +318,15 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
         if head is None:
             continue
         events.series[kind] = [float(c) for c in counts]
-        timeline.append(KindLine(kind, sum(counts), float(head[1].ts or since),
-                                 queries.last_event_time(kind, since, until) or since, head[0], head[1].message))
+        total = sum(counts)
+        # Only preemption lines stand for several (vLLM's every-50th warning, per-interval counts, SGLang's
+        # retract count). Summing reads every row of the kind, so it stops at OCCURRENCES_UP_TO lines.
+        occurrences: int | None = total
+        if kind in COUNTED_KINDS:
+            occurrences = queries.occurrences(kind, since, until) if total <= OCCURRENCES_UP_TO else None
+        timeline.append(KindLine(kind, total, float(head[1].ts or since),
+                                 queries.last_event_time(kind, since, until) or since, head[0], head[1].message,
+                                 occurrences))
     timeline.sort(key=lambda k: k.first)
     seen = queries.sample_times("server_stats", since, until)
     gpu_seen = queries.sample_times("gpu_samples", since, until)
@@ -347,9 +359,9 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
         blind += _gaps(engine, "engine", times, window)
     gpus = queries.gpus_in(since, until)
     memory: list[GpuMemory] = []
-    for uuid, index, name, total in gpus:
+    for uuid, index, name, card_bytes in gpus:
         times, used = (list(c) for c in zip(*queries.gpu_memory(uuid, since, until), strict=True))
-        memory.append(GpuMemory(index, uuid, name, total, _spread([float(v) for v in used if v is not None])))
+        memory.append(GpuMemory(index, uuid, name, card_bytes, _spread([float(v) for v in used if v is not None])))
         low, high = grid.fold(grid.cuts(times), used, True)
         memory_chart.series[f"GPU {index} max"], memory_chart.series[f"GPU {index} min"] = high, low
         blind += _gaps(uuid, "GPU", times, window)

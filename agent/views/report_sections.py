@@ -56,9 +56,10 @@ def _pair(spread: Spread, fmt: Any) -> str:
 def sections(report: Report) -> list[Section]:
     """Every table of the report, in reading order."""
     out = [
-        Section("timeline", "Timeline", ["kind", "count", "first", "last", "first id", "first message"],
-                [[k.kind, f"{k.count:,}", when(k.first), when(k.last), _value(k.first_id), _cut(k.first_message)]
-                 for k in report.timeline], "No events in the window."),
+        Section("timeline", "Timeline", ["kind", "events", "occurrences", "first", "last", "first id",
+                                         "first message"],
+                [[k.kind, f"{k.count:,}", _value(k.occurrences), when(k.first), when(k.last), _value(k.first_id),
+                  _cut(k.first_message)] for k in report.timeline], "No events in the window."),
         Section("load", "Load against capacity (peak / p95 / p50)",
                 ["engine", "KV usage", "running", "waiting", "capacity", "time over capacity", "samples"],
                 [[e.engine, _pair(e.kv_usage_ratio, _ratio), _pair(e.running, _count), _pair(e.waiting, _count),

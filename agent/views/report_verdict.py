@@ -50,6 +50,12 @@ def clock(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%H:%M UTC")
 
 
+def _counted(k: KindLine) -> str:
+    n = k.occurrences or k.count
+    text = f"{n:,} {ONE.get(k.kind, NAMES[k.kind]) if n == 1 else NAMES[k.kind]}"
+    return text + (f" ({k.count:,} log lines)" if n != k.count else "")
+
+
 def _over(capacity: Sequence[CapacityLine]) -> str:
     for line in capacity:
         seqs = line.configured.get("max_num_seqs")
@@ -84,8 +90,7 @@ def verdict(timeline: Sequence[KindLine], loads: Sequence[EngineLoad], capacity:
     key, title, kinds = present[0]
     lines = [by_kind[k] for k in kinds if k in by_kind]
     first = min(lines, key=lambda k: k.first)
-    counts = ", ".join(f"{k.count:,} {ONE.get(k.kind, NAMES[k.kind]) if k.count == 1 else NAMES[k.kind]}"
-                       for k in lines)
+    counts = ", ".join(_counted(k) for k in lines)
     tail = ""
     if key == "kv_exhausted":
         tail = _over(capacity)

@@ -66,6 +66,7 @@ def test_the_oom_storm_report_has_every_section_with_its_numbers(stores: dict[st
     data = _json(stores["oom_storm"])
     timeline = {k["kind"]: k for k in data["timeline"]}  # type: ignore[attr-defined]
     assert (timeline["oom"]["count"], timeline["preemption"]["count"]) == (37, 1204)
+    assert timeline["oom"]["occurrences"] == 37
     assert timeline["oom"]["first_message"] == PLANTED
     brk = data["verdict"]["break_event"]  # type: ignore[index]
     assert (brk["kind"], brk["ts"]) == ("preemption", T0 + 121)
@@ -234,3 +235,18 @@ def test_a_finding_active_since_before_the_window_is_still_shown(stores: dict[st
     assert [f["rule"] for f in later["findings"]] == ["kv_exhausted"]  # type: ignore[attr-defined]
     before = _json(stores["oom_storm"], "--from", str(T0), "--to", str(T0 + 200))
     assert before["findings"] == []
+
+
+def test_a_line_that_stands_for_many_preemptions_counts_them_all(tmp_path: Path) -> None:
+    log = tmp_path / "v0.log"
+    warn = ("WARNING 11-29 09:00:{s:02d} [scheduler.py:1560] Sequence group {s} is preempted by PreemptionMode."
+            "RECOMPUTE mode because there is not enough KV cache space. This can affect the end-to-end performance. "
+            "Increase gpu_memory_utilization or tensor_parallel_size to provide more KV cache memory. "
+            "total_num_cumulative_preemption={n}")
+    log.write_text("".join(warn.format(s=s, n=1 + 50 * s) + "\n" for s in range(3)))
+    result = runner.invoke(app, ["report", "--log", str(log), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    line = data["timeline"][0]
+    assert (line["kind"], line["count"]) == ("preemption", 3) and line["occurrences"] > 3
+    assert f"{line['occurrences']:,} preemptions (3 log lines)" in data["verdict"]["headline"]
