@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.config import DEFAULT_CONFIG_PATH, load_config
-from agent.daemon.offline import load_logs
 from agent.errors import AgentError, StoreError
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store, failure_hint
@@ -32,6 +31,8 @@ def build(*, db: Path | None, config: Path | None, logs: Sequence[Path], since: 
     cfg = load_config(config) if config is not None else None
     try:
         if logs:
+            from agent.daemon.offline import load_logs  # the parsers: imported only when logs are read
+
             store, source = Store.open(":memory:"), ", ".join(str(p) for p in logs)
             load_logs(logs, store)
         else:
