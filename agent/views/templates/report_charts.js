@@ -25,7 +25,7 @@
       if (!isFinite(x) || x < left || x > left + w) { return; }
       ctx.strokeStyle = "#868e96"; ctx.lineWidth = devicePixelRatio; ctx.setLineDash([4, 4]);
       ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + h); ctx.stroke();
-      ctx.fillStyle = "#495057"; ctx.fillText(m.kind, x + 3, top + (12 + 12 * (i % 4)) * devicePixelRatio);
+      ctx.fillStyle = "#495057"; ctx.fillText(m.kind, x + 3, top + (12 + 12 * (i % 12)) * devicePixelRatio);
     });
     ctx.restore();
   }
