@@ -416,3 +416,17 @@ def simulate(
     except AgentError as exc:
         _fail(str(exc))
     raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path | None, typer.Option(help="Where to put the demo's config, store, logs and report "
+                                                 "(default: a new temporary folder, kept).")] = None,
+) -> None:
+    """The whole product in about a minute, no GPU: a SIMULATED engine with max_num_seqs set too high, the
+    agent watching it, a step-up load test, the advisor's recommendation and the HTML report.
+
+    Exits 0 when every step ran, 1 naming the step that failed, 130 on Ctrl-C (processes are stopped)."""
+    from agent.tools.demo import main as run_demo
+
+    raise typer.Exit(run_demo(workdir))
