@@ -1,8 +1,10 @@
 """What `report` says, gathered once as plain data: every renderer (text, md, html, json) reads a `Report`.
 
-Read-only: it only calls `Queries` (SELECTs aggregated in SQL) and the capacity arithmetic, so it runs on
-a copied database, on the daemon's own (read-only connection) or on an in-memory store built from saved
-logs. Every field is a number, a string, None or a list/dict of those, so `as_json` is `asdict`.
+Read-only: it only calls `Queries` and the capacity arithmetic, so it runs on a copied database, on the
+daemon's own (read-only connection) or on an in-memory store built from saved logs. Counts are aggregated
+in SQL on covering indexes; each engine's and GPU's samples are read once and give the percentiles, the
+peak-keeping chart buckets and the gaps (measured faster than three SQL passes: bench/report.py). Every
+field is a number, a string, None or a list/dict of those, so `as_json` is `asdict`.
 """
 
 from __future__ import annotations
