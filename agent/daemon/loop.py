@@ -18,9 +18,11 @@ from dataclasses import dataclass, field, replace
 from agent import __version__
 from agent.capacity.budget import Budget
 from agent.capacity.capacity import Capacity, capacity_of, paper_budget
-from agent.config import Config, SourceSection
+from agent.config import Config, SourceSection, shipped_rules_dir
 from agent.daemon.totals import Totals
 from agent.errors import AgentError
+from agent.judge.advisor import Advisor, engine_config, knobs_of
+from agent.judge.rules import RuleError, load_rules
 from agent.records import (
     CapacityFact,
     CommitResult,
@@ -157,6 +159,10 @@ class Daemon:
         self._snapshot_lock = threading.Lock()
         self._budget: Budget | None = None
         self._reload_ok = True
+        self._pending_findings: list[Finding] = []
+        self.advisor = Advisor((), config.rules.interval_seconds, knobs_of(config))
+        self._rules_loaded = False
+        self.rule_errors: list[str] = []
         self.waker = Waker(use_inotify=any(s.use_inotify for s in config.sources))
 
     def _open_store(self) -> Store:
@@ -182,6 +188,7 @@ class Daemon:
             self._nvml = None
         self._budget = paper_budget(config)
         self._sources = None
+        self.load_rules(config)
         self._open_sources(now)
 
     def _open_sources(self, now: float) -> None:
@@ -259,11 +266,35 @@ class Daemon:
             self._writer.prune(now)
         return result
 
+    def load_rules(self, config: Config) -> bool:
+        """(Re)load the shipped rules and `rules.dirs`; a broken file keeps the last good set, counted and
+        logged once per load with every problem (file:line: rule: field: expected)."""
+        try:
+            ruleset = load_rules([shipped_rules_dir(), *config.rules.dirs])
+        except RuleError as exc:
+            self.rule_errors = exc.problems
+            self.totals.add(("rule_load_errors_total", ()))
+            kept = "the last good rule set" if self._rules_loaded else "no rules"
+            log.error("rule files rejected; keeping %s:\n%s", kept, "\n".join(exc.problems))
+            return False
+        self.rule_errors = []
+        self._rules_loaded = True
+        self.advisor.interval = config.rules.interval_seconds
+        self.advisor.config = knobs_of(config)
+        self._pending_findings.extend(self.advisor.replace_rules(ruleset.rules))
+        return True
+
     def judge(self, now: float) -> list[Finding]:
         """Stage 3: the advisor's turn — rules over the stored windows against the capacity (agent/judge/).
 
         Returns the findings that changed state this step (new, changed or cleared), to be stored."""
-        return []
+        out, self._pending_findings = self._pending_findings, []
+        store = self._writer.store
+        if not self.config.rules.enabled or store is None or not self.advisor.due(now):
+            return out
+        queries = Queries(store)
+        return out + self.advisor.step(now, queries, self.capacities(), queries.engines(),
+                                       engine_config(self._latest.facts))
 
     def commit_findings(self, findings: Sequence[Finding], now: float) -> None:
         if findings:
@@ -321,6 +352,7 @@ class Daemon:
             store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,
             budget=_budget_gauges(self._budget), capacities=self.capacities(),
             configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
+            findings=self.advisor.active(),
         )
         with self._snapshot_lock:
             self._snapshot = snapshot
@@ -339,13 +371,14 @@ class Daemon:
         """Re-read the config (SIGHUP). A bad file keeps the running config, counted and logged."""
         self.totals.add(("config_reloads_total", ()))
         if self._load_config is None:
-            return False
+            return self.load_rules(self.config)
         try:
             config = self._load_config()
         except AgentError as exc:
             self._reload_ok = False
             self.totals.add(("config_reload_errors_total", ()))
             log.error("config reload rejected; keeping the running config: %s", exc)
+            self.load_rules(self.config)  # the rule files may have changed on their own
             return False
         self._close_sources(now)
         self.totals.rebase([*_SOURCE_COUNTERS.values(), "parse_errors_total", "scrapes_total",
