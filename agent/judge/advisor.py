@@ -107,6 +107,7 @@ class Advisor:
     rules: Sequence[Rule]
     interval: float = 15.0
     config: Mapping[str, float | None] = field(default_factory=dict)
+    log_findings: bool = True  # the daemon logs each new finding once; a replay (`advise`) prints instead
     _state: dict[tuple[str, str], _State] = field(default_factory=dict)
     _due: float = -math.inf
 
@@ -158,7 +159,8 @@ class Advisor:
                 if now - state.cleared_at < rule.cooldown:
                     return None
                 state.active = _finding(rule, engine, verdict, now, now)
-                log.warning("finding %s on %s: %s", rule.name, engine, verdict.message)
+                if self.log_findings:
+                    log.warning("finding %s on %s: %s", rule.name, engine, verdict.message)
                 return state.active
             if held.recommended != verdict.recommended or held.current != verdict.current:
                 state.active = _finding(rule, engine, verdict, now, held.since)
@@ -170,7 +172,8 @@ class Advisor:
         if state.misses < rule.clear_after:
             return None
         state.active, state.misses, state.cleared_at = None, 0, now
-        log.info("finding %s on %s cleared", rule.name, engine)
+        if self.log_findings:
+            log.info("finding %s on %s cleared", rule.name, engine)
         return _cleared(held, now)
 
 

@@ -94,8 +94,9 @@ def scale_current(ctx: Context) -> Result:
     """The configured value × `factor` (above 1 raises, below 1 lowers), rounded."""
     if ctx.current is None:
         return None, "the knob's current value is not configured; set it in the config to get a number"
-    value = round(ctx.current * ctx.factor)
-    return float(value), f"{_fmt(ctx.current)} × {ctx.factor:g} = {value}"
+    raw = ctx.current * ctx.factor
+    value = float(round(raw)) if ctx.current >= 10 else round(raw, 2)  # ratios keep two decimals
+    return value, f"{_fmt(ctx.current)} × {ctx.factor:g} = {_fmt(value)}"
 
 
 def engine_figure(ctx: Context) -> Result:

@@ -16,10 +16,19 @@ import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agent.errors import AgentError
 from agent.judge.builtins import BUILTINS
@@ -145,9 +154,19 @@ class Condition(Aggregate):
         return self
 
 
+def _kind(item: Any) -> str:
+    """A mapping with `all`/`any` is a group, anything else a condition: errors then name one, not both."""
+    if isinstance(item, dict) and ("all" in item or "any" in item):
+        return "Group"
+    return "Condition"
+
+
+Item = Annotated[Annotated["Condition", Tag("Condition")] | Annotated["Group", Tag("Group")], Discriminator(_kind)]
+
+
 class Group(_Model):
-    all: list[Condition | Group] | None = None
-    any: list[Condition | Group] | None = None
+    all: list[Item] | None = None
+    any: list[Item] | None = None
 
     @model_validator(mode="after")
     def _one_list(self) -> Group:
@@ -250,7 +269,7 @@ def _line_of(node: Any, loc: Sequence[Any]) -> int:
 
 
 def _problem(path: Path, node: Any, data: Any, error: Any) -> str:
-    loc = tuple(error["loc"])
+    loc: tuple[Any, ...] = tuple(error["loc"])
     line = _line_of(node, loc)
     rule = "-"
     if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
@@ -259,13 +278,24 @@ def _problem(path: Path, node: Any, data: Any, error: Any) -> str:
         except (KeyError, IndexError, TypeError, AttributeError):
             rule = f"rules[{loc[1]}]"
         loc = loc[2:]
-    parts = [p for p in loc if isinstance(p, str) and p[:1].islower()]
-    where = ".".join(p if p != "as" else "as" for p in parts) or "(rule)"
+    where = ""
+    for p in loc:
+        if isinstance(p, int):
+            where += f"[{p}]"
+        elif p[:1].islower():
+            where += f".{p}" if where else p
     msg = str(error["msg"]).replace("Value error, ", "").replace("Input should be", "expected")
+    for field_name in ("message", "action.of"):
+        if msg.startswith(f"{field_name} names"):
+            where = field_name
+            line = _line_of(node, (*tuple(error["loc"]), *field_name.split(".")))
+    where = where or "(rule)"
     if error["type"] == "extra_forbidden":
         msg = "unknown field"
     elif error["type"] == "missing":
         msg = "required field is missing"
+    elif error["type"] == "string_pattern_mismatch":
+        msg = "expected 3–64 lowercase letters, digits or _, starting with a letter"
     return f"{path}:{line}: {rule}: {where}: {msg}"
 
 
@@ -291,21 +321,12 @@ def load_file(path: Path) -> list[Rule]:
             text = _problem(path, node, data, error)
             if text not in seen:
                 seen.append(text)
-        raise RuleError(_prune_union_noise(seen)) from exc
+        raise RuleError(seen) from exc
     names = [r.name for r in parsed.rules]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise RuleError([f"{path}:1: {n}: name: defined twice in one file" for n in dupes])
     return parsed.rules
-
-
-def _prune_union_noise(problems: list[str]) -> list[str]:
-    """A bad condition fails both as a Condition and as a Group; drop the Group's complaints when the
-    Condition's say more (a group's 'unknown field: signal' is noise)."""
-    useful = [p for p in problems if not re.search(r": (?:all|any)(?:\.\w+)*: (?:unknown field|required field is "
-                                                   r"missing|a group takes)", p)]
-    useful = [p for p in useful if not p.endswith(": unknown field") or ".signal" not in p]
-    return useful or problems
 
 
 def rule_files(dirs: Sequence[Path]) -> list[Path]:

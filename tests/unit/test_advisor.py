@@ -59,7 +59,7 @@ def test_oom_with_kv_half_empty_lowers_gpu_memory_utilization_not_concurrency() 
     got = judge([*stats(6, running=4, waiting=0, kv=0.40), *events(EventKind.OOM, 2)],
                 {"max_num_seqs": 13, "gpu_memory_utilization": 0.95})
     f = got["oom_activation_peak"]
-    assert (f.knob, f.direction, f.recommended) == (Knob.GPU_MEMORY_UTILIZATION, Direction.LOWER, 1.0)
+    assert (f.knob, f.direction, f.recommended) == (Knob.GPU_MEMORY_UTILIZATION, Direction.LOWER, 0.9)
     assert "oom_kv_at_limit" not in got
 
 
