@@ -154,6 +154,7 @@ def budget(
 ) -> None:
     """Compute the KV-cache budget and max concurrency, showing every step of the arithmetic."""
     from agent.capacity.budget import compute
+    from agent.capacity.capacity import capacity_of
     from agent.capacity.inputs import SizingRequest, resolve
     from agent.capacity.plan import plan
     from agent.capacity.reconcile import latest, reconcile
@@ -189,14 +190,15 @@ def budget(
                               "--tp, --vram-gib, --weights-gib or --weights-dtype.") from exc
         the_plan = plan(sizing.inputs, target_concurrency, sizing.workload_tokens) if target_concurrency else None
         rec = reconcile(result, facts) if facts else None
+        cap = capacity_of(result, facts, str(from_log)) if facts else None
     except ConfigError as exc:
         _fail("\n".join(exc.problems))
     except AgentError as exc:
         _fail(str(exc))
     if as_json:
-        typer.echo(json.dumps(to_json(result, sizing, the_plan, rec), indent=2, default=str))
+        typer.echo(json.dumps(to_json(result, sizing, the_plan, rec, cap), indent=2, default=str))
         return
-    typer.echo(render_budget(result, sizing, cfg, the_plan, rec))
+    typer.echo(render_budget(result, sizing, cfg, the_plan, rec, cap))
 
 
 _SETTINGS = ("model", "tensor_parallel_size", "quantization", "kv_cache_dtype", "gpu_memory_utilization",
