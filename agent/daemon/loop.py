@@ -41,6 +41,7 @@ from agent.sinks.exporter import Snapshot, TargetState
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store, event_counters
 from agent.sinks.writer import ResilientWriter
+from agent.sources.engines import engine_name
 from agent.sources.journal import JournalSource
 from agent.sources.nvml import GpuPoller
 from agent.sources.scrape import Scraper
@@ -74,11 +75,16 @@ class Intake:
 
 @dataclass
 class _LogSource:
+    """One configured source and its parsers: one per engine instance (one per file a glob matched, each
+    with its own name and its own open tracebacks), so two engines' lines are never judged as one."""
+
     section: SourceSection
     reader: FileTailer | JournalSource
-    parser: Parser
+    server: Server
+    ref_time: float
     last_line_at: float = 0.0
     flushed: bool = True
+    parsers: dict[str, Parser] = field(default_factory=dict)  # engine → its parser
     file_keys: dict[str, str] = field(default_factory=dict)  # path → file_key of the lines fed from it
     held_back: dict[str, Cursor] = field(default_factory=dict)  # file_key → true cursor not yet persisted
 
@@ -86,10 +92,30 @@ class _LogSource:
     def name(self) -> str:
         return self.section.source_name()
 
+    def parser_for(self, path: str) -> Parser:
+        engine = engine_name(self.name, self.section.path, path)
+        parser = self.parsers.get(engine)
+        if parser is None:
+            parser = self.parsers[engine] = make_parser(self.server, engine, self.ref_time)
+        return parser
+
+    @property
+    def parse_errors(self) -> int:
+        return sum(p.parse_errors for p in self.parsers.values())
+
+    def flush(self) -> list[Record]:
+        return [r for p in self.parsers.values() for r in p.flush()]
+
+    def held_offsets(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.parsers.values():
+            out.update(p.held_offsets())
+        return out
+
     def feed(self, lines: Iterable[LogLine]) -> list[Record]:
         records: list[Record] = []
         for line in lines:
-            records.extend(self.parser.feed(line.text, line.ts, line.path, line.offset))
+            records.extend(self.parser_for(line.path).feed(line.text, line.ts, line.path, line.offset))
             self.file_keys[line.path] = line.file_key
         return records
 
@@ -107,7 +133,7 @@ class _LogSource:
                 pending[cursor.file_key] = cursor
             else:
                 out.append(cursor)
-        limits = {self.file_keys.get(path): offset for path, offset in self.parser.held_offsets().items()}
+        limits = {self.file_keys.get(path): offset for path, offset in self.held_offsets().items()}
         self.held_back = {}
         for key, cursor in pending.items():
             limit = limits.get(key)
@@ -210,7 +236,7 @@ class Daemon:
         server = section.server
         if section.format == "journald" and section.kernel and server is Server.AUTO:
             server = Server.KERNEL
-        return _LogSource(section, reader, make_parser(server, name, now))
+        return _LogSource(section, reader, server, now)
 
     def describe(self) -> list[str]:
         """What this agent watches, one line each, for the start-up log."""
@@ -248,7 +274,7 @@ class Daemon:
             if batch.lines:
                 src.last_line_at, src.flushed = now, False
             elif not src.flushed and now - src.last_line_at >= QUIET_FLUSH_SECONDS:
-                intake.records.extend(src.parser.flush())
+                intake.records.extend(src.flush())
                 src.flushed = True
             intake.cursors.extend(src.persistable(batch.cursors))
             intake.expired.extend(batch.expired)
@@ -324,7 +350,7 @@ class Daemon:
             stats = src.reader.stats()
             for attr, metric in _SOURCE_COUNTERS.items():
                 self.totals.observe((metric, (src.name,)), getattr(stats, attr))
-            self.totals.observe(("parse_errors_total", (src.name,)), src.parser.parse_errors)
+            self.totals.observe(("parse_errors_total", (src.name,)), src.parse_errors)
         if self._nvml is not None:
             for call, count in self._nvml.errors_by_call.items():
                 self.totals.observe(("nvml_errors_total", (call,)), count)
@@ -401,7 +427,7 @@ class Daemon:
                 fresh = batch.cursors
             else:
                 src.reader.close()
-            records.extend(src.parser.flush())
+            records.extend(src.flush())
             cursors.extend(src.persistable(fresh))  # nothing is held any more: the true cursors
         self._commit(records, cursors, (), now)
         self._sources = None

@@ -188,3 +188,50 @@ def test_the_daemon_judges_exports_and_reloads_rules(tmp_path: Path) -> None:
     assert snap.totals[("rule_load_errors_total", ())] == 1
     assert [f.rule for f in snap.findings] == ["oom_activation_peak"], "the last good rules still judge"
     daemon.close(now + 32)
+
+
+def test_a_glob_over_two_engines_is_two_series_judged_apart(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.log").write_text("".join(STATS.format(i) + "\n" for i in range(3)) + OOM + "\n")
+    (logs / "b.log").write_text(STATS.format(0).replace("42.0%", "91.0%").replace("Running: 5", "Running: 7") + "\n")
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text("sources: [{path: 'logs/*.log', server: vllm, name: vllm, start_at: beginning}]\n"
+                           "nvml: {enabled: false}\nstore: {path: agent.db}\nserver: {gpu_memory_fraction: 0.9}\n")
+    daemon = Daemon(load_config(config_path))
+    now = 1_764_406_805.0
+    daemon.start(now)
+    daemon.run_once(now)
+    daemon.run_once(now + 16)
+    snap = daemon.snapshot()
+    assert {k: (v.running, v.kv_usage_ratio) for k, v in snap.servers.items()} == {
+        "vllm/a": (5, 0.42), "vllm/b": (7, 0.91)}, "each file its own series: the last written does not win"
+    assert snap.totals[("events_total", ("vllm/a", "vllm", "oom"))] == 1
+    assert ("events_total", ("vllm/b", "vllm", "oom")) not in snap.totals
+    assert [(f.rule, f.engine) for f in snap.findings] == [("oom_activation_peak", "vllm/a")]
+    assert snap.totals[("source_lines_total", ("vllm",))] == 5  # self-metrics stay per configured source
+    daemon.close(now + 17)
+
+
+def test_status_shows_the_active_findings_the_daemon_stored(tmp_path: Path) -> None:
+    from agent.daemon.status import gather
+    from agent.views.status import render
+
+    log = tmp_path / "vllm.log"
+    log.write_text("".join(STATS.format(i) + "\n" for i in range(3)) + OOM + "\n")
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text("sources: [{path: vllm.log, server: vllm, name: vllm, start_at: beginning}]\n"
+                           "nvml: {enabled: false}\nstore: {path: agent.db}\nmetrics: {port: 1}\n"
+                           "server: {gpu_memory_fraction: 0.9}\n")
+    config = load_config(config_path)
+    daemon = Daemon(config)
+    now = 1_764_406_805.0
+    daemon.start(now)
+    daemon.run_once(now)
+    daemon.run_once(now + 16)
+    daemon.close(now + 17)
+    report = gather(config, timeout=0.2)
+    assert [(f.rule, f.engine, f.active) for f in report.findings] == [("oom_activation_peak", "vllm", True)]
+    text = render(report, config, None, now + 60)
+    assert "findings (active):" in text
+    assert "[critical] oom_activation_peak on vllm: lower gpu_memory_utilization 0.9 → 0.85" in text
