@@ -171,3 +171,48 @@ def test_a_finding_neither_flaps_nor_repeats() -> None:
     cleared = advisor.step(later + 15, q, {E: CAP}, [E])
     assert [(f.rule, f.active, f.since) for f in cleared] == [("oom_kv_at_limit", False, NOW)]
     assert [f.rule for f in advisor.active()] == ["max_num_seqs_above_bound"]  # static: still true
+
+
+@pytest.mark.parametrize(("knob", "rule"), [("VLLM_ENGINE_ITERATION_TIMEOUT_S", "engine_iteration_timeout"),
+                                            ("VLLM_RPC_TIMEOUT", "engine_rpc_timeout"),
+                                            ("watchdog_timeout", "engine_watchdog_timeout"),
+                                            ("OLLAMA_LOAD_TIMEOUT", "engine_load_timeout")])
+def test_each_engine_timeout_names_its_own_knob_and_no_request_rule_fires(knob: str, rule: str) -> None:
+    got = judge(events(EventKind.DEADLINE_EXCEEDED, 3, scope="engine", knob=knob), {"request_timeout_ms": 30000})
+    assert set(got) == {rule}
+    assert (got[rule].knob, got[rule].direction) == (Knob(knob), Direction.RAISE)
+
+
+def test_oom_with_the_card_full_by_nvml_lowers_concurrency() -> None:
+    from agent.records import GpuSample
+
+    gpu = [GpuSample(NOW - 30, 0, "GPU-1", "NVIDIA L4", None, 24 << 30, None, 1 << 28, (24 << 30) - (1 << 28),
+                     0.9, 0.8, 60.0, 70.0, 72.0)]
+    store = Store.open(":memory:")
+    store.commit([*gpu, *events(EventKind.OOM, 1)], now=NOW)
+    found = Advisor(rules(), 15.0, {"max_num_seqs": 32}).step(NOW, Queries(store), {E: CAP}, [E])
+    f = next(f for f in found if f.rule == "oom_kv_at_limit")
+    assert f.recommended == 13 and f.evidence["gpu_memory_used_ratio_max"] == pytest.approx(0.9896, abs=1e-4)
+
+
+def test_a_finding_that_clears_waits_out_its_cooldown() -> None:
+    rule = replace_rule("oom_kv_at_limit", cooldown=600.0)
+    store = Store.open(":memory:")
+    store.commit([*stats(3, running=20, waiting=3, kv=0.97), *events(EventKind.OOM, 1)], now=NOW)
+    advisor = Advisor((rule,), 15.0, {})
+    q = Queries(store)
+    assert len(advisor.step(NOW, q, {E: CAP}, [E])) == 1
+    later = NOW + 700  # out of the 10-minute window: two misses clear it
+    advisor.step(later, q, {E: CAP}, [E])
+    assert [f.active for f in advisor.step(later + 15, q, {E: CAP}, [E])] == [False]
+    again = Event(later + 30, E, Server.VLLM, EventKind.OOM, Severity.ERROR, Phase.RUNTIME, "oom again", {},
+                  f"/logs/{E}.log", 99_999)
+    store.commit([again], now=later + 30)  # a new OOM at once
+    store.commit([ServerStats(later + 30, E, Server.VLLM, running=20, waiting=3, kv_usage_ratio=0.97)], now=later + 30)
+    assert advisor.step(later + 45, q, {E: CAP}, [E]) == [], "inside the cooldown: not again"
+    assert [f.active for f in advisor.step(later + 15 + 601, q, {E: CAP}, [E])] == [True]
+
+
+def replace_rule(name: str, **changes: float) -> Rule:
+    rule = next(r for r in rules() if r.name == name)
+    return rule.model_copy(update=changes)

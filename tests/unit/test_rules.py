@@ -235,3 +235,30 @@ def test_status_shows_the_active_findings_the_daemon_stored(tmp_path: Path) -> N
     text = render(report, config, None, now + 60)
     assert "findings (active):" in text
     assert "[critical] oom_activation_peak on vllm: lower gpu_memory_utilization 0.9 → 0.85" in text
+
+
+def test_advise_over_a_store_window(tmp_path: Path) -> None:
+    import time
+
+    from agent.records import Event, EventKind, Phase, Server, ServerStats, Severity
+    from agent.sinks.store import Store
+
+    now = time.time()
+    db = tmp_path / "agent.db"
+    store = Store.open(db)
+    store.commit([*(ServerStats(now - 1600 + 10 * i, "vllm", Server.VLLM, running=4, waiting=0, kv_usage_ratio=0.3)
+                    for i in range(6)),
+                  Event(now - 1500, "vllm", Server.VLLM, EventKind.OOM, Severity.ERROR, Phase.RUNTIME, "CUDA out of "
+                        "memory", {}, "/logs/vllm.log", 1)], now=now)
+    store.close()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store: {{path: {db}}}\nserver: {{gpu_memory_fraction: 0.9}}\n")
+    code, data = advise("--config", str(config), "--since", "30m")
+    assert code == 3 and [f["rule"] for f in data["findings"]] == ["oom_activation_peak"]
+    found = data["findings"][0]
+    assert found["to"] == 0.85 and found["cleared_at"] is not None, "the OOM left its 10m window: cleared"
+    # judged over the last minute, each rule still looks back its own window (10m): 25 minutes ago is out
+    code, data = advise("--db", str(db), "--since", "1m")
+    assert code == 0 and data["findings"] == []
+    bad = runner.invoke(app, ["advise", "--db", str(db), "--since", "a while"])
+    assert bad.exit_code == 1 and "--since" in bad.output
