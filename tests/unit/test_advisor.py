@@ -216,3 +216,20 @@ def test_a_finding_that_clears_waits_out_its_cooldown() -> None:
 def replace_rule(name: str, **changes: float) -> Rule:
     rule = next(r for r in rules() if r.name == name)
     return rule.model_copy(update=changes)
+
+
+def test_active_findings_are_exported_and_cleared_ones_are_not() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from agent.prom import exposition_samples
+    from agent.sinks.exporter import Snapshot, SnapshotCollector
+
+    on = Finding(NOW, NOW, "oom_kv_at_limit", E, Severity.CRITICAL, "m", Knob.MAX_NUM_SEQS, Direction.LOWER, 32, 13)
+    off = Finding(NOW, NOW, "queue_timeouts", E, Severity.WARNING, "m", Knob.QUEUE_TIMEOUT_MS, active=False)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SnapshotCollector(lambda: Snapshot(version="1", started_at=0.0, findings=[on, off])))
+    samples = exposition_samples(generate_latest(registry).decode())
+    assert samples["deepinfer_finding_active"] == [
+        ({"rule": "oom_kv_at_limit", "engine": E, "severity": "critical"}, 1.0)]
+    assert samples["deepinfer_recommended_value"] == [
+        ({"rule": "oom_kv_at_limit", "engine": E, "knob": "max_num_seqs"}, 13.0)]
