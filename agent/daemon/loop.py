@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from agent import __version__
 from agent.capacity.budget import Budget
 from agent.capacity.capacity import Capacity, capacity_of, paper_budget
 from agent.config import Config, SourceSection, shipped_rules_dir
+from agent.daemon.streams import Latest, LogStream
 from agent.daemon.totals import Totals
 from agent.errors import AgentError
 from agent.judge.advisor import Advisor, engine_config, knobs_of
@@ -28,11 +29,7 @@ from agent.records import (
     CommitResult,
     Cursor,
     Finding,
-    GpuProcessSample,
-    GpuSample,
     JournalCursor,
-    LogLine,
-    Record,
     Server,
     ServerStats,
     StoredRecord,
@@ -41,13 +38,11 @@ from agent.sinks.exporter import Snapshot, TargetState
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store, event_counters
 from agent.sinks.writer import ResilientWriter
-from agent.sources.engines import engine_name
 from agent.sources.journal import JournalSource
 from agent.sources.nvml import GpuPoller
 from agent.sources.scrape import Scraper
 from agent.sources.tailer import FileTailer
 from agent.sources.wake import Waker
-from parsers import Parser, make_parser
 
 log = logging.getLogger("deepinfer.pipeline")
 
@@ -73,97 +68,6 @@ class Intake:
     more: bool = False
 
 
-@dataclass
-class _LogSource:
-    """One configured source and its parsers: one per engine instance (one per file a glob matched, each
-    with its own name and its own open tracebacks), so two engines' lines are never judged as one."""
-
-    section: SourceSection
-    reader: FileTailer | JournalSource
-    server: Server
-    ref_time: float
-    last_line_at: float = 0.0
-    flushed: bool = True
-    parsers: dict[str, Parser] = field(default_factory=dict)  # engine → its parser
-    file_keys: dict[str, str] = field(default_factory=dict)  # path → file_key of the lines fed from it
-    held_back: dict[str, Cursor] = field(default_factory=dict)  # file_key → true cursor not yet persisted
-
-    @property
-    def name(self) -> str:
-        return self.section.source_name()
-
-    def parser_for(self, path: str) -> Parser:
-        engine = engine_name(self.name, self.section.path, path)
-        parser = self.parsers.get(engine)
-        if parser is None:
-            parser = self.parsers[engine] = make_parser(self.server, engine, self.ref_time)
-        return parser
-
-    @property
-    def parse_errors(self) -> int:
-        return sum(p.parse_errors for p in self.parsers.values())
-
-    def flush(self) -> list[Record]:
-        return [r for p in self.parsers.values() for r in p.flush()]
-
-    def held_offsets(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for p in self.parsers.values():
-            out.update(p.held_offsets())
-        return out
-
-    def feed(self, lines: Iterable[LogLine]) -> list[Record]:
-        records: list[Record] = []
-        for line in lines:
-            records.extend(self.parser_for(line.path).feed(line.text, line.ts, line.path, line.offset))
-            self.file_keys[line.path] = line.file_key
-        return records
-
-    def persistable(self, fresh: Iterable[Cursor | JournalCursor]) -> list[Cursor | JournalCursor]:
-        """The cursors to commit now: never past the first line of something the parser still holds.
-
-        An open traceback is one event emitted when it ends; its first lines are already read. Were the
-        cursor persisted past them, a crash now would leave the restarted agent only the traceback's
-        tail. So the cursor waits at the block's first line, and the true one is committed once the
-        block is out (a replay of the lines in between stores nothing twice: records are unique)."""
-        pending = dict(self.held_back)
-        out: list[Cursor | JournalCursor] = []
-        for cursor in fresh:
-            if isinstance(cursor, Cursor):
-                pending[cursor.file_key] = cursor
-            else:
-                out.append(cursor)
-        limits = {self.file_keys.get(path): offset for path, offset in self.held_offsets().items()}
-        self.held_back = {}
-        for key, cursor in pending.items():
-            limit = limits.get(key)
-            if limit is not None and limit < cursor.offset:
-                out.append(replace(cursor, offset=limit))
-                self.held_back[key] = cursor
-            else:
-                out.append(cursor)
-        return out
-
-
-@dataclass
-class _Latest:
-    """What the exporter and `status` show: the newest sample of everything."""
-
-    servers: dict[str, ServerStats] = field(default_factory=dict)
-    facts: dict[str, dict[str, float | str]] = field(default_factory=dict)
-    gpus: tuple[GpuSample, ...] = ()
-    processes: tuple[GpuProcessSample, ...] = ()
-
-    def take(self, records: Iterable[Record]) -> None:
-        for r in records:
-            if isinstance(r, ServerStats):
-                held = self.servers.get(r.source)
-                if held is None or (r.ts or 0) >= (held.ts or 0):
-                    self.servers[r.source] = r
-            elif isinstance(r, CapacityFact):
-                self.facts.setdefault(r.source, {})[r.name] = r.value
-
-
 class Daemon:
     """The long-running agent. Build it, `start(now)`, then `run_once(now)` steps (or `run_forever`)."""
 
@@ -173,12 +77,12 @@ class Daemon:
         self._load_config = load_config
         self._nvml_library = nvml_library
         self._writer = ResilientWriter(self._open_store)
-        self._sources: list[_LogSource] | None = None  # built once the store (and its cursors) is readable
+        self._sources: list[LogStream] | None = None  # built once the store (and its cursors) is readable
         self._scrapers: list[Scraper] = []
         self._nvml: GpuPoller | None = None
         self._nvml_due = 0.0
         self._prune_due = 0.0
-        self._latest = _Latest()
+        self._latest = Latest()
         self.totals = Totals({})
         self._started_at = time.time()
         self._snapshot = Snapshot(version=__version__, started_at=self._started_at)
@@ -226,7 +130,7 @@ class Daemon:
         self._latest.facts.update({k: dict(v) for k, v in Queries(store).latest_facts().items()})
         self._sources = [self._open_source(store, section, now) for section in self.config.sources]
 
-    def _open_source(self, store: Store, section: SourceSection, now: float) -> _LogSource:
+    def _open_source(self, store: Store, section: SourceSection, now: float) -> LogStream:
         name = section.source_name()
         reader: FileTailer | JournalSource
         if section.format == "journald":
@@ -236,7 +140,7 @@ class Daemon:
         server = section.server
         if section.format == "journald" and section.kernel and server is Server.AUTO:
             server = Server.KERNEL
-        return _LogSource(section, reader, server, now)
+        return LogStream(section, reader, server, now)
 
     def describe(self) -> list[str]:
         """What this agent watches, one line each, for the start-up log."""
