@@ -172,8 +172,10 @@ class Queries:
         not the kernel or NVML): what the advisor judges, one by one."""
         names = set(self._distinct("server_stats", "source"))
         names |= {str(r[0]) for r in self._store.query("SELECT DISTINCT source FROM facts_latest")}
-        names |= {str(r[0]) for r in self._store.query(
-            "SELECT DISTINCT source FROM events WHERE server NOT IN ('kernel', 'nvml')")}
+        for source in self._distinct("events", "source"):  # an index seek per source, not a scan of events
+            if source not in names and self._store.query(
+                    "SELECT 1 FROM events WHERE source = ? AND server NOT IN ('kernel', 'nvml') LIMIT 1", (source,)):
+                names.add(source)
         return sorted(names)
 
     def time_span(self) -> tuple[float, float] | None:

@@ -233,3 +233,11 @@ def test_active_findings_are_exported_and_cleared_ones_are_not() -> None:
         ({"rule": "oom_kv_at_limit", "engine": E, "severity": "critical"}, 1.0)]
     assert samples["deepinfer_recommended_value"] == [
         ({"rule": "oom_kv_at_limit", "engine": E, "knob": "max_num_seqs"}, 13.0)]
+
+
+def test_the_kernel_log_is_not_an_engine() -> None:
+    store = Store.open(":memory:")
+    xid = Event(NOW, "kernel", Server.KERNEL, EventKind.XID, Severity.CRITICAL, Phase.RUNTIME, "Xid 79", {"xid": 79},
+                "/dev/kmsg", 1)
+    store.commit([xid, *events(EventKind.OOM, 1)], now=NOW)
+    assert Queries(store).engines() == [E]
