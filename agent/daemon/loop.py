@@ -92,6 +92,7 @@ class Daemon:
         self._pending_findings: list[Finding] = []
         self.advisor = Advisor((), config.rules.interval_seconds, knobs_of(config))
         self._rules_loaded = False
+        self._restored = False
         self.rule_errors: list[str] = []
         self.waker = Waker(use_inotify=any(s.use_inotify for s in config.sources))
 
@@ -128,6 +129,9 @@ class Daemon:
         if not self.totals.values:
             self.totals = Totals(store.load_totals())
         self._latest.facts.update({k: dict(v) for k, v in Queries(store).latest_facts().items()})
+        if not self._restored:
+            self.advisor.restore(Queries(store).findings(active_only=True))
+            self._restored = True
         self._sources = [self._open_source(store, section, now) for section in self.config.sources]
 
     def _open_source(self, store: Store, section: SourceSection, now: float) -> LogStream:

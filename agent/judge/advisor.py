@@ -119,6 +119,14 @@ class Advisor:
         return sorted((s.active for s in self._state.values() if s.active is not None),
                       key=lambda f: (f.rule, f.engine))
 
+    def restore(self, findings: Iterable[Finding]) -> None:
+        """Take back the findings a previous run left active (from the store), so a restart neither
+        re-logs nor re-stores them; they clear the usual way once their rule stops matching."""
+        names = {r.name for r in self.rules}
+        for f in findings:
+            if f.active and f.rule in names:
+                self._state.setdefault((f.rule, f.engine), _State()).active = f
+
     def replace_rules(self, rules: Sequence[Rule]) -> list[Finding]:
         """Swap the rule set (SIGHUP); findings of rules that vanished are cleared (returned to store)."""
         names = {r.name for r in rules}

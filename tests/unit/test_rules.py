@@ -230,8 +230,18 @@ def test_status_shows_the_active_findings_the_daemon_stored(tmp_path: Path) -> N
     daemon.run_once(now)
     daemon.run_once(now + 16)
     daemon.close(now + 17)
+    again = Daemon(config)  # a restart takes the active finding back: not logged or stored a second time
+    again.start(now + 20)
+    again.run_once(now + 20)
+    assert [f.rule for f in again.advisor.active()] == ["oom_activation_peak"]
+    again.close(now + 21)
     report = gather(config, timeout=0.2)
     assert [(f.rule, f.engine, f.active) for f in report.findings] == [("oom_activation_peak", "vllm", True)]
+    from agent.sinks.queries import Queries
+    from agent.sinks.store import Store
+
+    stored = Queries(Store.open_readonly(tmp_path / "agent.db")).findings()
+    assert [(f.rule, f.active) for f in stored] == [("oom_activation_peak", True)], "one row, not one per restart"
     text = render(report, config, None, now + 60)
     assert "findings (active):" in text
     assert "[critical] oom_activation_peak on vllm: lower gpu_memory_utilization 0.9 → 0.85" in text
