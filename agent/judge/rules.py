@@ -268,6 +268,19 @@ def _line_of(node: Any, loc: Sequence[Any]) -> int:
     return line
 
 
+def _known_fields(parent: tuple[Any, ...]) -> list[str]:
+    """The field names valid where an unknown one was found (`parent` is its location inside a rule)."""
+    tags = [p for p in parent if p in ("Condition", "Group")]
+    model: type[BaseModel] = Rule
+    if tags:
+        model = Condition if tags[-1] == "Condition" else Group
+    elif parent[:1] == ("action",):
+        model = Action
+    elif parent[:1] == ("observe",):
+        model = Aggregate
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
 def _problem(path: Path, node: Any, data: Any, error: Any) -> str:
     loc: tuple[Any, ...] = tuple(error["loc"])
     line = _line_of(node, loc)
@@ -291,7 +304,7 @@ def _problem(path: Path, node: Any, data: Any, error: Any) -> str:
             line = _line_of(node, (*tuple(error["loc"]), *field_name.split(".")))
     where = where or "(rule)"
     if error["type"] == "extra_forbidden":
-        msg = "unknown field"
+        msg = f"unknown field (expected one of: {', '.join(_known_fields(loc[:-1]))})"
     elif error["type"] == "missing":
         msg = "required field is missing"
     elif error["type"] == "string_pattern_mismatch":

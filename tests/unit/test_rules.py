@@ -31,7 +31,7 @@ MALFORMED = {
     "bad-unknown-ref.yaml": (5, "kv_high", "when.all[0].ref", "unknown reference 'config.max_seqs'"),
     "bad-message-field.yaml": (7, "kv_high", "message", "message names {prompt}, not an evidence value"),
     "bad-value-and-ref.yaml": (5, "kv_high", "when.all[0]", "give exactly one of value"),
-    "bad-extra-field.yaml": (8, "kv_high", "exec", "unknown field"),
+    "bad-extra-field.yaml": (8, "kv_high", "exec", "unknown field (expected one of: name, description, severity"),
     "bad-window.yaml": (3, "kv_high", "window", "expected a duration like 90s, 10m or 2h, got '10 minutes'"),
     "bad-where.yaml": (5, "slow_engine", "when.all[0].where", "unknown knob 'RPC'"),
     "bad-yaml-syntax.yaml": (4, "-", None, "YAML syntax error"),
