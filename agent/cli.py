@@ -321,11 +321,13 @@ def advise(
                                                          "the config's).")] = None,
     tz: Annotated[str, typer.Option(help="--log: zone of time stamps that carry none.")] = "UTC",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+    fail_on_finding: Annotated[bool, typer.Option("--fail-on-finding", help="Exit 3 when any rule fired (for "
+                                                  "scripts and CI).")] = False,
 ) -> None:
     """Judge the rules over a past window of the store, or over saved logs: which knob, which way, to what.
 
-    Exit 0 when no rule fired, 3 when at least one finding is reported, 1 on an error (unreadable file,
-    bad config or rule file), 2 on a usage error."""
+    Exit 0 when it judged (findings or not; a report, like scan), 3 with --fail-on-finding when a rule
+    fired, 1 on an error (unreadable file, bad config or rule file, no store), 2 on a usage error."""
     from agent.config import StoreSection, load_config, shipped_rules_dir
     from agent.daemon.offline import load_logs
     from agent.judge.replay import replay
@@ -363,7 +365,7 @@ def advise(
         typer.echo(json.dumps(replay_json(result), indent=2, default=str))
     else:
         typer.echo(render_replay(result))
-    raise typer.Exit(3 if result.advice else 0)
+    raise typer.Exit(3 if fail_on_finding and result.advice else 0)
 
 
 @app.command()
@@ -383,7 +385,8 @@ def loadtest(
     metrics_url: Annotated[str | None, typer.Option(help="Engine /metrics to scrape during each level "
                                                     "(default: the same host's /metrics; '' turns it off).")] = None,
     log: Annotated[Path | None, typer.Option(help="Engine log to read OOM and preemption events from.")] = None,
-    db: Annotated[Path | None, typer.Option(help="The agent's store, for the same events.")] = None,
+    db: Annotated[Path | None, typer.Option(help="The agent's store: read the same events from it, and keep "
+                                            "each level there for `report`.")] = None,
     capacity: Annotated[int | None, typer.Option(help="The concurrency the budget allows (for the verdict).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Compute --capacity from this config's "
                                                 "budget.")] = None,
@@ -459,3 +462,17 @@ def simulate(
     except AgentError as exc:
         _fail(str(exc))
     raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path | None, typer.Option(help="Where to put the demo's config, store, logs and report "
+                                                 "(default: a new temporary folder, kept).")] = None,
+) -> None:
+    """The whole product in about a minute, no GPU: a SIMULATED engine with max_num_seqs set too high, the
+    agent watching it, a step-up load test, the advisor's recommendation and the HTML report.
+
+    Exits 0 when every step ran, 1 naming the step that failed, 130 on Ctrl-C (processes are stopped)."""
+    from agent.tools.demo import main as run_demo
+
+    raise typer.Exit(run_demo(workdir))

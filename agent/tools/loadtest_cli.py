@@ -61,6 +61,8 @@ def run_loadtest(*, url: str, levels: str, requests_per_level: int | None, paylo
                               nvml_library=nvml_library)
     options.check()
     result = _run_with_progress(options, show=sys.stderr.isatty() and not as_json)
+    if db is not None:
+        store_steps(db, result)
     document = to_json(result)
     if save is not None:
         try:
@@ -68,6 +70,15 @@ def run_loadtest(*, url: str, levels: str, requests_per_level: int | None, paylo
         except OSError as exc:
             raise LoadTestError(f"{save}: cannot write: {exc.strerror or exc}") from exc
     typer.echo(json.dumps(document, indent=2) if as_json else render_table(result))
+
+
+def store_steps(db: Path, result: LoadTestResult) -> None:
+    """Keep the levels in the agent's store (its `load_steps` table), where `report` finds them. The
+    daemon may be writing at the same time: SQLite serialises the two writers (WAL, busy timeout)."""
+    from agent.sinks.store import Store
+
+    with Store.open(db) as store:
+        store.commit(result.steps)
 
 
 def _run_with_progress(options: LoadTestOptions, show: bool) -> LoadTestResult:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -87,16 +86,6 @@ def verdict(steps: Sequence[LoadStep], capacity: int | None) -> Verdict:
                        cause, "requests failed")
             text += f": {why} before the KV cache ran out, so the budget's {capacity} is not tested by this run"
     return Verdict(capacity, safe, broken.level, cause, agrees, text)
-
-
-def loadstep_row(step: LoadStep) -> dict[str, Any]:
-    """A flat row for a `load_steps` table: every field, the error counts as one column per class plus
-    `errors_json`, so a query needs no JSON functions for the common classes."""
-    row = {k: v for k, v in asdict(step).items() if k != "errors"}
-    for kind in ERROR_CLASSES:
-        row[f"errors_{kind}"] = int(step.errors.get(kind, 0))
-    row["errors_json"] = json.dumps(dict(sorted(step.errors.items())))
-    return row
 
 
 def to_json(result: LoadTestResult) -> dict[str, Any]:

@@ -175,6 +175,7 @@ def test_a_finding_neither_flaps_nor_repeats() -> None:
 
 @pytest.mark.parametrize(("knob", "rule"), [("VLLM_ENGINE_ITERATION_TIMEOUT_S", "engine_iteration_timeout"),
                                             ("VLLM_RPC_TIMEOUT", "engine_rpc_timeout"),
+                                            ("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "engine_execute_model_timeout"),
                                             ("watchdog_timeout", "engine_watchdog_timeout"),
                                             ("OLLAMA_LOAD_TIMEOUT", "engine_load_timeout")])
 def test_each_engine_timeout_names_its_own_knob_and_no_request_rule_fires(knob: str, rule: str) -> None:

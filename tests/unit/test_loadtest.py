@@ -20,7 +20,7 @@ from agent.tools.loadtest import (
     synthetic_payload,
 )
 from agent.tools.loadtest_cli import parse_levels
-from agent.tools.loadtest_report import ERROR_CLASSES, loadstep_row, verdict
+from agent.tools.loadtest_report import verdict
 from agent.tools.loadtest_watch import Watcher
 
 
@@ -105,14 +105,6 @@ def test_verdict_without_a_break_or_a_capacity() -> None:
     assert not v.text.startswith("budget")
 
 
-def test_loadstep_row_is_flat() -> None:
-    row = loadstep_row(_step(8, True, errors={"http_429": 2, "timeout": 1}))
-    assert all(not isinstance(v, dict | list) for v in row.values())
-    assert row["errors_http_429"] == 2 and row["errors_timeout"] == 1 and row["errors_http_503"] == 0
-    assert json.loads(row["errors_json"]) == {"http_429": 2, "timeout": 1}
-    assert {f"errors_{k}" for k in ERROR_CLASSES} <= set(row)
-
-
 def _event(ts: float, kind: EventKind, offset: int) -> Event:
     return Event(ts, "engine", Server.VLLM, kind, Severity.WARNING, Phase.RUNTIME, "m", {}, "engine.log", offset)
 
@@ -174,3 +166,16 @@ def test_stream_chunks() -> None:
     error = b'data: {"error": {"message": "engine dead", "code": 500}}\n'
     assert [stream_chunk_kind(x) for x in (role, text, completion, error, b"data: [DONE]\n", b"\n", b": ping\n")] == [
         None, "text", "text", "error", None, None, None]
+
+
+def test_levels_are_kept_in_the_agents_store_for_report(tmp_path: Path) -> None:
+    from agent.sinks.queries import Queries
+    from agent.sinks.store import Store
+    from agent.tools.loadtest_cli import store_steps
+    from agent.tools.loadtest_report import LoadTestResult
+
+    steps = (_step(8, False), _step(16, True, errors={"http_503": 3}))
+    store_steps(tmp_path / "agent.db", LoadTestResult("run", "http://x", steps, verdict(steps, 13)))
+    with Store.open_readonly(tmp_path / "agent.db") as store:
+        assert [(s.level, s.broke, dict(s.errors)) for s in Queries(store).load_steps()] == [
+            (8, False, {}), (16, True, {"http_503": 3})]

@@ -80,7 +80,7 @@ def test_rules_check_lists_every_problem_and_exits_1() -> None:
 # --- advise over saved logs: real excerpts from public issues, through the parsers -------------------------
 
 def advise(*args: str) -> tuple[int, dict[str, object]]:
-    result = runner.invoke(app, ["advise", *args, "--json"])
+    result = runner.invoke(app, ["advise", *args, "--json", "--fail-on-finding"])
     assert result.exit_code in (0, 3), result.output
     return result.exit_code, json.loads(result.stdout)
 
@@ -144,8 +144,10 @@ def test_sglang_max_num_seqs_far_above_what_the_pool_holds() -> None:
 
 def test_advise_text_and_exit_codes(tmp_path: Path) -> None:
     result = runner.invoke(app, ["advise", "--log", str(LOGS / "vllm" / "v1_0.10.log")])
-    assert result.exit_code == 3
+    assert result.exit_code == 0, "a report: findings are not a failure unless asked"
     assert "[critical] oom_activation_peak on" in result.output and "how: 0.92 × 0.95 = 0.87" in result.output
+    strict = runner.invoke(app, ["advise", "--log", str(LOGS / "vllm" / "v1_0.10.log"), "--fail-on-finding"])
+    assert strict.exit_code == 3
     missing = runner.invoke(app, ["advise", "--db", str(tmp_path / "none.db")])
     assert missing.exit_code == 1 and "no store here" in missing.output
     bad = runner.invoke(app, ["advise", "--log", str(LOGS / "vllm" / "v1_0.10.log"), "--rules", str(BAD)])
@@ -272,3 +274,24 @@ def test_advise_over_a_store_window(tmp_path: Path) -> None:
     assert code == 0 and data["findings"] == []
     bad = runner.invoke(app, ["advise", "--db", str(db), "--since", "a while"])
     assert bad.exit_code == 1 and "--since" in bad.output
+
+
+def excerpt(name: str) -> str:
+    """The body of one labelled real excerpt (tests/data/real/excerpts.txt: `### id`, headers, blank, body)."""
+    text = (ROOT / "tests" / "data" / "real" / "excerpts.txt").read_text()
+    block = text.split(f"### {name}\n", 1)[1].split("\n### ", 1)[0]
+    return block.split("\n\n", 1)[1]
+
+
+@pytest.mark.parametrize(("name", "rule", "knob"), [
+    ("vllm-v06-iteration-timeout-9839", "engine_iteration_timeout", "VLLM_ENGINE_ITERATION_TIMEOUT_S"),
+    ("sglang-watchdog-access-7783", "engine_watchdog_timeout", "watchdog_timeout"),
+])
+def test_real_engine_timeouts_name_the_knob_that_fired(tmp_path: Path, name: str, rule: str, knob: str) -> None:
+    # vllm#9839 "Engine iteration timed out"; sglang#7783 "Watchdog timeout (self.watchdog_timeout=300)"
+    log = tmp_path / f"{name}.log"
+    log.write_text(excerpt(name))
+    _, data = advise("--log", str(log))
+    found = by_rule(data)
+    assert found[rule]["knob"] == knob and found[rule]["direction"] == "raise"
+    assert "deadline_during_generation" not in found, "an engine timeout is not a request timeout"
