@@ -80,10 +80,10 @@ class Agent:
             return response.read().decode()
 
     def value(self, name: str, **labels: str) -> float | None:
-        for line in self.metrics().splitlines():
-            if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-        return None
+        """The sum of the samples of `name` that carry `labels` (None when there is none)."""
+        values = [float(line.rsplit(" ", 1)[1]) for line in self.metrics().splitlines()
+                  if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items())]
+        return sum(values) if values else None
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
