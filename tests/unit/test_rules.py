@@ -295,3 +295,10 @@ def test_real_engine_timeouts_name_the_knob_that_fired(tmp_path: Path, name: str
     found = by_rule(data)
     assert found[rule]["knob"] == knob and found[rule]["direction"] == "raise"
     assert "deadline_during_generation" not in found, "an engine timeout is not a request timeout"
+
+
+def test_the_worked_example_in_the_docs_is_what_advise_prints(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # the example names the log by its path in the repository
+    result = runner.invoke(app, ["advise", "--log", "tests/data/logs/vllm/v1_0.10.log"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() in (ROOT / "docs" / "rules.md").read_text()
