@@ -368,6 +368,57 @@ def advise(
     raise typer.Exit(3 if fail_on_finding and result.advice else 0)
 
 
+class ReportFormat(str, Enum):
+    TEXT = "text"
+    MD = "md"
+    HTML = "html"
+    JSON = "json"
+
+
+@app.command()
+def report(
+    db: Annotated[Path | None, typer.Option("--db", help="Read this store (a copy is fine; opened read-only). "
+                                            "Default: the config's store.path.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's config: its store and its "
+                                                "budget (the paper capacity).")] = None,
+    logs: Annotated[list[Path] | None, typer.Option("--log", help="Report on saved logs instead of a store (no "
+                                                    "daemon needed); repeat for several files.")] = None,
+    since: Annotated[str | None, typer.Option(help="The last DURATION up to now: 90s, 30m, 2h, 1d.")] = None,
+    start: Annotated[str | None, typer.Option("--from", help="Window start: ISO time (UTC unless it names a "
+                                              "zone) or epoch seconds.")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="Window end (default: now).")] = None,
+    around: Annotated[int | None, typer.Option(help="30 minutes either side of this event id (ids are in the "
+                                               "timeline's 'first id' column).")] = None,
+    output_format: Annotated[ReportFormat, typer.Option("--format", help="text (terminal), md (issue "
+                                                        "trackers), html (one file with charts), json.")]
+    = ReportFormat.TEXT,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+) -> None:
+    """Post-incident summary: verdict, timeline, peaks vs capacity, findings, top errors, blind spots.
+
+    Default window: the 24 hours up to the store's newest record. Exit codes: 0 report written (an empty
+    window says so in the report); 1 the store is missing, corrupt or unreadable, a log cannot be read, the
+    config is invalid or an option value is wrong; 2 usage error.
+    """
+    from agent import report_cli
+
+    try:
+        result = report_cli.build(db=db, config=config, logs=logs or [], since=since, start=start, end=end,
+                                  around=around, now=time.time())
+    except ConfigError as exc:
+        _fail("\n".join(exc.problems))
+    except AgentError as exc:
+        _fail(str(exc))
+    text = report_cli.render(result, output_format.value, color=output is None and sys.stdout.isatty())
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        _fail(f"{output}: cannot write: {exc.strerror or exc}")
+
+
 @app.command()
 def loadtest(
     url: Annotated[str, typer.Argument(help="OpenAI-compatible endpoint: http://host:port/v1/completions or "

@@ -302,3 +302,19 @@ def test_the_worked_example_in_the_docs_is_what_advise_prints(monkeypatch: pytes
     result = runner.invoke(app, ["advise", "--log", "tests/data/logs/vllm/v1_0.10.log"])
     assert result.exit_code == 0
     assert result.stdout.strip() in (ROOT / "docs" / "rules.md").read_text()
+
+
+def test_evaluate_window_is_the_replay_report_reads(tmp_path: Path) -> None:
+    from agent.daemon.offline import load_logs
+    from agent.judge.advisor import evaluate_window
+    from agent.sinks.queries import Queries
+    from agent.sinks.store import Store
+
+    store = Store.open(":memory:")
+    load_logs([LOGS / "vllm" / "v1_0.10.log"], store)
+    queries = Queries(store)
+    span = queries.time_span()
+    assert span is not None
+    found = {f.rule: f for f in evaluate_window(queries, None, span[0], span[1] + 1)}
+    assert set(found) == {"max_num_seqs_above_bound", "oom_activation_peak"}
+    assert found["oom_activation_peak"].recommended == 0.87 and found["oom_activation_peak"].active
