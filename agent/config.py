@@ -202,6 +202,8 @@ class StoreSection(_Section):
 
 class RulesSection(_Section):
     dirs: list[Path] = Field(default_factory=list, description="extra rule directories; the shipped rules always load")
+    interval_seconds: float = Field(15.0, gt=0, le=3600, description="how often the advisor judges the rules")
+    enabled: bool = True
 
 
 # vLLM flag names (as in `vllm serve --config` files) → server.* fields.

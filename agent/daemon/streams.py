@@ -1,8 +1,9 @@
 """What the loop keeps per log source and of the latest samples, between steps.
 
-A `LogStream` pairs one source's reader with its parser and decides how far the cursor may be
-persisted while the parser still holds lines back (an open traceback); `Latest` holds the newest
-sample of everything for the exporter and `status`.
+A `LogStream` pairs one source's reader with its parsers — one per engine instance, so each file a
+glob matches (a container, a pod) is its own engine with its own name and open tracebacks — and
+decides how far the cursor may be persisted while a parser still holds lines back (an open traceback);
+`Latest` holds the newest sample of everything for the exporter and `status`.
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from agent.records import (
     JournalCursor,
     LogLine,
     Record,
+    Server,
     ServerStats,
 )
+from agent.sources.engines import engine_name
 from agent.sources.journal import JournalSource
 from agent.sources.tailer import FileTailer
-from parsers import Parser
+from parsers import Parser, make_parser
 
 MAX_REMEMBERED_FILES = 1000  # file incarnations whose path a stream remembers (rotations since it started)
 
@@ -33,15 +36,39 @@ MAX_REMEMBERED_FILES = 1000  # file incarnations whose path a stream remembers (
 class LogStream:
     section: SourceSection
     reader: FileTailer | JournalSource
-    parser: Parser
+    server: Server
+    ref_time: float
     last_line_at: float = 0.0
     flushed: bool = True
+    parsers: dict[str, Parser] = field(default_factory=dict)  # engine → its parser
     paths: dict[str, str] = field(default_factory=dict)  # file_key → the path its lines were read under
     held_back: dict[str, Cursor] = field(default_factory=dict)  # file_key → true cursor not yet persisted
 
     @property
     def name(self) -> str:
         return self.section.source_name()
+
+    def parser_for(self, path: str) -> Parser:
+        """The parser of the engine `path` belongs to: the source's own, or one per file of a glob."""
+        engine = engine_name(self.name, self.section.path, path)
+        parser = self.parsers.get(engine)
+        if parser is None:
+            parser = self.parsers[engine] = make_parser(self.server, engine, self.ref_time)
+        return parser
+
+    @property
+    def parse_errors(self) -> int:
+        return sum(p.parse_errors for p in self.parsers.values())
+
+    def flush(self) -> list[Record]:
+        """What the parsers still hold (an open traceback), located like `feed`'s records."""
+        return [self._locate(r) for p in self.parsers.values() for r in p.flush()]
+
+    def held_offsets(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.parsers.values():
+            out.update(p.held_offsets())
+        return out
 
     def feed(self, lines: Iterable[LogLine]) -> list[Record]:
         """Parse lines. The parser is told each line's file identity (`file_key`) as its location, so what
@@ -53,16 +80,13 @@ class LogStream:
             if line.file_key:
                 self.paths[line.file_key] = line.path
                 where = line.file_key
-            records.extend(self._locate(r) for r in self.parser.feed(line.text, line.ts, where, line.offset))
+            parser = self.parser_for(line.path)
+            records.extend(self._locate(r) for r in parser.feed(line.text, line.ts, where, line.offset))
         if len(self.paths) > MAX_REMEMBERED_FILES:
-            held = set(self.parser.held_offsets())
+            held = set(self.held_offsets())
             recent = dict(list(self.paths.items())[-(MAX_REMEMBERED_FILES // 2):])
             self.paths = {k: p for k, p in self.paths.items() if k in held} | recent
         return records
-
-    def flush(self) -> list[Record]:
-        """What the parser still holds (an open traceback), located like `feed`'s records."""
-        return [self._locate(r) for r in self.parser.flush()]
 
     def _locate(self, record: Record) -> Record:
         if isinstance(record, Event) and record.path in self.paths:
@@ -85,7 +109,7 @@ class LogStream:
                 pending[cursor.file_key] = cursor
             else:
                 out.append(cursor)
-        limits = self.parser.held_offsets()  # by file_key (what `feed` gave the parser as the location)
+        limits = self.held_offsets()  # by file_key (what `feed` gave the parsers as the location)
         self.held_back = {}
         for key, cursor in pending.items():
             limit = limits.get(key)

@@ -154,6 +154,38 @@ class Queries:
         return sorted(out, key=lambda p: (p.gpu, p.pid))
 
 
+    def window_events(self, since: float, until: float, source: str, kind: str) -> list[Event]:
+        """One engine's events of one kind with `since <= at < until`, oldest first (the advisor's windows)."""
+        rows = self._store.query(f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? AND at < ? AND source = ? "
+                                 "AND kind = ? ORDER BY at, rowid", (since, until, source, kind))
+        return [_event(row) for row in rows]
+
+    def window_gpu_memory(self, since: float, until: float) -> list[tuple[float, float]]:
+        """(ts, the fullest GPU's used ÷ total memory) per NVML poll in the window, oldest first."""
+        rows = self._store.query("SELECT ts, max(CAST(memory_used_bytes AS REAL) / memory_total_bytes) FROM "
+                                 "gpu_samples WHERE ts >= ? AND ts < ? AND memory_total_bytes > 0 AND "
+                                 "memory_used_bytes IS NOT NULL GROUP BY ts ORDER BY ts", (since, until))
+        return [(float(r[0]), float(r[1])) for r in rows]
+
+    def engines(self) -> list[str]:
+        """Sources that are inference engines (load samples, capacity facts, or events of a server that is
+        not the kernel or NVML): what the advisor judges, one by one."""
+        names = set(self._distinct("server_stats", "source"))
+        names |= {str(r[0]) for r in self._store.query("SELECT DISTINCT source FROM facts_latest")}
+        for source in self._distinct("events", "source"):  # an index seek per source, not a scan of events
+            if source not in names and self._store.query(
+                    "SELECT 1 FROM events WHERE source = ? AND server NOT IN ('kernel', 'nvml') LIMIT 1", (source,)):
+                names.add(source)
+        return sorted(names)
+
+    def time_span(self) -> tuple[float, float] | None:
+        """The first and last record time in the store (events and load samples), or None when empty."""
+        rows = self._store.query("SELECT min(a), max(b) FROM (SELECT min(at) a, max(at) b FROM events UNION ALL "
+                                 "SELECT min(at), max(at) FROM server_stats)")
+        if not rows or rows[0][0] is None:
+            return None
+        return float(rows[0][0]), float(rows[0][1])
+
     def event_timeline(self, since: float, until: float | None = None,
                        source: str | None = None) -> list[KindTimeline]:
         """Per event kind in the window: count, first and last time, and the first one's message."""

@@ -444,26 +444,33 @@ class FileTailer:
         return more
 
     def _copy_of_live(self, new: _File) -> bool:
-        """Whether `new` (just found by the glob) holds the start of a live file of another inode, or is
-        empty under a rotation name of a live file: a copytruncate copy, complete or still being written."""
+        """Whether `new` (just found by the glob) is named as a rotation of a live file (`x.log.1` next to
+        `x.log`) and is empty, starts as that file did when last read, or is a prefix of it: a
+        copytruncate copy, complete or still being written. Files under other names are never taken for
+        copies, whatever their first bytes (two engines' logs may start alike)."""
+        name = Path(new.path)
+        base = name.with_name(rotation_base(name.name))
+        if base == name:
+            return False
+        live = [o for o in self._open.values() if o.rotated_at is None and Path(o.path) == base]
+        if not live:
+            return False
         try:
             head = os.pread(new.fd, FINGERPRINT_BYTES, 0)
         except OSError:
             return False
         if not head:
-            name = Path(new.path)
-            base = name.with_name(rotation_base(name.name))
-            return base != name and any(o.rotated_at is None and Path(o.path) == base for o in self._open.values())
-        for o in self._open.values():
-            if o.rotated_at is not None or o.inode == new.inode or _fingerprint_length(o.fp) == 0:
+            return True
+        for o in live:
+            if o.inode == new.inode or _fingerprint_length(o.fp) == 0:
                 continue
             if _fingerprint_matches(new.fd, o.fp):
                 return True  # starts as the live file did when last read (it may be truncated by now)
             try:
-                live = os.pread(o.fd, FINGERPRINT_BYTES, 0)
+                current = os.pread(o.fd, FINGERPRINT_BYTES, 0)
             except OSError:
                 continue
-            if len(head) <= len(live) and live.startswith(head):
+            if len(head) <= len(current) and current.startswith(head):
                 return True  # a copy still being written
         return False
 
