@@ -5,19 +5,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from enum import Enum
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
-from agent.records import CapacityFact, Event, ServerStats, as_dict
+from agent.records import CapacityFact, Event, Record, Server, ServerStats, as_dict
 from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
 from agent.views.units import number, when
 
 
-def render_text(scans: list[FileScan]) -> str:
+def render_text(scans: list[FileScan], summary: Summary | None = None) -> str:
     """The human summary: inputs, time span, counts by kind, the two distinctions of the budget method, capacity, peaks,
-    notable events."""
-    records = [r for s in scans for r in s.records]
-    summary = summarize(records)
+    notable events (`summary` built while scanning, or else from the scans' kept records)."""
+    if summary is None:
+        summary = summarize(r for s in scans for r in s.records)
     out = ["Inputs:"]
     out += [f"  {s.source}: {s.lines:,} lines, {s.fmt}, read as {s.server.value}"
             + (f", {s.parse_errors} skipped (numbers that cannot be numbers)" if s.parse_errors else "")
@@ -68,12 +69,58 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def record_json(record: Record, server: Server) -> str:
+    """One record as a JSON object: `type` event (with `kind`), stats, or fact (with `name`, `value`);
+    stats and facts carry the server the stream was read as when they do not name one."""
+    body = {k: _plain(v) for k, v in as_dict(record).items()}
+    kind = "event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats) else "fact"
+    if isinstance(record, CapacityFact | ServerStats):
+        body.setdefault("server", server.value)
+    return json.dumps({"type": kind, **body}, ensure_ascii=False, default=str)
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+_STATS_KEYS = ("type", *ServerStats._fields)
+
+
+def _stats_json(r: ServerStats) -> str:
+    """`record_json` of a load sample (most records of a busy log), without the generic dict building."""
+    return _ENCODE(dict(zip(_STATS_KEYS, ("stats", r.ts, r.source, r.server.value, *r[3:]), strict=True)))
+
+
+class JsonlWriter:
+    """Writes records as JSON lines through one buffer (no flush per line)."""
+
+    def __init__(self, out: IO[str], batch: int = 256) -> None:
+        self._write = out.write
+        self._parts: list[str] = []
+        self._batch = batch
+
+    def __call__(self, records: list[Record], server: Server) -> None:
+        parts = self._parts
+        for r in records:
+            parts.append(_stats_json(r) if type(r) is ServerStats else record_json(r, server))
+        if len(parts) >= self._batch:
+            self.flush()
+
+    def copy_from(self, path: str, start: int = 0) -> None:
+        """Append a file of JSON lines another process wrote (`scan --jobs`), from position `start` (a
+        `tell()` of the writer's, at a line start)."""
+        self.flush()
+        with Path(path).open(encoding="utf-8") as handle:
+            handle.seek(start)
+            while block := handle.read(1 << 20):
+                self._write(block)
+
+    def flush(self) -> None:
+        if self._parts:
+            self._parts.append("")
+            self._write("\n".join(self._parts))
+            self._parts.clear()
+
+
 def jsonl(scans: list[FileScan]) -> Iterator[str]:
-    """One JSON object per record: `type` event (with `kind`), stats, or fact (with `name`, `value`)."""
+    """One JSON object per kept record (`record_json`), for scans that kept theirs (`scan_stream`)."""
     for s in scans:
         for r in s.records:
-            body = {k: _plain(v) for k, v in as_dict(r).items()}
-            kind = "event" if isinstance(r, Event) else "stats" if isinstance(r, ServerStats) else "fact"
-            if isinstance(r, CapacityFact | ServerStats):
-                body.setdefault("server", s.server.value)
-            yield json.dumps({"type": kind, **body}, ensure_ascii=False, default=str)
+            yield record_json(r, s.server)
