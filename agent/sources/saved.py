@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from agent.errors import AgentError
 from agent.records import Record, Server
 from agent.sources.framing import PartialJoiner, unwrap
-from parsers import Parser, make_parser
+from parsers import AutoParser, Parser, make_parser
 
 
 @dataclass
@@ -143,9 +143,13 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
     if (end is not None and offset >= end) or limit == 0:
         return 0, offset
     feed = parser.feed
+    auto = parser if isinstance(parser, AutoParser) else None  # once it has settled, feed its parser directly
     count = 0
     for raw in raws:
         count += 1
+        if auto is not None and (inner := auto.inner) is not None:
+            feed = inner.feed
+            auto = None
         records = feed(raw.decode("utf-8", errors="replace").rstrip("\r\n"), None, path, offset)
         offset += len(raw)
         if records:
