@@ -16,7 +16,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from agent import __version__
-from agent.config import DEFAULT_CONFIG_PATH
+from agent.defaults import DEFAULT_CONFIG_PATH
 from agent.errors import AgentError, BudgetError, ConfigError
 from agent.records import KvDtype, Server, WeightsDtype
 
@@ -26,6 +26,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's plain help: rendering it with rich would import rich (most of `--help`'s time)
 )
 
 

@@ -19,7 +19,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agent.errors import ConfigError
 from agent.records import KvDtype, Server, WeightsDtype
 
-DEFAULT_CONFIG_PATH = Path("/etc/deepinfer-agent/config.yaml")
 DEFAULT_METRICS_PORT = 9842  # not used by dcgm-exporter (9400–9402), node_exporter (9100) or the engines
 
 

@@ -24,11 +24,9 @@ straddle the cuts).
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import pickle
 import shutil
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import tzinfo
 from pathlib import Path
@@ -280,6 +278,9 @@ def scan_parallel(path: Path, emit: Emit, server: Server, ref_time: float | None
     parts = chunks(source, path.stat().st_size, jobs, min_bytes)
     if len(parts) < 2:
         return None
+    import multiprocessing  # here: a file read by one job does not pay for these imports
+    from concurrent.futures import ProcessPoolExecutor
+
     parser_class = _settled_class(source, source, server, ref_time, tz)
     workdir = tempfile.mkdtemp(prefix="deepinfer-scan-")
     try:
