@@ -469,3 +469,7 @@ class LoadStep:
     preemption_events: int = 0
     broke: bool = False
     reason: str = ""
+
+
+# Everything the store keeps: what parsers emit, what NVML samples, what the judge and the load test produce.
+StoredRecord = Event | ServerStats | CapacityFact | GpuSample | GpuProcessSample | Finding | LoadStep | LogLine

@@ -12,25 +12,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from agent import __version__
-from agent.capacity.budget import compute
-from agent.capacity.inputs import SizingRequest, resolve
+from agent.capacity.budget import Budget
+from agent.capacity.capacity import Capacity, capacity_of, paper_budget
 from agent.config import Config, SourceSection
+from agent.daemon.streams import Latest, LogStream
 from agent.daemon.totals import Totals
 from agent.errors import AgentError
 from agent.records import (
     CapacityFact,
+    CommitResult,
     Cursor,
-    GpuProcessSample,
-    GpuSample,
+    Finding,
     JournalCursor,
-    LogLine,
-    Record,
     Server,
     ServerStats,
+    StoredRecord,
 )
 from agent.sinks.exporter import Snapshot, TargetState
 from agent.sinks.queries import Queries
@@ -40,8 +40,8 @@ from agent.sources.journal import JournalSource
 from agent.sources.nvml import GpuPoller
 from agent.sources.scrape import Scraper
 from agent.sources.tailer import FileTailer
-from agent.sources.wake import Waker
-from parsers import Parser, make_parser
+from agent.sources.wake import Waker, store_files
+from parsers import make_parser
 
 log = logging.getLogger("deepinfer.pipeline")
 
@@ -58,69 +58,13 @@ _SOURCE_COUNTERS = {attr: f"source_{attr}" for attr in (
 
 
 @dataclass
-class _LogSource:
-    section: SourceSection
-    reader: FileTailer | JournalSource
-    parser: Parser
-    last_line_at: float = 0.0
-    flushed: bool = True
-    file_keys: dict[str, str] = field(default_factory=dict)  # path → file_key of the lines fed from it
-    held_back: dict[str, Cursor] = field(default_factory=dict)  # file_key → true cursor not yet persisted
+class Intake:
+    """What one ingest stage read: records, the cursors of their bytes, cursors to expire, more waiting."""
 
-    @property
-    def name(self) -> str:
-        return self.section.source_name()
-
-    def feed(self, lines: Iterable[LogLine]) -> list[Record]:
-        records: list[Record] = []
-        for line in lines:
-            records.extend(self.parser.feed(line.text, line.ts, line.path, line.offset))
-            self.file_keys[line.path] = line.file_key
-        return records
-
-    def persistable(self, fresh: Iterable[Cursor | JournalCursor]) -> list[Cursor | JournalCursor]:
-        """The cursors to commit now: never past the first line of something the parser still holds.
-
-        An open traceback is one event emitted when it ends; its first lines are already read. Were the
-        cursor persisted past them, a crash now would leave the restarted agent only the traceback's
-        tail. So the cursor waits at the block's first line, and the true one is committed once the
-        block is out (a replay of the lines in between stores nothing twice: records are unique)."""
-        pending = dict(self.held_back)
-        out: list[Cursor | JournalCursor] = []
-        for cursor in fresh:
-            if isinstance(cursor, Cursor):
-                pending[cursor.file_key] = cursor
-            else:
-                out.append(cursor)
-        limits = {self.file_keys.get(path): offset for path, offset in self.parser.held_offsets().items()}
-        self.held_back = {}
-        for key, cursor in pending.items():
-            limit = limits.get(key)
-            if limit is not None and limit < cursor.offset:
-                out.append(replace(cursor, offset=limit))
-                self.held_back[key] = cursor
-            else:
-                out.append(cursor)
-        return out
-
-
-@dataclass
-class _Latest:
-    """What the exporter and `status` show: the newest sample of everything."""
-
-    servers: dict[str, ServerStats] = field(default_factory=dict)
-    facts: dict[str, dict[str, float | str]] = field(default_factory=dict)
-    gpus: tuple[GpuSample, ...] = ()
-    processes: tuple[GpuProcessSample, ...] = ()
-
-    def take(self, records: Iterable[Record]) -> None:
-        for r in records:
-            if isinstance(r, ServerStats):
-                held = self.servers.get(r.source)
-                if held is None or (r.ts or 0) >= (held.ts or 0):
-                    self.servers[r.source] = r
-            elif isinstance(r, CapacityFact):
-                self.facts.setdefault(r.source, {})[r.name] = r.value
+    records: list[StoredRecord] = field(default_factory=list)
+    cursors: list[Cursor | JournalCursor] = field(default_factory=list)
+    expired: list[Cursor] = field(default_factory=list)
+    more: bool = False
 
 
 class Daemon:
@@ -132,19 +76,21 @@ class Daemon:
         self._load_config = load_config
         self._nvml_library = nvml_library
         self._writer = ResilientWriter(self._open_store)
-        self._sources: list[_LogSource] | None = None  # built once the store (and its cursors) is readable
+        self._sources: list[LogStream] | None = None  # built once the store (and its cursors) is readable
         self._scrapers: list[Scraper] = []
         self._nvml: GpuPoller | None = None
         self._nvml_due = 0.0
         self._prune_due = 0.0
-        self._latest = _Latest()
+        self._latest = Latest()
         self.totals = Totals({})
         self._started_at = time.time()
         self._snapshot = Snapshot(version=__version__, started_at=self._started_at)
         self._snapshot_lock = threading.Lock()
-        self._budget: dict[str, float] = {}
+        self._budget: Budget | None = None
         self._reload_ok = True
-        self.waker = Waker(use_inotify=any(s.use_inotify for s in config.sources))
+        # its own store's writes (db, -wal, -shm, -journal) never wake it, even kept beside the logs
+        self.waker = Waker(use_inotify=any(s.use_inotify for s in config.sources),
+                           ignore=store_files(str(config.store.path)))
 
     def _open_store(self) -> Store:
         store = self.config.store
@@ -158,7 +104,7 @@ class Daemon:
         reading without knowing the cursors would repeat or skip lines — and every step retries."""
         self._writer.open(now)
         self._build(self.config, now)
-        self._publish(now)
+        self.publish(now)
 
     def _build(self, config: Config, now: float) -> None:
         self._scrapers = [Scraper.from_target(target) for target in config.scrape]
@@ -167,7 +113,7 @@ class Daemon:
         elif not config.nvml.enabled and self._nvml is not None:
             self._nvml.close()
             self._nvml = None
-        self._budget = budget_of(config)
+        self._budget = paper_budget(config)
         self._sources = None
         self._open_sources(now)
 
@@ -180,7 +126,7 @@ class Daemon:
         self._latest.facts.update({k: dict(v) for k, v in Queries(store).latest_facts().items()})
         self._sources = [self._open_source(store, section, now) for section in self.config.sources]
 
-    def _open_source(self, store: Store, section: SourceSection, now: float) -> _LogSource:
+    def _open_source(self, store: Store, section: SourceSection, now: float) -> LogStream:
         name = section.source_name()
         reader: FileTailer | JournalSource
         if section.format == "journald":
@@ -190,7 +136,7 @@ class Daemon:
         server = section.server
         if section.format == "journald" and section.kernel and server is Server.AUTO:
             server = Server.KERNEL
-        return _LogSource(section, reader, make_parser(server, name, now))
+        return LogStream(section, reader, make_parser(server, name, now))
 
     def describe(self) -> list[str]:
         """What this agent watches, one line each, for the start-up log."""
@@ -199,9 +145,9 @@ class Daemon:
         lines += [f"scrape {t.url} every {t.interval_seconds:g}s ({t.server.value})" for t in self.config.scrape]
         nvml = f"every {self.config.nvml.interval_seconds:g}s" if self._nvml else "off"
         lines.append(f"nvml: {nvml}")
-        if self._budget:
-            lines.append(f"budget: max concurrency {int(self._budget['max_concurrency'])} "
-                         f"({int(self._budget['tokens_per_request'])} tokens per request)")
+        if self._budget is not None:
+            lines.append(f"budget: max concurrency {self._budget.max_concurrency} "
+                         f"({self._budget.inputs.tokens_per_request} tokens per request)")
         else:
             lines.append("budget: not computed (the config lacks the model or gpu.vram_gib)")
         stats = self._writer.stats()
@@ -210,34 +156,53 @@ class Daemon:
 
     # ---- the step -------------------------------------------------------------------------------
     def run_once(self, now: float) -> bool:
-        """One step; True when a source stopped at its read budget and more is waiting."""
+        """One step, the four stages in order; True when a source stopped at its read budget and more is
+        waiting (the caller polls again at once instead of sleeping)."""
+        intake = self.ingest(now)
+        self.commit(intake, now)
+        self.commit_findings(self.judge(now), now)
+        self.publish(now)
+        return intake.more
+
+    def ingest(self, now: float) -> Intake:
+        """Stage 1: read every source, parse its lines, poll NVML and the scrapers when due."""
         self._open_sources(now)
-        records: list[object] = []
-        cursors: list[Cursor | JournalCursor] = []
-        expired: list[Cursor] = []
-        more = False
+        intake = Intake()
         for src in self._sources or ():
             batch = src.reader.poll(now)
-            records.extend(src.feed(batch.lines))
+            intake.records.extend(src.feed(batch.lines))
             if batch.lines:
                 src.last_line_at, src.flushed = now, False
             elif not src.flushed and now - src.last_line_at >= QUIET_FLUSH_SECONDS:
-                records.extend(src.parser.flush())
+                intake.records.extend(src.parser.flush())
                 src.flushed = True
-            cursors.extend(src.persistable(batch.cursors))
-            expired.extend(batch.expired)
-            more = more or batch.more
-        records.extend(self._poll_nvml(now))
+            intake.cursors.extend(src.persistable(batch.cursors))
+            intake.expired.extend(batch.expired)
+            intake.more = intake.more or batch.more
+        intake.records.extend(self._poll_nvml(now))
         for scraper in self._scrapers:
-            records.extend(scraper.poll(now))
-        self._commit(records, cursors, expired, now)
+            intake.records.extend(scraper.poll(now))
+        return intake
+
+    def commit(self, intake: Intake, now: float) -> CommitResult:
+        """Stage 2: records with the cursors of their bytes in one transaction; counters follow what was new."""
+        result = self._commit(intake.records, intake.cursors, intake.expired, now)
         if now >= self._prune_due:
             self._prune_due = now + PRUNE_EVERY_SECONDS
             self._writer.prune(now)
-        self._publish(now)
-        return more
+        return result
 
-    def _poll_nvml(self, now: float) -> list[object]:
+    def judge(self, now: float) -> list[Finding]:
+        """Stage 3: the advisor's turn — rules over the stored windows against the capacity (agent/judge/).
+
+        Returns the findings that changed state this step (new, changed or cleared), to be stored."""
+        return []
+
+    def commit_findings(self, findings: Sequence[Finding], now: float) -> None:
+        if findings:
+            self._commit(findings, (), (), now)
+
+    def _poll_nvml(self, now: float) -> list[StoredRecord]:
         if self._nvml is None or now < self._nvml_due:
             return []
         self._nvml_due = now + self.config.nvml.interval_seconds
@@ -245,8 +210,8 @@ class Daemon:
         self._latest.gpus, self._latest.processes = result.gpus, result.processes
         return [*result.gpus, *result.processes, *result.events]
 
-    def _commit(self, records: Sequence[object], cursors: Sequence[Cursor | JournalCursor],
-                expired: Sequence[Cursor], now: float) -> None:
+    def _commit(self, records: Sequence[StoredRecord], cursors: Sequence[Cursor | JournalCursor],
+                expired: Sequence[Cursor], now: float) -> CommitResult:
         self._observe_counters()
         result = self._writer.commit(records, cursors, expired, totals=self.totals.take_dirty(), now=now)
         for event in result.new_events:
@@ -254,6 +219,7 @@ class Daemon:
                 self.totals.absorb(key, 1.0)
         self._observe_store()  # this very commit may have failed: show it now, persist it with the next
         self._latest.take(r for r in records if isinstance(r, ServerStats | CapacityFact))
+        return result
 
     def _observe_counters(self) -> None:
         for src in self._sources or ():
@@ -275,7 +241,8 @@ class Daemon:
         self.totals.observe(("store_write_errors_total", ()), store.write_errors_total)
         self.totals.observe(("store_dropped_records_total", ()), store.dropped_records_total)
 
-    def _publish(self, now: float) -> None:
+    def publish(self, now: float) -> None:
+        """Stage 4: a fresh snapshot for the exporter's thread (and `status`) replaces the old one."""
         store = self._writer.stats()
         snapshot = Snapshot(
             version=__version__, started_at=self._started_at, totals=dict(self.totals.values),
@@ -285,10 +252,16 @@ class Daemon:
             nvml_up=self._nvml.up if self._nvml else False,
             targets=[TargetState(t.target, t.up, t.last_duration_seconds) for t in (s.stats() for s in self._scrapers)],
             store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,
-            budget=dict(self._budget), configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
+            budget=_budget_gauges(self._budget), capacities=self.capacities(),
+            configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
         )
         with self._snapshot_lock:
             self._snapshot = snapshot
+
+    def capacities(self) -> dict[str, Capacity]:
+        """Each engine instance's capacity: the paper budget, and its own start-up figures once it printed them."""
+        engines = set(self._latest.facts) | set(self._latest.servers)
+        return {name: capacity_of(self._budget, self._latest.facts.get(name), name) for name in sorted(engines)}
 
     def snapshot(self) -> Snapshot:
         with self._snapshot_lock:
@@ -318,7 +291,7 @@ class Daemon:
 
     def _close_sources(self, now: float) -> None:
         """Flush what sources and parsers hold (partial lines, open tracebacks) and commit it."""
-        records: list[object] = []
+        records: list[StoredRecord] = []
         cursors: list[Cursor | JournalCursor] = []
         for src in self._sources or ():
             fresh: tuple[Cursor | JournalCursor, ...] = ()
@@ -358,15 +331,11 @@ class Daemon:
         return dirs
 
 
-def budget_of(config: Config) -> dict[str, float]:
-    """The budget the config implies, or {} when it lacks the inputs (the agent still watches)."""
-    try:
-        budget = compute(resolve(SizingRequest(), config).inputs)
-    except AgentError:
+def _budget_gauges(budget: Budget | None) -> dict[str, float]:
+    if budget is None:
         return {}
     return {"max_concurrency": budget.max_concurrency, "usable_kv_bytes": budget.usable_kv_bytes,
-            "kv_bytes_per_token": budget.kv_bytes_per_token,
-            "tokens_per_request": budget.inputs.tokens_per_request}
+            "kv_bytes_per_token": budget.kv_bytes_per_token, "tokens_per_request": budget.inputs.tokens_per_request}
 
 
 def _configured(config: Config) -> dict[str, float]:

@@ -6,12 +6,11 @@ metrics port, `live` is None and the view says the agent is not running.
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 
+from agent import http
 from agent.config import Config
-from agent.errors import StoreError
+from agent.errors import AgentError, StoreError
 from agent.prom import Samples, exposition_samples
 from agent.records import Event, GpuSample, ServerStats
 from agent.sinks.queries import Queries
@@ -36,9 +35,9 @@ def gather(config: Config, timeout: float = 2.0) -> StatusReport:
     url = f"http://{host}:{config.metrics.port}/metrics"
     live: Samples | None
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
-            live = exposition_samples(response.read().decode("utf-8", "replace"))
-    except (OSError, ValueError, urllib.error.URLError):
+        reply = http.get(url, timeout_seconds=timeout)
+        live = exposition_samples(reply.body.decode("utf-8", "replace")) if reply.status == 200 else None
+    except (AgentError, ValueError):
         live = None
     try:
         store = Store.open_readonly(config.store.path)

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agent.capacity.capacity import Capacity
 from agent.records import GpuProcessSample, GpuSample, ServerStats, SourceStats
 
 Labels = tuple[str, ...]
@@ -83,6 +84,7 @@ class Snapshot:
     store_buffered_records: int = 0
     store_size_bytes: int | None = None
     budget: Mapping[str, float] = field(default_factory=dict)
+    capacities: Mapping[str, Capacity] = field(default_factory=dict)
     configured: Mapping[str, float] = field(default_factory=dict)
     config_last_reload_ok: bool = True
 
@@ -263,6 +265,13 @@ def _budget(snap: Snapshot) -> Iterator[Metric]:
     for metric, key, doc in _BUDGET_GAUGES:
         values = snap.budget if metric.startswith("budget_") else snap.configured
         yield _single(metric, doc, values.get(key))
+    governing = _gauge("capacity_max_concurrency", "Requests the engine holds at once at the budget's tokens per "
+                       "request: the engine's own figure once it reported one, else the paper budget "
+                       "(`basis` says which).", ("source", "basis"))
+    for source, cap in sorted(snap.capacities.items()):
+        if cap.max_concurrency is not None and cap.governs is not None:
+            governing.add_metric([source, cap.governs], float(cap.max_concurrency))
+    yield governing
 
 
 # --- serving -----------------------------------------------------------------------------------------

@@ -27,7 +27,8 @@ from agent.records import (
     ServerStats,
     Severity,
 )
-from agent.sinks.store import LOAD_STEP_COLUMNS, Store
+from agent.sinks.rows import LOAD_STEP_COLUMNS
+from agent.sinks.store import Store
 
 _EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
 _STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "

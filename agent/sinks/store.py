@@ -22,7 +22,6 @@ Readers (`Store.open_readonly`) never block the writer and the writer never bloc
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
@@ -30,119 +29,45 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlite_utils import Database, Migrations
 
 from agent.errors import StoreError
 from agent.records import (
-    CapacityFact,
     CommitResult,
     Cursor,
     Event,
     EventKind,
-    Finding,
-    GpuProcessSample,
-    GpuSample,
     JournalCursor,
-    LoadStep,
     LogLine,
-    ServerStats,
+    StoredRecord,
 )
+from agent.sinks.rows import TABLES
+from agent.sinks.schema import MIGRATIONS as SCHEMA
+from agent.sinks.schema import PRUNED
 
 # sqlite-utils' Migrations records each applied step in `_sqlite_migrations` and runs it in a
-# transaction with that record. Append new steps; never edit one that has shipped.
+# transaction with that record; the steps themselves are SQL in schema.py.
 MIGRATIONS = Migrations("deepinfer-agent")
 
 
-@MIGRATIONS(name="0001_lines_and_cursors")
-def _lines_and_cursors(db: Database) -> None:
-    db.execute("""CREATE TABLE lines (
-        file_key TEXT NOT NULL, offset INTEGER NOT NULL, source TEXT NOT NULL, path TEXT NOT NULL,
-        text TEXT NOT NULL, ts REAL, stream TEXT, truncated INTEGER NOT NULL,
-        PRIMARY KEY (file_key, offset))""")
-    db.execute("CREATE INDEX lines_source ON lines (source)")
-    db.execute("""CREATE TABLE cursors (
-        source TEXT NOT NULL, file_key TEXT NOT NULL, path TEXT NOT NULL, dev INTEGER NOT NULL,
-        inode INTEGER NOT NULL, fingerprint TEXT NOT NULL, offset INTEGER NOT NULL, seen_seconds REAL NOT NULL,
-        PRIMARY KEY (source, file_key))""")
-    db.execute("CREATE TABLE journal_cursors (source TEXT PRIMARY KEY, cursor TEXT NOT NULL)")
+def _step(sql: str) -> Callable[[Database], None]:
+    # Statement by statement: executescript() would COMMIT first and break the step's transaction.
+    def apply(db: Database) -> None:
+        for statement in sql.split(";\n"):
+            if statement.strip():
+                db.execute(statement)
+    return apply
 
 
-@MIGRATIONS(name="0002_daemon_records")
-def _daemon_records(db: Database) -> None:
-    # Keys: a record from a file is located by (path, offset); the path repeats offsets after a rotation,
-    # so the record's own ts joins the key. Records from no file (NVML, scrapes) are keyed by time, GPU and,
-    # for events, the message (two different Xids on one GPU in one poll are two events). NULLs are folded
-    # with coalesce(): SQLite treats NULLs as distinct in a unique index, which would let replays through.
-    db.execute("""CREATE TABLE events (
-        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, kind TEXT NOT NULL,
-        severity TEXT NOT NULL, phase TEXT NOT NULL, message TEXT NOT NULL, fields TEXT NOT NULL,
-        path TEXT, offset INTEGER, gpu INTEGER)""")
-    db.execute("""CREATE UNIQUE INDEX events_key ON events (source, kind, coalesce(ts, -1), coalesce(path, ''),
-        coalesce(offset, -1), coalesce(gpu, -1), CASE WHEN path IS NULL THEN message ELSE '' END)""")
-    db.execute("CREATE INDEX events_at ON events (at)")
-    db.execute("CREATE INDEX events_source_at ON events (source, at)")
-    db.execute("CREATE INDEX events_kind_at ON events (kind, at)")
-    db.execute("""CREATE TABLE server_stats (
-        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, running INTEGER, waiting INTEGER,
-        swapped INTEGER, kv_usage_ratio REAL, prompt_tps REAL, gen_tps REAL, prefix_hit_ratio REAL,
-        preemptions INTEGER, kv_used_tokens INTEGER, path TEXT, offset INTEGER)""")
-    db.execute("""CREATE UNIQUE INDEX server_stats_key ON server_stats (source, coalesce(path, ''),
-        coalesce(offset, -1), coalesce(ts, -1))""")
-    db.execute("CREATE INDEX server_stats_at ON server_stats (at)")
-    db.execute("CREATE INDEX server_stats_source_at ON server_stats (source, at)")
-    # `value` has no declared type, so numbers stay numbers and strings stay strings.
-    db.execute("""CREATE TABLE capacity_facts (
-        at REAL NOT NULL, ts REAL, source TEXT NOT NULL, name TEXT NOT NULL, value)""")
-    db.execute("CREATE UNIQUE INDEX capacity_facts_key ON capacity_facts (source, name, coalesce(ts, -1), value)")
-    db.execute("CREATE INDEX capacity_facts_at ON capacity_facts (at)")
-    db.execute("""CREATE TABLE facts_latest (
-        source TEXT NOT NULL, name TEXT NOT NULL, value, ts REAL, at REAL NOT NULL, PRIMARY KEY (source, name))""")
-    db.execute("""CREATE TABLE gpu_samples (
-        ts REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT NOT NULL, name TEXT NOT NULL, pci_bus_id TEXT,
-        memory_total_bytes INTEGER, memory_reserved_bytes INTEGER, memory_free_bytes INTEGER,
-        memory_used_bytes INTEGER, utilization_gpu_ratio REAL, utilization_memory_ratio REAL,
-        temperature_celsius REAL, power_watts REAL, power_limit_watts REAL, UNIQUE (uuid, ts))""")
-    db.execute("CREATE INDEX gpu_samples_ts ON gpu_samples (ts)")
-    db.execute("""CREATE TABLE gpu_process_samples (
-        ts REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT NOT NULL, pid INTEGER NOT NULL,
-        used_memory_bytes INTEGER, UNIQUE (uuid, pid, ts))""")
-    db.execute("CREATE INDEX gpu_process_samples_ts ON gpu_process_samples (ts)")
-    db.execute("CREATE INDEX gpu_process_samples_uuid_ts ON gpu_process_samples (uuid, ts)")
-    # Counters that must survive a restart; labels are a JSON array of strings.
-    db.execute("""CREATE TABLE totals (
-        metric TEXT NOT NULL, labels TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (metric, labels))""")
+for _name, _sql in SCHEMA:
+    MIGRATIONS(name=_name)(_step(_sql))
 
 
-@MIGRATIONS(name="0003_findings_and_load_steps")
-def _findings_and_load_steps(db: Database) -> None:
-    # A finding is stored when it becomes active, when its recommendation changes and when it clears, so
-    # the table is its history; (rule, engine, ts) keys it. Evidence is JSON of numbers, never log text.
-    db.execute("""CREATE TABLE findings (
-        ts REAL NOT NULL, since REAL NOT NULL, rule TEXT NOT NULL, engine TEXT NOT NULL, severity TEXT NOT NULL,
-        message TEXT NOT NULL, knob TEXT, direction TEXT, current, recommended, evidence TEXT NOT NULL,
-        arithmetic TEXT NOT NULL, window_seconds REAL, active INTEGER NOT NULL, UNIQUE (rule, engine, ts))""")
-    db.execute("CREATE INDEX findings_ts ON findings (ts)")
-    db.execute("""CREATE TABLE load_steps (
-        run_id TEXT NOT NULL, target TEXT NOT NULL, level INTEGER NOT NULL, started REAL NOT NULL,
-        ended REAL NOT NULL, requests INTEGER NOT NULL, ok INTEGER NOT NULL, errors TEXT NOT NULL,
-        throughput_rps REAL, output_tokens_per_second REAL, latency_p50_seconds REAL, latency_p95_seconds REAL,
-        latency_p99_seconds REAL, ttft_p50_seconds REAL, ttft_p95_seconds REAL, ttft_p99_seconds REAL,
-        gpu_memory_peak_bytes INTEGER, kv_usage_peak_ratio REAL, running_peak INTEGER, waiting_peak INTEGER,
-        oom_events INTEGER NOT NULL, preemption_events INTEGER NOT NULL, broke INTEGER NOT NULL,
-        reason TEXT NOT NULL, PRIMARY KEY (run_id, level))""")
-    db.execute("CREATE INDEX load_steps_started ON load_steps (started)")
-
-
-KNOWN_MIGRATIONS = ("0001_lines_and_cursors", "0002_daemon_records", "0003_findings_and_load_steps")
+KNOWN_MIGRATIONS = tuple(name for name, _ in SCHEMA)
 SCHEMA_VERSION = len(KNOWN_MIGRATIONS)
 
-# Time-series tables retention prunes, with their time column. Cursors, totals and facts_latest are
-# never pruned (they are small and bounded by the number of files, metrics and facts); `lines` is not
-# written by the daemon.
-PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("gpu_samples", "ts"),
-          ("gpu_process_samples", "ts"), ("findings", "ts"), ("load_steps", "started"))
 
 TotalsKey = tuple[str, tuple[str, ...]]
 
@@ -166,95 +91,6 @@ def _counted(events: Iterable[Event]) -> dict[TotalsKey, int]:
             out[key] = out.get(key, 0) + 1
     return out
 
-
-def _gpu_of(fields: Mapping[str, object]) -> int | None:
-    gpu = fields.get("gpu")
-    return gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None
-
-
-def _line_row(line: LogLine, now: float) -> tuple[Any, ...]:
-    # Lines from a source without file identity fall back to the path, which is then their only key.
-    return (line.file_key or line.path, line.offset, line.source, line.path, line.text, line.ts, line.stream,
-            int(line.truncated))
-
-
-def _event_row(e: Event, now: float) -> tuple[Any, ...]:
-    return (now if e.ts is None else e.ts, e.ts, e.source, e.server.value, e.kind.value, e.severity.value,
-            e.phase.value, e.message, json.dumps(dict(e.fields), sort_keys=True, separators=(",", ":"), default=str),
-            e.path, e.offset, _gpu_of(e.fields))
-
-
-def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
-    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, *s[3:])
-
-
-def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:
-    return (now if f.ts is None else f.ts, f.ts, f.source, f.name, f.value)
-
-
-def _gpu_row(g: GpuSample, now: float) -> tuple[Any, ...]:
-    return (g.ts, g.gpu, g.uuid, g.name, g.pci_bus_id, g.memory_total_bytes, g.memory_reserved_bytes,
-            g.memory_free_bytes, g.memory_used_bytes, g.utilization_gpu_ratio, g.utilization_memory_ratio,
-            g.temperature_celsius, g.power_watts, g.power_limit_watts)
-
-
-def _process_row(p: GpuProcessSample, now: float) -> tuple[Any, ...]:
-    return (p.ts, p.gpu, p.uuid, p.pid, p.used_memory_bytes)
-
-
-def _json(value: Mapping[str, Any]) -> str:
-    return json.dumps(dict(value), sort_keys=True, separators=(",", ":"), default=str)
-
-
-def _finding_row(f: Finding, now: float) -> tuple[Any, ...]:
-    return (f.ts, f.since, f.rule, f.engine, f.severity.value, f.message, f.knob.value if f.knob else None,
-            f.direction.value if f.direction else None, f.current, f.recommended, _json(f.evidence), f.arithmetic,
-            f.window_seconds, int(f.active))
-
-
-def _load_step_row(s: LoadStep, now: float) -> tuple[Any, ...]:
-    values = [getattr(s, name) for name in LOAD_STEP_COLUMNS]
-    values[LOAD_STEP_COLUMNS.index("errors")] = _json(s.errors)
-    values[LOAD_STEP_COLUMNS.index("broke")] = int(s.broke)
-    return tuple(values)
-
-
-LOAD_STEP_COLUMNS = tuple(f.name for f in dataclasses.fields(LoadStep))
-
-
-class _Table(NamedTuple):
-    insert: str  # INSERT OR IGNORE of one row
-    row: Callable[[Any, float], tuple[Any, ...]]  # (record, commit clock) -> row
-    then: str | None = None  # a second statement run with the same row (facts_latest)
-
-
-# record type → how to store it. `commit` takes a mixed batch of any type registered here.
-_TABLES: dict[type, _Table] = {
-    LogLine: _Table("INSERT OR IGNORE INTO lines (file_key, offset, source, path, text, ts, stream, truncated) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _line_row),
-    Event: _Table("INSERT OR IGNORE INTO events (at, ts, source, server, kind, severity, phase, message, fields, "
-                  "path, offset, gpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _event_row),
-    ServerStats: _Table("INSERT OR IGNORE INTO server_stats (at, ts, source, server, running, waiting, swapped, "
-                        "kv_usage_ratio, prompt_tps, gen_tps, prefix_hit_ratio, preemptions, kv_used_tokens, "
-                        "path, offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _stats_row),
-    CapacityFact: _Table(
-        "INSERT OR IGNORE INTO capacity_facts (at, ts, source, name, value) VALUES (?, ?, ?, ?, ?)", _fact_row,
-        # The newest by time wins, so a replay of old lines never turns the latest value back.
-        "INSERT INTO facts_latest (source, name, value, ts, at) VALUES (?3, ?4, ?5, ?2, ?1) "
-        "ON CONFLICT (source, name) DO UPDATE SET value = excluded.value, ts = excluded.ts, at = excluded.at "
-        "WHERE excluded.at >= facts_latest.at"),
-    GpuSample: _Table("INSERT OR IGNORE INTO gpu_samples (ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, "
-                      "memory_reserved_bytes, memory_free_bytes, memory_used_bytes, utilization_gpu_ratio, "
-                      "utilization_memory_ratio, temperature_celsius, power_watts, power_limit_watts) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _gpu_row),
-    GpuProcessSample: _Table("INSERT OR IGNORE INTO gpu_process_samples (ts, gpu, uuid, pid, used_memory_bytes) "
-                             "VALUES (?, ?, ?, ?, ?)", _process_row),
-    Finding: _Table("INSERT OR IGNORE INTO findings (ts, since, rule, engine, severity, message, knob, direction, "
-                    "current, recommended, evidence, arithmetic, window_seconds, active) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _finding_row),
-    LoadStep: _Table(f"INSERT OR REPLACE INTO load_steps ({', '.join(LOAD_STEP_COLUMNS)}) "
-                     f"VALUES ({', '.join('?' * len(LOAD_STEP_COLUMNS))})", _load_step_row),
-}
 
 _ADD_TOTAL = ("INSERT INTO totals (metric, labels, value) VALUES (?, ?, ?) "
               "ON CONFLICT (metric, labels) DO UPDATE SET value = value + excluded.value")
@@ -409,13 +245,13 @@ class Store:
     # -- writing ----------------------------------------------------------------------------------
 
     @staticmethod
-    def check(records: Iterable[object]) -> None:
+    def check(records: Iterable[StoredRecord]) -> None:
         """Raise StoreError for a record type with no table (a programming error, never buffered)."""
         for record in records:
-            if type(record) not in _TABLES:
+            if type(record) not in TABLES:
                 raise StoreError(f"no table for record type {type(record).__name__}")
 
-    def commit(self, records: Iterable[object], cursors: Iterable[Cursor | JournalCursor] = (),
+    def commit(self, records: Iterable[StoredRecord], cursors: Iterable[Cursor | JournalCursor] = (),
                expired: Iterable[Cursor] = (), *, totals: Mapping[TotalsKey, float] | None = None,
                now: float | None = None) -> CommitResult:
         """Write records, cursors, cursor expiries and totals in one transaction; return what was new.
@@ -429,7 +265,7 @@ class Store:
         at = time.time() if now is None else now
         grouped: dict[type, list[tuple[Any, tuple[Any, ...]]]] = {}
         for record in records:
-            entry = _TABLES.get(type(record))
+            entry = TABLES.get(type(record))
             if entry is None:
                 raise StoreError(f"{self._name}: no table for record type {type(record).__name__}")
             grouped.setdefault(type(record), []).append((record, entry.row(record, at)))
@@ -439,7 +275,7 @@ class Store:
                 inserted = 0
                 new_events: list[Event] = []
                 for kind, pairs in grouped.items():
-                    table = _TABLES[kind]
+                    table = TABLES[kind]
                     if kind is Event:  # row by row: the caller needs to know which events were new
                         for event, row in pairs:
                             if conn.execute(table.insert, row).rowcount > 0:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from agent.errors import StoreError
-from agent.records import CommitResult, Cursor, JournalCursor, StoreStats
+from agent.records import CommitResult, Cursor, JournalCursor, StoredRecord, StoreStats
 from agent.sinks.store import Store, TotalsKey, failure_hint
 
 log = logging.getLogger(__name__)
@@ -43,13 +43,13 @@ def _key(cursor: Cursor | JournalCursor) -> CursorKey:
 
 @dataclass
 class _Batch:
-    records: list[object]
+    records: list[StoredRecord]
     cursors: tuple[Cursor | JournalCursor, ...]
     expired: tuple[Cursor, ...]
     now: float
 
 
-def _merge(first: _Batch, second: _Batch, records: list[object], now: float) -> _Batch:
+def _merge(first: _Batch, second: _Batch, records: list[StoredRecord], now: float) -> _Batch:
     """One batch carrying `records` whose cursor writes equal applying `first`'s then `second`'s.
 
     Records and cursors live in different tables, so cursor writes may move past records; only the
@@ -109,7 +109,7 @@ class ResilientWriter:
         self._recovered()
         return True
 
-    def commit(self, records: Iterable[object], cursors: Iterable[Cursor | JournalCursor] = (),
+    def commit(self, records: Iterable[StoredRecord], cursors: Iterable[Cursor | JournalCursor] = (),
                expired: Iterable[Cursor] = (), *, totals: Mapping[TotalsKey, float] | None = None,
                now: float) -> CommitResult:
         """Write this batch after any buffered ones; return what landed in this call (new rows and events).

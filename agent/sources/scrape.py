@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http.client import HTTPException
+from http import HTTPStatus
 
+from agent import http
 from agent.config import ScrapeTarget
 from agent.prom import Samples, exposition_samples
 from agent.records import CapacityFact, Event, EventKind, Phase, Record, Server, ServerStats, Severity
@@ -39,7 +37,6 @@ from agent.records import CapacityFact, Event, EventKind, Phase, Record, Server,
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 << 20  # a vLLM exposition with many histograms is well under 1 MiB
-_USER_AGENT = "deepinfer-agent"
 _PREFIXES = ((Server.VLLM, "vllm:"), (Server.SGLANG, "sglang:"), (Server.LLAMACPP, "llamacpp:"), (Server.TGI, "tgi_"))
 _ENABLE_HINT = {
     Server.VLLM: "vLLM serves /metrics on its API port",
@@ -86,6 +83,19 @@ class _Reading:
     preemptions: tuple[int, int] | None = None  # (increase since the last scrape, current total)
     rejections: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # reason → (count, status)
     facts: dict[str, float | str] = field(default_factory=dict)
+
+
+class _HttpStatusError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 class _ScrapeError(Exception):
@@ -172,7 +182,6 @@ class Scraper:
         self.max_body_bytes = max_body_bytes
         self._clock = clock
         # Engines are local: never send their scrape through an http_proxy from the environment.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         self._next_at = -math.inf
         self._detected: Server | None = None if server is Server.AUTO else server
         self._counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
@@ -217,7 +226,8 @@ class Scraper:
         try:
             samples = exposition_samples(self._fetch())
             records = self._records(samples, now)
-        except (OSError, HTTPException, ValueError, _ScrapeError) as exc:
+        except (OSError, ValueError, _ScrapeError, _HttpStatusError, http.HttpTimeoutError,
+                http.HttpConnectionError) as exc:
             self._last_duration = self._clock() - started
             self._fail(exc)
             return []
@@ -235,17 +245,16 @@ class Scraper:
         return records
 
     def _fetch(self) -> str:
-        request = urllib.request.Request(self.url, headers={
-            "Accept": "text/plain;version=0.0.4", "User-Agent": _USER_AGENT})
-        with self._opener.open(request, timeout=self.timeout_seconds) as response:
-            body: bytes = response.read(self.max_body_bytes + 1)
-        if len(body) > self.max_body_bytes:
-            raise _ScrapeError(f"response larger than {self.max_body_bytes} bytes; is this a /metrics URL?")
-        return body.decode("utf-8", errors="replace")
+        try:
+            reply = http.get(self.url, timeout_seconds=self.timeout_seconds, max_body_bytes=self.max_body_bytes,
+                             headers={"Accept": "text/plain;version=0.0.4"})
+        except http.HttpBodyTooLargeError as exc:
+            raise _ScrapeError(f"{exc}; is this a /metrics URL?") from exc
+        if reply.status >= 400:
+            raise _HttpStatusError(reply.status)
+        return reply.body.decode("utf-8", errors="replace")
 
     def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, urllib.error.HTTPError):
-            exc.close()  # it holds the response
         self._up = False
         self._errors += 1
         self._last_error = self._describe(exc)
@@ -257,19 +266,15 @@ class Scraper:
     def _describe(self, exc: BaseException) -> str:
         server = self._detected or self.server
         hint = _ENABLE_HINT.get(server, "")
-        if isinstance(exc, urllib.error.HTTPError):
-            text = f"HTTP {exc.code} {exc.reason}"
-            return f"{text} ({hint}; check the URL's port and path)" if exc.code in (404, 501) and hint else text
-        if isinstance(exc, urllib.error.URLError):
-            exc = exc.reason if isinstance(exc.reason, BaseException) else exc
-            if not isinstance(exc, TimeoutError | socket.timeout):
-                return f"cannot connect: {exc}"
-        if isinstance(exc, TimeoutError | socket.timeout):
+        if isinstance(exc, _HttpStatusError):
+            text = f"HTTP {exc.status} {_reason(exc.status)}".rstrip()
+            return f"{text} ({hint}; check the URL's port and path)" if exc.status in (404, 501) and hint else text
+        if isinstance(exc, http.HttpTimeoutError):
             return f"no answer within {self.timeout_seconds:g} s"
+        if isinstance(exc, http.HttpConnectionError):
+            return f"cannot connect: {str(exc).split(': ', 1)[-1][:300]}"
         if isinstance(exc, ValueError):
             return f"not a Prometheus text exposition: {str(exc)[:200]}"
-        if isinstance(exc, HTTPException):
-            return f"broken HTTP response: {type(exc).__name__} {str(exc)[:200]}"
         if isinstance(exc, _ScrapeError | OSError):
             return str(exc)[:300] or type(exc).__name__
         return f"unexpected {type(exc).__name__}: {str(exc)[:300]} (a bug: please report it)"

@@ -198,7 +198,7 @@ def test_exposition_passes_promtool(node: dict[str, Any]) -> None:
     agent = node["agent"]()
     append(node["log"], STATS, OOM, REJECT)
     wait_for("events", lambda: agent.value("deepinfer_events_total", kind="oom") == 1)
-    lint = subprocess.run([promtool, "check", "metrics"], input=agent.sinks.exporter(), capture_output=True, text=True)
+    lint = subprocess.run([promtool, "check", "metrics"], input=agent.metrics(), capture_output=True, text=True)
     assert lint.returncode == 0, lint.stderr
     assert lint.stderr == ""
 

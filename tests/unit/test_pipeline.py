@@ -84,3 +84,31 @@ def test_a_crash_inside_an_open_traceback_loses_nothing(tmp_path: Path) -> None:
     assert totals[("events_total", ("vllm", "vllm", "oom"))] == 1
     assert totals[("events_total", ("vllm", "vllm", "pending"))] == 1, "the re-read stats line stored nothing twice"
     again.close(1004.0)
+
+
+STARTUP = "INFO 11-29 08:59:00 [kv_cache_utils.py:1087] GPU KV cache size: 98,304 tokens"
+
+
+def test_the_stages_run_one_at_a_time_with_a_clock_and_publish_each_engines_capacity(tmp_path: Path) -> None:
+    log = tmp_path / "vllm.log"
+    log.write_text(f"{STARTUP}\n{STATS}\n")
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(
+        "sources: [{path: vllm.log, server: vllm, name: vllm, start_at: beginning}]\n"
+        "nvml: {enabled: false}\nstore: {path: agent.db}\n"
+        "model: {preset: qwen2.5-7b, weights_gib: 14.2}\ngpu: {vram_gib: 24, overhead_gib: 1.6}\n"
+        "server: {gpu_memory_fraction: 0.9, max_model_len: 8192}\n")
+    daemon = Daemon(load_config(config_path))
+    daemon.start(1000.0)
+    intake = daemon.ingest(1000.0)
+    assert {type(r).__name__ for r in intake.records} == {"CapacityFact", "ServerStats", "Event"}
+    assert daemon.snapshot().totals.get(("events_total", ("vllm", "vllm", "pending"))) is None, "not yet committed"
+    result = daemon.commit(intake, 1000.0)
+    assert [e.kind.value for e in result.new_events] == ["pending"]
+    assert daemon.judge(1000.0) == []
+    daemon.publish(1000.0)
+    snap = daemon.snapshot()
+    assert snap.budget["max_concurrency"] == 13  # the budget method's worked example
+    cap = snap.capacities["vllm"]
+    assert (cap.governs, cap.paper_max_concurrency, cap.max_concurrency) == ("engine", 13, 12)
+    daemon.close(1001.0)

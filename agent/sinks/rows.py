@@ -1,0 +1,114 @@
+"""Record → SQLite row, one entry per record type: the INSERT and the function that builds its row.
+
+Kept apart from the store so that what a table holds is read in one place. Every INSERT is OR IGNORE
+on the table's unique key (a replay stores nothing twice), except load steps, where a re-run level
+replaces the old result. `now` is the commit's clock, stored as `at` for records without a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from agent.records import (
+    CapacityFact,
+    Event,
+    Finding,
+    GpuProcessSample,
+    GpuSample,
+    LoadStep,
+    LogLine,
+    ServerStats,
+)
+
+
+def _gpu_of(fields: Mapping[str, object]) -> int | None:
+    gpu = fields.get("gpu")
+    return gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None
+
+
+def _line_row(line: LogLine, now: float) -> tuple[Any, ...]:
+    # Lines from a source without file identity fall back to the path, which is then their only key.
+    return (line.file_key or line.path, line.offset, line.source, line.path, line.text, line.ts, line.stream,
+            int(line.truncated))
+
+
+def _event_row(e: Event, now: float) -> tuple[Any, ...]:
+    return (now if e.ts is None else e.ts, e.ts, e.source, e.server.value, e.kind.value, e.severity.value,
+            e.phase.value, e.message, json.dumps(dict(e.fields), sort_keys=True, separators=(",", ":"), default=str),
+            e.path, e.offset, _gpu_of(e.fields))
+
+
+def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
+    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, *s[3:])
+
+
+def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:
+    return (now if f.ts is None else f.ts, f.ts, f.source, f.name, f.value)
+
+
+def _gpu_row(g: GpuSample, now: float) -> tuple[Any, ...]:
+    return (g.ts, g.gpu, g.uuid, g.name, g.pci_bus_id, g.memory_total_bytes, g.memory_reserved_bytes,
+            g.memory_free_bytes, g.memory_used_bytes, g.utilization_gpu_ratio, g.utilization_memory_ratio,
+            g.temperature_celsius, g.power_watts, g.power_limit_watts)
+
+
+def _process_row(p: GpuProcessSample, now: float) -> tuple[Any, ...]:
+    return (p.ts, p.gpu, p.uuid, p.pid, p.used_memory_bytes)
+
+
+def _json(value: Mapping[str, Any]) -> str:
+    return json.dumps(dict(value), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _finding_row(f: Finding, now: float) -> tuple[Any, ...]:
+    return (f.ts, f.since, f.rule, f.engine, f.severity.value, f.message, f.knob.value if f.knob else None,
+            f.direction.value if f.direction else None, f.current, f.recommended, _json(f.evidence), f.arithmetic,
+            f.window_seconds, int(f.active))
+
+
+def _load_step_row(s: LoadStep, now: float) -> tuple[Any, ...]:
+    values = [getattr(s, name) for name in LOAD_STEP_COLUMNS]
+    values[LOAD_STEP_COLUMNS.index("errors")] = _json(s.errors)
+    values[LOAD_STEP_COLUMNS.index("broke")] = int(s.broke)
+    return tuple(values)
+
+
+LOAD_STEP_COLUMNS = tuple(f.name for f in dataclasses.fields(LoadStep))
+
+
+class Table(NamedTuple):
+    insert: str  # INSERT OR IGNORE of one row
+    row: Callable[[Any, float], tuple[Any, ...]]  # (record, commit clock) -> row
+    then: str | None = None  # a second statement run with the same row (facts_latest)
+
+
+# record type → how to store it. `commit` takes a mixed batch of any type registered here.
+TABLES: dict[type, Table] = {
+    LogLine: Table("INSERT OR IGNORE INTO lines (file_key, offset, source, path, text, ts, stream, truncated) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _line_row),
+    Event: Table("INSERT OR IGNORE INTO events (at, ts, source, server, kind, severity, phase, message, fields, "
+                  "path, offset, gpu) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _event_row),
+    ServerStats: Table("INSERT OR IGNORE INTO server_stats (at, ts, source, server, running, waiting, swapped, "
+                        "kv_usage_ratio, prompt_tps, gen_tps, prefix_hit_ratio, preemptions, kv_used_tokens, "
+                        "path, offset) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _stats_row),
+    CapacityFact: Table(
+        "INSERT OR IGNORE INTO capacity_facts (at, ts, source, name, value) VALUES (?, ?, ?, ?, ?)", _fact_row,
+        # The newest by time wins, so a replay of old lines never turns the latest value back.
+        "INSERT INTO facts_latest (source, name, value, ts, at) VALUES (?3, ?4, ?5, ?2, ?1) "
+        "ON CONFLICT (source, name) DO UPDATE SET value = excluded.value, ts = excluded.ts, at = excluded.at "
+        "WHERE excluded.at >= facts_latest.at"),
+    GpuSample: Table("INSERT OR IGNORE INTO gpu_samples (ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, "
+                      "memory_reserved_bytes, memory_free_bytes, memory_used_bytes, utilization_gpu_ratio, "
+                      "utilization_memory_ratio, temperature_celsius, power_watts, power_limit_watts) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _gpu_row),
+    GpuProcessSample: Table("INSERT OR IGNORE INTO gpu_process_samples (ts, gpu, uuid, pid, used_memory_bytes) "
+                             "VALUES (?, ?, ?, ?, ?)", _process_row),
+    Finding: Table("INSERT OR IGNORE INTO findings (ts, since, rule, engine, severity, message, knob, direction, "
+                    "current, recommended, evidence, arithmetic, window_seconds, active) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", _finding_row),
+    LoadStep: Table(f"INSERT OR REPLACE INTO load_steps ({', '.join(LOAD_STEP_COLUMNS)}) "
+                     f"VALUES ({', '.join('?' * len(LOAD_STEP_COLUMNS))})", _load_step_row),
+}

@@ -1,0 +1,87 @@
+"""The store's schema as SQL, one migration per shipped step: append new steps, never edit a shipped one.
+
+`agent/sinks/store.py` applies them with sqlite-utils' `Migrations` (which records each applied step
+in `_sqlite_migrations` and runs it in one transaction with that record).
+
+Keys: a record from a file is located by (path, offset); records from no file (NVML, scrapes) are keyed
+by time, GPU and, for events, the message (two different Xids on one GPU in one poll are two events).
+NULLs are folded with coalesce(): SQLite treats NULLs as distinct in a unique index, which would let
+replays through. `at` is the record's own time, or the commit's clock when the line had none.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    ("0001_lines_and_cursors", """
+CREATE TABLE lines (
+    file_key TEXT NOT NULL, offset INTEGER NOT NULL, source TEXT NOT NULL, path TEXT NOT NULL,
+    text TEXT NOT NULL, ts REAL, stream TEXT, truncated INTEGER NOT NULL,
+    PRIMARY KEY (file_key, offset));
+CREATE INDEX lines_source ON lines (source);
+CREATE TABLE cursors (
+    source TEXT NOT NULL, file_key TEXT NOT NULL, path TEXT NOT NULL, dev INTEGER NOT NULL,
+    inode INTEGER NOT NULL, fingerprint TEXT NOT NULL, offset INTEGER NOT NULL, seen_seconds REAL NOT NULL,
+    PRIMARY KEY (source, file_key));
+CREATE TABLE journal_cursors (source TEXT PRIMARY KEY, cursor TEXT NOT NULL);
+"""),
+    ("0002_daemon_records", """
+CREATE TABLE events (
+    at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, kind TEXT NOT NULL,
+    severity TEXT NOT NULL, phase TEXT NOT NULL, message TEXT NOT NULL, fields TEXT NOT NULL,
+    path TEXT, offset INTEGER, gpu INTEGER);
+CREATE UNIQUE INDEX events_key ON events (source, kind, coalesce(ts, -1), coalesce(path, ''),
+    coalesce(offset, -1), coalesce(gpu, -1), CASE WHEN path IS NULL THEN message ELSE '' END);
+CREATE INDEX events_at ON events (at);
+CREATE INDEX events_source_at ON events (source, at);
+CREATE INDEX events_kind_at ON events (kind, at);
+CREATE TABLE server_stats (
+    at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, running INTEGER, waiting INTEGER,
+    swapped INTEGER, kv_usage_ratio REAL, prompt_tps REAL, gen_tps REAL, prefix_hit_ratio REAL,
+    preemptions INTEGER, kv_used_tokens INTEGER, path TEXT, offset INTEGER);
+CREATE UNIQUE INDEX server_stats_key ON server_stats (source, coalesce(path, ''),
+    coalesce(offset, -1), coalesce(ts, -1));
+CREATE INDEX server_stats_at ON server_stats (at);
+CREATE INDEX server_stats_source_at ON server_stats (source, at);
+CREATE TABLE capacity_facts (
+    at REAL NOT NULL, ts REAL, source TEXT NOT NULL, name TEXT NOT NULL, value);
+CREATE UNIQUE INDEX capacity_facts_key ON capacity_facts (source, name, coalesce(ts, -1), value);
+CREATE INDEX capacity_facts_at ON capacity_facts (at);
+CREATE TABLE facts_latest (
+    source TEXT NOT NULL, name TEXT NOT NULL, value, ts REAL, at REAL NOT NULL, PRIMARY KEY (source, name));
+CREATE TABLE gpu_samples (
+    ts REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT NOT NULL, name TEXT NOT NULL, pci_bus_id TEXT,
+    memory_total_bytes INTEGER, memory_reserved_bytes INTEGER, memory_free_bytes INTEGER,
+    memory_used_bytes INTEGER, utilization_gpu_ratio REAL, utilization_memory_ratio REAL,
+    temperature_celsius REAL, power_watts REAL, power_limit_watts REAL, UNIQUE (uuid, ts));
+CREATE INDEX gpu_samples_ts ON gpu_samples (ts);
+CREATE TABLE gpu_process_samples (
+    ts REAL NOT NULL, gpu INTEGER NOT NULL, uuid TEXT NOT NULL, pid INTEGER NOT NULL,
+    used_memory_bytes INTEGER, UNIQUE (uuid, pid, ts));
+CREATE INDEX gpu_process_samples_ts ON gpu_process_samples (ts);
+CREATE INDEX gpu_process_samples_uuid_ts ON gpu_process_samples (uuid, ts);
+CREATE TABLE totals (
+    metric TEXT NOT NULL, labels TEXT NOT NULL, value REAL NOT NULL, PRIMARY KEY (metric, labels));
+"""),
+    ("0003_findings_and_load_steps", """
+CREATE TABLE findings (
+    ts REAL NOT NULL, since REAL NOT NULL, rule TEXT NOT NULL, engine TEXT NOT NULL, severity TEXT NOT NULL,
+    message TEXT NOT NULL, knob TEXT, direction TEXT, current, recommended, evidence TEXT NOT NULL,
+    arithmetic TEXT NOT NULL, window_seconds REAL, active INTEGER NOT NULL, UNIQUE (rule, engine, ts));
+CREATE INDEX findings_ts ON findings (ts);
+CREATE TABLE load_steps (
+    run_id TEXT NOT NULL, target TEXT NOT NULL, level INTEGER NOT NULL, started REAL NOT NULL,
+    ended REAL NOT NULL, requests INTEGER NOT NULL, ok INTEGER NOT NULL, errors TEXT NOT NULL,
+    throughput_rps REAL, output_tokens_per_second REAL, latency_p50_seconds REAL, latency_p95_seconds REAL,
+    latency_p99_seconds REAL, ttft_p50_seconds REAL, ttft_p95_seconds REAL, ttft_p99_seconds REAL,
+    gpu_memory_peak_bytes INTEGER, kv_usage_peak_ratio REAL, running_peak INTEGER, waiting_peak INTEGER,
+    oom_events INTEGER NOT NULL, preemption_events INTEGER NOT NULL, broke INTEGER NOT NULL,
+    reason TEXT NOT NULL, PRIMARY KEY (run_id, level));
+CREATE INDEX load_steps_started ON load_steps (started);
+"""),
+)
+
+# Time-series tables retention prunes, with their time column. Cursors, totals and facts_latest are
+# never pruned (they are small and bounded by the number of files, metrics and facts); `lines` is not
+# written by the daemon.
+PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("gpu_samples", "ts"),
+          ("gpu_process_samples", "ts"), ("findings", "ts"), ("load_steps", "started"))

@@ -1,0 +1,140 @@
+"""What the load test watches while a level runs: the engine's /metrics (through agent.sources.scrape), GPU memory
+(through agent.sources.nvml, where a driver is), and OOM / preemption events from the engine's log (through the
+project's parsers, agent.sources.saved) or from the agent's store.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import io
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.errors import AgentError
+from agent.records import Event, EventKind, Server, ServerStats
+from agent.sinks.queries import Queries
+from agent.sinks.store import Store
+from agent.sources.saved import scan_stream
+from agent.sources.scrape import Scraper
+
+
+@dataclass
+class Peaks:
+    """The highest values the engine showed during one level, and the events counted for it."""
+
+    running: int | None = None
+    waiting: int | None = None
+    kv_usage: float | None = None
+    gpu_memory: int | None = None
+    preemptions: int = 0
+    oom: int = 0
+    samples: int = 0
+    queued_samples: int = 0
+
+    def stats(self, s: ServerStats) -> None:
+        self.samples += 1
+        if s.waiting:
+            self.queued_samples += 1
+        if s.running is not None:
+            self.running = max(self.running or 0, s.running)
+        if s.waiting is not None:
+            self.waiting = max(self.waiting or 0, s.waiting)
+        if s.kv_usage_ratio is not None:
+            self.kv_usage = max(self.kv_usage or 0.0, s.kv_usage_ratio)
+
+
+def event_count(event: Event) -> int:
+    count = event.fields.get("count")
+    return int(count) if isinstance(count, int | float) and count > 0 else 1
+
+
+class Watcher:
+    """Samples the engine during a level: /metrics through agent.sources.scrape, NVML, the log, the store.
+
+    Blocking calls (urllib in the scraper, NVML, file reads, SQLite) run in worker threads so the
+    request loop never waits for them.
+    """
+
+    def __init__(self, *, metrics_url: str | None = None, log_path: Path | None = None, db_path: Path | None = None,
+                 gpu: bool = False, nvml_library: str | None = None) -> None:
+        self._scraper = Scraper(metrics_url, server=Server.AUTO, interval_seconds=0.0,
+                                timeout_seconds=2.0) if metrics_url else None
+        self._log_path = log_path
+        self._db_path = db_path
+        self._log_offset = self._log_size()
+        self._gpu: Any = None
+        if gpu and (nvml_library is not None or ctypes.util.find_library("nvidia-ml") is not None):
+            from agent.sources.nvml import GpuPoller  # only where a driver is: it imports pynvml
+
+            self._gpu = GpuPoller(library_path=nvml_library)
+
+    @property
+    def metrics_url(self) -> str | None:
+        return self._scraper.url if self._scraper is not None else None
+
+    def _log_size(self) -> int:
+        try:
+            return self._log_path.stat().st_size if self._log_path is not None else 0
+        except OSError:
+            return 0
+
+    def sample(self, peaks: Peaks) -> None:
+        """One scrape and one NVML poll, folded into `peaks` (blocking: run it in a thread)."""
+        now = time.time()
+        if self._scraper is not None:
+            for record in self._scraper.poll(now):
+                if isinstance(record, ServerStats):
+                    peaks.stats(record)
+                elif isinstance(record, Event) and record.kind is EventKind.PREEMPTION:
+                    peaks.preemptions += event_count(record)
+        if self._gpu is not None:
+            used = [g.memory_used_bytes for g in self._gpu.poll(now).gpus if g.memory_used_bytes is not None]
+            if used:
+                peaks.gpu_memory = max(peaks.gpu_memory or 0, max(used))
+
+    def close(self) -> None:
+        if self._gpu is not None:
+            self._gpu.close()
+
+    def events_since_last(self, started: float, ended: float) -> tuple[int, int]:
+        """(OOM events, preemptions) the log appended since the last call, or the store holds for the
+        window; the larger of the two sources for each (they see the same engine)."""
+        oom = preempt = 0
+        if self._log_path is not None:
+            oom, preempt = self._log_events()
+        if self._db_path is not None:
+            db_oom, db_preempt = self._db_events(started, ended)
+            oom, preempt = max(oom, db_oom), max(preempt, db_preempt)
+        return oom, preempt
+
+    def _log_events(self) -> tuple[int, int]:
+        assert self._log_path is not None
+        try:
+            with self._log_path.open("rb") as handle:
+                size = handle.seek(0, io.SEEK_END)
+                if size < self._log_offset:  # truncated or replaced: start again
+                    self._log_offset = 0
+                handle.seek(self._log_offset)
+                data = handle.read(size - self._log_offset)
+        except OSError:
+            return 0, 0
+        complete = data[:data.rfind(b"\n") + 1]  # a half-written last line waits for the next window
+        self._log_offset += len(complete)
+        scan = scan_stream(io.BytesIO(complete), str(self._log_path), Server.AUTO, time.time())
+        oom = sum(1 for r in scan.records if isinstance(r, Event) and r.kind is EventKind.OOM)
+        preempt = sum(event_count(r) for r in scan.records
+                      if isinstance(r, Event) and r.kind is EventKind.PREEMPTION)
+        return oom, preempt
+
+    def _db_events(self, started: float, ended: float) -> tuple[int, int]:
+        assert self._db_path is not None
+        try:
+            with Store.open_readonly(self._db_path) as store:
+                counts = Queries(store).event_counts(started, ended)
+        except AgentError:
+            return 0, 0
+        oom = sum(n for (_, _, kind), n in counts.items() if kind == EventKind.OOM.value)
+        preempt = sum(n for (_, _, kind), n in counts.items() if kind == EventKind.PREEMPTION.value)
+        return oom, preempt

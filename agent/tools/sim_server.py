@@ -1,0 +1,515 @@
+"""Serve the SIMULATED engine (agent/tools/sim.py) the way vLLM serves a real one.
+
+- OpenAI-compatible `/v1/completions` and `/v1/chat/completions` (JSON, or server-sent events with
+  `"stream": true`), `/v1/models`, `/health`, and `/metrics` with vLLM's metric names and the exact text
+  that prometheus_client writes for them; every series carries `model_name="simulated/…"`.
+- A log in vLLM's 0.10–0.30 format (process tag, `LEVEL MM-DD HH:MM:SS [file:line] message`, UTC):
+  a SIMULATED banner, `non-default args`, the memory profiling block, the V1 capacity lines, a stats
+  line every `stats_interval_seconds` (with `Preemptions: N` as 0.12+ prints it), uvicorn access lines,
+  and in OOM mode the `torch.OutOfMemoryError` traceback that ends the engine.
+
+aiohttp's server side is used here only (its client side lives in agent/http.py): it is well kept,
+imports in about 0.3 s, and serves thousands of requests per second on one core.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from pathlib import Path
+from typing import Any, TextIO
+
+from aiohttp import web
+
+from agent.errors import AgentError
+from agent.tools.sim import SIMULATED, Engine, EngineOomError, QueueFullError, SimConfig, SimRequest
+
+GIB = 1024**3
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                   20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+VERSION = "0.11.0"
+
+
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """Tokens of a prompt as the simulator counts them: one per whitespace-separated word (token ids:
+    one each); chat messages are summed."""
+    if isinstance(body.get("messages"), list):
+        return sum(len(str(m.get("content", "")).split()) for m in body["messages"] if isinstance(m, dict))
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list):
+        if all(isinstance(p, int) for p in prompt):
+            return len(prompt)
+        return sum(len(str(p).split()) for p in prompt)
+    return len(str(prompt).split())
+
+
+class VllmLog:
+    """Writes lines in vLLM's format to a file (or nowhere); flushed per line so a tailer sees them."""
+
+    def __init__(self, path: Path | None) -> None:
+        self._handle: TextIO | None = path.open("a", encoding="utf-8") if path is not None else None
+        self._pid = os.getpid()
+
+    def line(self, level: str, where: str, message: str, process: str = "APIServer") -> None:
+        if self._handle is None:
+            return
+        stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime())
+        prefix = f"({process} pid={self._pid}) {level} {stamp} [{where}] "
+        self._handle.write("".join(prefix + part + "\n" for part in message.split("\n")))
+        self._handle.flush()
+
+    def access(self, peer: str, method: str, path: str, status: int) -> None:
+        if self._handle is None:
+            return
+        phrase = HTTPStatus(status).phrase
+        self._handle.write(f'(APIServer pid={self._pid}) INFO:     {peer} - "{method} {path} HTTP/1.1" '
+                           f"{status} {phrase}\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+@dataclass
+class Histogram:
+    """A Prometheus histogram's state (cumulative buckets are computed when rendered)."""
+
+    buckets: tuple[float, ...] = LATENCY_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+    n: int = 0
+
+    def observe(self, value: float) -> None:
+        i = next((i for i, b in enumerate(self.buckets) if value <= b), len(self.buckets))
+        self.counts[i] += 1
+        self.total += value
+        self.n += 1
+
+
+def _num(value: float) -> str:
+    """A sample value as prometheus_client prints it (floatToGoString: 3.0, 1.5e-05, +Inf)."""
+    if value == float("inf"):
+        return "+Inf"
+    return repr(float(value))
+
+
+@dataclass
+class SimServer:
+    """The simulated engine behind an aiohttp application; `start` binds (port 0 picks a free one)."""
+
+    config: SimConfig
+    log_path: Path | None = None
+    stats_interval_seconds: float = 10.0
+    engine: Engine = field(init=False)
+    crashed: asyncio.Event = field(init=False)
+    url: str = ""
+
+    def __post_init__(self) -> None:
+        self.engine = Engine(self.config)
+        self.log = VllmLog(self.log_path)
+        self._labels = f'engine="0",model_name="{self.config.model_name}"'
+        self._e2e = Histogram()
+        self._ttft = Histogram()
+        self._queue = Histogram()
+        self._wake = asyncio.Event()
+        self.crashed = asyncio.Event()
+        self._waiters: dict[SimRequest, asyncio.Queue[int]] = {}
+        self._started = time.time()
+        self._runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.oom: EngineOomError | None = None
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> str:
+        """Bind and start serving; raise AgentError (after logging vLLM's start-up error) when one request
+        of max_model_len tokens does not fit in the KV cache, as vLLM refuses to start then."""
+        c = self.config
+        if c.kv_cache_tokens < c.max_model_len:
+            needed = -(-c.max_model_len // c.block_size) * c.block_bytes
+            message = (f"To serve at least one request with the model's max seq len ({c.max_model_len}), "
+                       f"({needed / GIB:.2f} GiB KV cache is needed, which is larger than the available KV cache "
+                       f"memory ({c.kv_blocks * c.block_bytes / GIB:.2f} GiB). Based on the available memory, the "
+                       f"estimated maximum model length is {c.kv_cache_tokens}. Try increasing "
+                       "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+            self.log.line("INFO", "api_server.py:1805", f"vLLM API server version {VERSION} ({SIMULATED})")
+            self.log.line("ERROR", "core.py:708", "EngineCore failed to start.", process="EngineCore_DP0")
+            self.log.line("ERROR", "core.py:708", f"ValueError: {message}", process="EngineCore_DP0")
+            self.log.close()
+            raise AgentError(f"{SIMULATED} engine cannot start: {message}")
+        app = web.Application(client_max_size=64 << 20)
+        app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        bound = port
+        for address in self._runner.addresses:  # the bound (host, port) of each site
+            if isinstance(address, tuple):
+                bound = int(address[1])
+        self.url = f"http://{host}:{bound}"
+        self._startup_log(host, bound)
+        self._tasks = [asyncio.create_task(self._loop()), asyncio.create_task(self._stats_loop())]
+        return self.url
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.log.close()
+
+    def _startup_log(self, host: str, port: int) -> None:
+        c, log = self.config, self.log
+        log.line("INFO", "api_server.py:1805", f"vLLM API server version {VERSION} ({SIMULATED} by deepinfer-agent "
+                 "simulate: no GPU, no model; numbers follow the paged-KV arithmetic only)")
+        args = {"model": c.model_name, "max_model_len": c.max_model_len, "max_num_seqs": c.max_num_seqs,
+                "block_size": c.block_size}
+        budget = c.budget
+        if budget is not None:
+            args["gpu_memory_utilization"] = budget.inputs.util
+        log.line("INFO", "utils.py:233", f"non-default args: {args!r}")
+        log.line("INFO", "core.py:74", f"Initializing a V1 LLM engine (v{VERSION}) with config: "
+                 f"model='{c.model_name}', max_seq_len={c.max_model_len}, kv_cache_dtype=auto",
+                 process="EngineCore_DP0")
+        if budget is not None:
+            b = budget.inputs
+            activations = budget.inputs.overhead_bytes
+            log.line("INFO", "gpu_model_runner.py:1892", f"Model loading took {budget.weights_per_gpu_bytes / GIB:.4f}"
+                     " GiB and 0.000001 seconds", process="EngineCore_DP0")
+            log.line("INFO", "worker.py:241", "Memory profiling takes 0.00 seconds\n"
+                     f"the current vLLM instance can use total_gpu_memory ({b.vram_bytes / GIB:.2f}GiB) x "
+                     f"gpu_memory_utilization ({b.util:.2f}) = {budget.memory_for_instance_bytes / GIB:.2f}GiB\n"
+                     f"model weights take {budget.weights_per_gpu_bytes / GIB:.2f}GiB; non_torch_memory takes "
+                     f"0.00GiB; PyTorch activation peak memory takes {activations / GIB:.2f}GiB; the rest of the "
+                     f"memory reserved for KV Cache is {budget.usable_kv_bytes / GIB:.2f}GiB.",
+                     process="EngineCore_DP0")
+            log.line("INFO", "gpu_worker.py:255", f"Available KV cache memory: {budget.usable_kv_bytes / GIB:.2f} GiB",
+                     process="EngineCore_DP0")
+        log.line("INFO", "kv_cache_utils.py:833", f"GPU KV cache size: {c.kv_cache_tokens:,} tokens",
+                 process="EngineCore_DP0")
+        log.line("INFO", "kv_cache_utils.py:837", f"Maximum concurrency for {c.max_model_len:,} tokens per request: "
+                 f"{c.kv_cache_tokens / c.max_model_len:.2f}x", process="EngineCore_DP0")
+        if c.oom_on_overcommit and c.overcommitted:
+            log.line("WARNING", "scheduler.py:120", f"{SIMULATED}: max_num_seqs={c.max_num_seqs} requests of "
+                     f"{c.max_model_len} tokens do not fit in {c.kv_blocks} blocks and preemption is off: "
+                     "this engine will run out of memory under load", process="EngineCore_DP0")
+        log.line("INFO", "launcher.py:29", f"Starting vLLM API server 0 on http://{host}:{port}")
+        log.line("INFO", "on.py:62", "Application startup complete.")
+
+    # -- the engine loop --------------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        """Steps paced on a virtual clock: a step shorter than the event loop's timer resolution (about
+        1 ms with epoll) is not slept alone; steps run back to back until the clock is ahead by a
+        millisecond, then the loop sleeps the difference, so the average pace is the configured one."""
+        engine = self.engine
+        pace: float | None = None
+        while True:
+            now = time.monotonic()
+            for request in engine.expire(now):
+                self._deliver(request)
+            if not engine.running and not engine.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                pace = None
+                continue
+            try:
+                step = engine.step(pace if pace is not None and pace > now else now)
+            except EngineOomError as oom:
+                self._crash(oom)
+                return
+            if step.duration_seconds <= 0:  # nothing could run: wait for a timeout or an arrival
+                pace = None
+                await asyncio.sleep(0.001)
+                continue
+            pace = max(pace or now, now - 0.001) + step.duration_seconds
+            ahead = pace - time.monotonic()
+            await asyncio.sleep(ahead if ahead > 0.001 else 0)
+            for request in step.admitted:
+                if request.preemptions == 0:
+                    self._queue.observe((request.admitted_at or now) - request.arrived)
+            for request in step.produced:
+                queue = self._waiters.get(request)
+                if queue is not None:
+                    queue.put_nowait(1)
+            for request in step.finished:
+                self._e2e.observe((request.finished_at or now) - request.arrived)
+                self._deliver(request)
+
+    def _deliver(self, request: SimRequest) -> None:
+        queue = self._waiters.get(request)
+        if queue is not None:
+            queue.put_nowait(0)
+
+    def _crash(self, oom: EngineOomError) -> None:
+        self.oom = oom
+        budget = self.config.budget
+        total, used = oom.total_bytes, oom.used_bytes
+        if budget is not None:  # the card as the budget describes it: weights and overhead are in use too
+            total = budget.inputs.vram_bytes
+            used += budget.weights_per_gpu_bytes + budget.inputs.overhead_bytes
+        free = max(0, min(total - used, oom.total_bytes - oom.used_bytes))
+        trace = (
+            "EngineCore encountered a fatal error.\n"
+            "Traceback (most recent call last):\n"
+            '  File "vllm/v1/engine/core.py", line 702, in run_engine_core\n'
+            "    engine_core.run_busy_loop()\n"
+            '  File "vllm/v1/worker/gpu_model_runner.py", line 1500, in execute_model\n'
+            "    self.kv_cache.allocate(num_blocks)\n"
+            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {oom.requested_bytes / 2**20:.2f} MiB. "
+            f"GPU 0 has a total capacity of {total / GIB:.2f} GiB of which {free / 2**20:.2f} MiB is free. "
+            f"Including non-PyTorch memory, this process has {used / GIB:.2f} GiB memory in use. "
+            f"({SIMULATED}: the KV cache ran out and preemption is off)")
+        self.log.line("ERROR", "core.py:711", trace, process="EngineCore_DP0")
+        self.log.line("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.")
+        for request in list(self.engine.running) + list(self.engine.waiting):
+            request.outcome = "engine_dead"
+            self._deliver(request)
+        self.crashed.set()
+
+    async def _stats_loop(self) -> None:
+        idle_before = True
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(self.stats_interval_seconds)
+            now = time.monotonic()
+            elapsed = max(now - last, 1e-9)
+            last = now
+            c = self.engine.counters
+            idle = c.interval_prompt_tokens == 0 and c.interval_generation_tokens == 0
+            if not (idle and idle_before) and not self.engine.dead:
+                parts = [f"Avg prompt throughput: {c.interval_prompt_tokens / elapsed:.1f} tokens/s",
+                         f"Avg generation throughput: {c.interval_generation_tokens / elapsed:.1f} tokens/s",
+                         f"Running: {len(self.engine.running)} reqs", f"Waiting: {len(self.engine.waiting)} reqs"]
+                if c.interval_preemptions:
+                    parts.append(f"Preemptions: {c.interval_preemptions}")
+                parts += [f"GPU KV cache usage: {self.engine.kv_usage_ratio * 100:.1f}%", "Prefix cache hit rate: 0.0%"]
+                self.log.line("INFO", "loggers.py:123", "Engine 000: " + ", ".join(parts))
+            idle_before = idle
+            c.interval_prompt_tokens = c.interval_generation_tokens = c.interval_preemptions = 0
+
+    # -- HTTP -------------------------------------------------------------------------------------
+
+    def _access(self, request: web.Request, status: int) -> None:
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "127.0.0.1:0"
+        self.log.access(where, request.method, request.path_qs, status)
+
+    def _error(self, request: web.Request, status: int, message: str, kind: str) -> web.Response:
+        self._access(request, status)
+        body = {"object": "error", "message": message, "type": kind, "code": status}
+        return web.json_response(body, status=status)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            return self._error(request, 400, "request body is not a JSON object", "BadRequestError")
+        if self.engine.dead:
+            return self._error(request, 500, "EngineDeadError: the engine core died (SIMULATED OOM)",
+                               "InternalServerError")
+        try:
+            tokens = prompt_tokens(body)
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens")
+                             or self.config.default_max_tokens)
+        except (TypeError, ValueError, AttributeError):
+            return self._error(request, 400, "prompt, messages or max_tokens malformed", "BadRequestError")
+        if max_tokens < 1:
+            return self._error(request, 400, "max_tokens must be at least 1", "BadRequestError")
+        if tokens + max_tokens > self.config.max_model_len:
+            return self._error(request, 400, f"This model's maximum context length is {self.config.max_model_len} "
+                               f"tokens. However, you requested {tokens + max_tokens} tokens ({tokens} in the "
+                               f"messages, {max_tokens} in the completion). Please reduce the length of the "
+                               "messages or completion.", "BadRequestError")
+        now = time.monotonic()
+        try:
+            sim = self.engine.submit(tokens, max_tokens, now)
+        except QueueFullError as exc:
+            status = self.config.reject_status
+            return self._error(request, status, str(exc), "ServiceUnavailableError" if status == 503
+                               else "TooManyRequestsError")
+        tokens_queue: asyncio.Queue[int] = asyncio.Queue()
+        self._waiters[sim] = tokens_queue
+        self._wake.set()
+        chat = request.path.endswith("/chat/completions")
+        try:
+            if body.get("stream"):
+                return await self._stream(request, sim, tokens_queue, chat)
+            while await tokens_queue.get():
+                pass
+            return self._finish(request, sim, chat)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.engine.abort(sim)
+            self.log.line("INFO", "async_llm.py:420", f"Aborted request(s) {sim.id}.")
+            raise
+        finally:
+            self._waiters.pop(sim, None)
+
+    def _refusal(self, request: web.Request, sim: SimRequest) -> web.Response | None:
+        if sim.outcome == "queue_timeout":
+            return self._error(request, self.config.reject_status, "Request waiting timeout reached.",
+                               "ServiceUnavailableError")
+        if sim.outcome == "request_timeout":
+            self.log.line("INFO", "async_llm.py:420", f"Aborted request(s) {sim.id}.")
+            return self._error(request, 504, f"request timed out after {self.config.request_timeout_seconds:g} s "
+                               f"with {sim.generated} tokens generated", "TimeoutError")
+        if sim.outcome == "engine_dead":
+            return self._error(request, 500, "EngineDeadError: the engine core died (SIMULATED OOM)",
+                               "InternalServerError")
+        return None
+
+    def _finish(self, request: web.Request, sim: SimRequest, chat: bool) -> web.Response:
+        refused = self._refusal(request, sim)
+        if refused is not None:
+            return refused
+        self._observe(sim)
+        self._access(request, 200)
+        text = " tok" * sim.generated
+        choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text},
+                                   "finish_reason": "length"} if chat else
+                                  {"index": 0, "text": text, "finish_reason": "length"})
+        return web.json_response({
+            "id": sim.id, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
+            "model": self.config.model_name, "choices": [choice],
+            "usage": {"prompt_tokens": sim.prompt_tokens, "completion_tokens": sim.generated,
+                      "total_tokens": sim.prompt_tokens + sim.generated}})
+
+    async def _stream(self, request: web.Request, sim: SimRequest, tokens_queue: asyncio.Queue[int],
+                      chat: bool) -> web.StreamResponse:
+        first = await tokens_queue.get()
+        if not first:
+            refused = self._refusal(request, sim)
+            if refused is not None:
+                return refused
+        response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        self._access(request, 200)
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        while first:
+            delta: dict[str, Any] = ({"index": 0, "delta": {"content": " tok"}, "finish_reason": None} if chat
+                                     else {"index": 0, "text": " tok", "finish_reason": None})
+            chunk = {"id": sim.id, "object": obj, "model": self.config.model_name, "choices": [delta]}
+            await response.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            first = await tokens_queue.get()
+        if sim.outcome == "length":
+            self._observe(sim)
+        else:  # a stream that already sent 200 fails with an error chunk, as vLLM does
+            error = {"error": {"message": f"request ended: {sim.outcome}", "code": 500}}
+            await response.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    def _observe(self, sim: SimRequest) -> None:
+        if sim.first_token_at is not None:
+            self._ttft.observe(sim.first_token_at - sim.arrived)
+
+    async def _health(self, request: web.Request) -> web.Response:
+        status = 503 if self.engine.dead else 200
+        self._access(request, status)
+        return web.Response(status=status)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self._access(request, 200)
+        return web.json_response({"object": "list", "data": [{"id": self.config.model_name, "object": "model",
+                                                               "owned_by": "deepinfer-agent (SIMULATED)"}]})
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self._access(request, 200)
+        return web.Response(text=self.exposition(), content_type="text/plain", charset="utf-8",
+                            headers={"X-Simulated": "true"})
+
+    # -- /metrics ---------------------------------------------------------------------------------
+
+    def exposition(self) -> str:
+        """vLLM's metrics in prometheus_client's text format (version 0.0.4)."""
+        e, c, labels = self.engine, self.engine.counters, self._labels
+        out: list[str] = []
+
+        def family(name: str, kind: str, help_text: str, samples: list[tuple[str, str, float]]) -> None:
+            out.append(f"# HELP {name} {help_text}")
+            out.append(f"# TYPE {name} {kind}")
+            for suffix, extra, value in samples:
+                out.append(f"{name}{suffix}{{{extra}{labels}}} {_num(value)}")
+
+        def counter(name: str, help_text: str, value: float, extra: str = "") -> None:
+            family(name + "_total", "counter", help_text, [("", extra, value)])
+            family(name + "_created", "gauge", help_text, [("", extra, self._started)])
+
+        def gauge(name: str, help_text: str, value: float) -> None:
+            family(name, "gauge", help_text, [("", "", value)])
+
+        def histogram(name: str, help_text: str, h: Histogram) -> None:
+            samples: list[tuple[str, str, float]] = []
+            running = 0
+            for bound, count in zip((*h.buckets, float("inf")), h.counts, strict=True):
+                running += count
+                samples.append(("_bucket", f'le="{_num(bound)}",', float(running)))
+            samples += [("_count", "", float(h.n)), ("_sum", "", h.total)]
+            family(name, "histogram", help_text, samples)
+            family(name + "_created", "gauge", help_text, [("", "", self._started)])
+
+        out.append("# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.")
+        out.append("# TYPE process_start_time_seconds gauge")
+        out.append(f"process_start_time_seconds {_num(self._started)}")
+        gauge("vllm:num_requests_running", "Number of requests in model execution batches.", len(e.running))
+        gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(e.waiting))
+        gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.kv_usage_ratio)
+        gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", e.kv_usage_ratio)
+        counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", c.preemptions)
+        counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens)
+        counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens)
+        counter("vllm:request_success", "Count of successfully processed requests.", c.finished,
+                'finished_reason="length",')
+        counter("vllm:admission_rejections", "Requests rejected at admission.", c.rejected,
+                'reason="max_num_queued_reqs",')
+        histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self._e2e)
+        histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self._ttft)
+        histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+                  self._queue)
+        cfg = self.config
+        info = (f'block_size="{cfg.block_size}",cache_dtype="auto",enable_prefix_caching="False",'
+                f'gpu_memory_utilization="{cfg.budget.inputs.util if cfg.budget else 0.9}",'
+                f'num_cpu_blocks="0",num_gpu_blocks="{cfg.kv_blocks}",')
+        out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
+        out.append("# TYPE vllm:cache_config_info gauge")
+        out.append(f"vllm:cache_config_info{{{info}{labels}}} 1.0")
+        return "\n".join(out) + "\n"
+
+
+async def serve(server: SimServer, host: str, port: int, on_ready: Callable[[str], Awaitable[None] | None],
+                stop: asyncio.Event | None = None) -> int:
+    """Run until `stop` is set (exit 0) or the engine dies of OOM (exit 1)."""
+    url = await server.start(host, port)
+    ready = on_ready(url)
+    if ready is not None:
+        await ready
+    stop = stop or asyncio.Event()
+    waits = [asyncio.create_task(stop.wait()), asyncio.create_task(server.crashed.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if server.crashed.is_set():
+            await asyncio.sleep(0.05)  # let the handlers answer the requests in flight (500) first
+    finally:
+        for task in waits:
+            task.cancel()
+        await server.stop()
+    return 1 if server.crashed.is_set() else 0

@@ -1,0 +1,501 @@
+"""Grafana dashboards as code: writes grafana/dashboards/*.json and the provisioning YAML.
+
+    python grafana/generate.py                 write the files (commit them)
+    python grafana/generate.py --check         exit 1 when a committed file differs from what this makes
+    python grafana/generate.py --list-metrics  JSON: dashboard → panel → the metric names its queries use
+
+Why a generator: one fleet dashboard has dozens of PromQL queries that must stay in step with the
+agent's metric names; written as data here, every query can be listed, run against a real Prometheus
+and checked against the exporter (tests/integration/test_deploy.py). The JSON is built with Grafana's
+own typed builders (grafana-foundation-sdk, pinned in pyproject.toml), so the schema is Grafana's,
+not a guess. Each dashboard serves a fleet: `datasource`, `job`, `instance` and `engine` variables
+(`engine` is the agent's `source` label: one engine's log, named in the agent's config).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grafana_foundation_sdk.builders import common as gcommon
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.builders import prometheus as gp
+from grafana_foundation_sdk.builders import stat as gstat
+from grafana_foundation_sdk.builders import table as gtable
+from grafana_foundation_sdk.builders import timeseries as gts
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as md
+from grafana_foundation_sdk.models import prometheus as mp
+
+HERE = Path(__file__).resolve().parent
+
+# Selectors every query uses; the test replaces the variables with `.*` (what "All" means here).
+NODE = 'job=~"$job", instance=~"$instance"'
+ENGINE = f'{NODE}, source=~"$engine"'
+ADVISOR = f'{NODE}, engine=~"$engine"'
+RATE = "$__rate_interval"
+
+# Metrics a panel queries that the agent does not export yet. A test skips their queries with this
+# message and fails once the metric is exported, so the entry is removed when the work lands.
+PENDING_ADVISOR: dict[str, str] = {
+    "deepinfer_finding_active": "the advisor (being built) exports it: 1 while a rule's finding is active",
+    "deepinfer_recommended_value": "the advisor (being built) exports it: the value a finding recommends for a knob",
+}
+PENDING_EXPORTER: dict[str, str] = {
+    "deepinfer_server_gpu_memory_utilization_ratio":
+        "the engine's gpu_memory_utilization is parsed as a capacity fact but not exported; one line in the "
+        "exporter's fact gauges draws the per-GPU memory ceiling (fraction × total)",
+    "deepinfer_capacity_max_concurrency":
+        "the governing concurrency (engine figure once reported, else the budget; label basis) is exported on "
+        "main after the layout change, not on this branch yet",
+}
+# Made by Prometheus itself, not by the agent.
+PROMETHEUS_METRICS = frozenset({"up"})
+# Exported on purpose but on no panel, each with its reason (the test checks this list is exact).
+NOT_ON_A_PANEL: dict[str, str] = {
+    "deepinfer_gpu_memory_free_bytes": "total − used, already drawn on the memory panel",
+    "deepinfer_gpu_memory_reserved_bytes":
+        "driver-reserved memory is constant per card; `deepinfer-agent status` shows it",
+    "deepinfer_source_bytes_total": "lines per second says the same about a source's activity",
+    "deepinfer_source_partial_flushes_total": "normal at the end of a burst (an unfinished last line), not a problem",
+    "deepinfer_source_restarts_total": "journald sources only; journalctl restarts show as a source going down",
+}
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    unit: str | None = None  # when it differs from the panel's unit
+
+    def metrics(self) -> set[str]:
+        return metrics_in(self.expr)
+
+
+@dataclass(frozen=True)
+class Panel:
+    title: str
+    description: str
+    queries: Sequence[Query]
+    kind: str = "timeseries"  # timeseries | bars | stat | table
+    unit: str = "short"
+    width: int = 12
+    height: int = 8
+    min: float | None = None
+    max: float | None = None
+    stacked: bool = False
+    thresholds: Sequence[tuple[float, str]] = ()
+
+    def metrics(self) -> list[str]:
+        return sorted(set().union(*(q.metrics() for q in self.queries)))
+
+
+@dataclass(frozen=True)
+class Row:
+    title: str
+    panels: Sequence[Panel]
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    uid: str
+    title: str
+    description: str
+    rows: Sequence[Row]
+    tags: Sequence[str] = field(default=("deepinfer", "gpu", "inference"))
+
+
+def metrics_in(expr: str) -> set[str]:
+    """Metric names a PromQL expression reads (ours start with deepinfer_; `up` is Prometheus's)."""
+    names = set(re.findall(r"\bdeepinfer_[a-z0-9_]+", expr))
+    names |= {m for m in re.findall(r"\b([a-z_]+)\s*\{", expr) if m in PROMETHEUS_METRICS}
+    return names
+
+
+def events(kinds: str, legend: str = "{{instance}} {{source}}") -> Query:
+    """Events of the given kinds (a regex) counted per graph interval."""
+    by = "instance, source, kind" if "|" in kinds else "instance, source"
+    return Query(f'sum by ({by}) (increase(deepinfer_events_total{{{ENGINE}, kind=~"{kinds}"}}[{RATE}]))',
+                 legend if "|" not in kinds else legend + " {{kind}}")
+
+
+def per_second(metric: str, labels: str, legend: str) -> Query:
+    by = f"instance, {labels}" if labels else "instance"
+    return Query(f"sum by ({by}) (rate({metric}{{{NODE}}}[{RATE}]))", legend, unit="ops")
+
+
+NODE_OVERVIEW = Dashboard(
+    uid="deepinfer-node-overview",
+    title="deepinfer-agent / Node overview",
+    description="GPU memory, KV cache and load against the limits that size them, events by kind, and the "
+                "advisor's findings, per node and engine. Incidents in detail: the Incidents dashboard.",
+    rows=(
+        Row("GPU memory", (
+            Panel("GPU memory: used vs total vs the engine's ceiling",
+                  "Per GPU: memory in use, held by compute processes (the engine), the card's total, and the "
+                  "ceiling the engine was allowed (gpu_memory_utilization × total). Used at the ceiling with "
+                  "OOMs below means concurrency or context is too large for the KV budget.",
+                  (Query(f"deepinfer_gpu_memory_used_bytes{{{NODE}}}", "{{instance}} GPU {{gpu}} used"),
+                   Query(f"deepinfer_gpu_process_memory_used_bytes{{{NODE}}}",
+                         "{{instance}} GPU {{gpu}} held by the engine"),
+                   Query(f"deepinfer_gpu_memory_total_bytes{{{NODE}}}", "{{instance}} GPU {{gpu}} total"),
+                   Query(f"deepinfer_gpu_memory_total_bytes{{{NODE}}} * on (job, instance) group_left () "
+                         f"max by (job, instance) (deepinfer_server_gpu_memory_utilization_ratio{{{ENGINE}}})",
+                         "{{instance}} GPU {{gpu}} engine ceiling")),
+                  unit="bytes", min=0),
+            Panel("GPU utilization",
+                  "Share of time a kernel ran, and share of time memory was read or written. Memory not full but "
+                  "latency climbing means compute-bound: lowering concurrency will not help.",
+                  (Query(f"deepinfer_gpu_utilization_ratio{{{NODE}}}", "{{instance}} GPU {{gpu}} compute"),
+                   Query(f"deepinfer_gpu_memory_utilization_ratio{{{NODE}}}", "{{instance}} GPU {{gpu}} memory")),
+                  unit="percentunit", min=0, max=1),
+            Panel("GPU temperature and power",
+                  "Temperature and power draw against the power limit (throttling shows as draw pinned at the limit).",
+                  (Query(f"deepinfer_gpu_temperature_celsius{{{NODE}}}", "{{instance}} GPU {{gpu}} temperature",
+                         unit="celsius"),
+                   Query(f"deepinfer_gpu_power_watts{{{NODE}}}", "{{instance}} GPU {{gpu}} power", unit="watt"),
+                   Query(f"deepinfer_gpu_power_limit_watts{{{NODE}}}", "{{instance}} GPU {{gpu}} power limit",
+                         unit="watt")),
+                  unit="short", min=0),
+            Panel("GPUs",
+                  "Which card each index is (NVML), with the compute processes on it.",
+                  (Query(f"deepinfer_gpu_info{{{NODE}}}", instant=True),
+                   Query(f"deepinfer_gpu_processes{{{NODE}}}", instant=True)),
+                  kind="table"),
+        )),
+        Row("KV cache", (
+            Panel("KV cache: tokens in use vs capacity",
+                  "Tokens held in the KV cache (usage × the capacity the engine reported at start-up) against "
+                  "that capacity. At capacity the engine preempts running requests or queues new ones.",
+                  (Query(f"deepinfer_server_kv_cache_usage_ratio{{{ENGINE}}} * on (job, instance, source) "
+                         f"group_left () deepinfer_server_kv_cache_tokens{{{ENGINE}}}",
+                         "{{instance}} {{source}} in use"),
+                   Query(f"deepinfer_server_kv_cache_tokens{{{ENGINE}}}", "{{instance}} {{source}} capacity")),
+                  unit="short", min=0),
+            Panel("KV cache usage and prefix-cache hits",
+                  "Share of the KV cache in use (the alert fires at 95% for 10 minutes), and the prefix-cache hit "
+                  "ratio.",
+                  (Query(f"deepinfer_server_kv_cache_usage_ratio{{{ENGINE}}}", "{{instance}} {{source}} KV used"),
+                   Query(f"deepinfer_server_prefix_cache_hit_ratio{{{ENGINE}}}",
+                         "{{instance}} {{source}} prefix hits")),
+                  unit="percentunit", min=0, max=1, thresholds=((0.95, "red"),)),
+            Panel("KV memory: the budget vs the engine",
+                  "KV-cache memory per GPU in the agent's budget (deepinfer-agent budget) and what the engine "
+                  "actually allocated; the per-token cost the budget used.",
+                  (Query(f"deepinfer_budget_usable_kv_bytes{{{NODE}}}", "{{instance}} budget"),
+                   Query(f"deepinfer_server_kv_cache_bytes{{{ENGINE}}}", "{{instance}} {{source}} engine"),
+                   Query(f"deepinfer_budget_kv_bytes_per_token{{{NODE}}}", "{{instance}} per token", unit="bytes")),
+                  kind="stat", unit="bytes", width=8),
+            Panel("Concurrency: the budget vs the engine",
+                  "Requests of the assumed length the KV cache holds at once: the agent's arithmetic and the "
+                  "engine's own start-up figure.",
+                  (Query(f"deepinfer_budget_max_concurrency{{{NODE}}}", "{{instance}} budget"),
+                   Query(f"deepinfer_server_max_concurrency{{{ENGINE}}}", "{{instance}} {{source}} engine")),
+                  kind="stat", width=8),
+            Panel("Context length",
+                  "Tokens per request the budget assumes, and max_model_len as configured and as the engine reported.",
+                  (Query(f"deepinfer_budget_tokens_per_request{{{NODE}}}", "{{instance}} budget tokens/request"),
+                   Query(f"deepinfer_config_max_model_len{{{NODE}}}", "{{instance}} max_model_len (config)"),
+                   Query(f"deepinfer_server_max_model_len{{{ENGINE}}}", "{{instance}} {{source}} max_model_len")),
+                  kind="stat", width=8),
+        )),
+        Row("Load vs limits", (
+            Panel("Running and waiting vs max_num_seqs",
+                  "Requests computed at once and waiting for a slot, against max_num_seqs (configured and as the "
+                  "engine reported) and the concurrency the KV budget allows. Running pinned at max_num_seqs "
+                  "with a queue: capacity-bound. max_num_seqs above the budget line: OOM or preemption risk.",
+                  (Query(f"deepinfer_server_running_requests{{{ENGINE}}}", "{{instance}} {{source}} running"),
+                   Query(f"deepinfer_server_waiting_requests{{{ENGINE}}}", "{{instance}} {{source}} waiting"),
+                   Query(f"deepinfer_server_swapped_requests{{{ENGINE}}}", "{{instance}} {{source}} swapped"),
+                   Query(f"deepinfer_config_max_num_seqs{{{NODE}}}", "{{instance}} max_num_seqs (config)"),
+                   Query(f"deepinfer_server_max_num_seqs{{{ENGINE}}}", "{{instance}} {{source}} max_num_seqs (engine)"),
+                   Query(f"deepinfer_budget_max_concurrency{{{NODE}}}", "{{instance}} KV budget"),
+                   Query(f"deepinfer_capacity_max_concurrency{{{ENGINE}}}",
+                         "{{instance}} {{source}} KV capacity ({{basis}})")),
+                  min=0),
+            Panel("Queue vs max_queue_size",
+                  "Waiting requests against the configured queue size: beyond it requests are rejected (429/503).",
+                  (Query(f"deepinfer_server_waiting_requests{{{ENGINE}}}", "{{instance}} {{source}} waiting"),
+                   Query(f"deepinfer_config_max_queue_size{{{NODE}}}", "{{instance}} max_queue_size")),
+                  min=0),
+            Panel("Throughput",
+                  "Prompt (prefill) and generation (decode) tokens per second, as the engine reported them.",
+                  (Query(f"deepinfer_server_prompt_tokens_per_second{{{ENGINE}}}", "{{instance}} {{source}} prompt"),
+                   Query(f"deepinfer_server_generation_tokens_per_second{{{ENGINE}}}",
+                         "{{instance}} {{source}} generation")),
+                  unit="short", min=0),
+            Panel("Events per minute by kind",
+                  "Classified events per minute: OOM, preemption, pending, queue_full, deadline_exceeded, "
+                  "http_429/503, engine_dead, cuda_error, nccl_timeout, xid, gpu_lost.",
+                  (Query(f"sum by (instance, kind) (rate(deepinfer_events_total{{{ENGINE}}}[{RATE}])) * 60",
+                         "{{instance}} {{kind}}"),),
+                  kind="bars", stacked=True, min=0),
+        )),
+        Row("Advisor", (
+            Panel("Active findings",
+                  "Rules of the advisor that hold now (1 while active), by rule, engine and severity. The "
+                  "evidence and the arithmetic: deepinfer-agent report --since 1h on the node.",
+                  (Query(f"deepinfer_finding_active{{{ADVISOR}}} == 1", instant=True),),
+                  kind="table"),
+            Panel("Recommended values",
+                  "The value each active finding recommends for its knob (max_num_seqs, max_queue_size, "
+                  "request_timeout_ms, max_model_len, gpu_memory_fraction …).",
+                  (Query(f"deepinfer_recommended_value{{{ADVISOR}}}", instant=True),),
+                  kind="table"),
+        )),
+    ),
+)
+
+INCIDENTS = Dashboard(
+    uid="deepinfer-incidents",
+    title="deepinfer-agent / Incidents",
+    description="OOM, preemption, rejections, timeouts, engine failures and Xid errors over time, and whether "
+                "the agent can see everything it should (sources, NVML, engine /metrics, its store).",
+    rows=(
+        Row("Incidents", (
+            Panel("CUDA out of memory", "OOM events per interval (start-up and runtime).",
+                  (events("oom"),), kind="bars", min=0),
+            Panel("Preemptions", "KV-pressure preemption events (vLLM preempt/recompute/swap, SGLang retract).",
+                  (events("preemption"),), kind="bars", min=0),
+            Panel("Rejections at admission", "Requests refused before any token: HTTP 429, 503 and full queues.",
+                  (events("http_429|http_503|queue_full"),), kind="bars", stacked=True, min=0),
+            Panel("Timeouts", "Requests that hit their deadline after work began (tokens were produced).",
+                  (events("deadline_exceeded"),), kind="bars", min=0),
+            Panel("Engine failures", "Engine deaths, CUDA errors, NCCL timeouts and lost GPUs.",
+                  (events("engine_dead|cuda_error|nccl_timeout|gpu_lost"),), kind="bars", stacked=True, min=0),
+            Panel("Xid errors", "NVIDIA driver Xid errors by GPU and code (NVML events and the kernel log).",
+                  (Query(f"sum by (instance, gpu, xid) (increase(deepinfer_gpu_xid_errors_total{{{NODE}}}[{RATE}]))",
+                         "{{instance}} GPU {{gpu}} Xid {{xid}}"),), kind="bars", stacked=True, min=0),
+        )),
+        Row("What the agent sees", (
+            Panel("Sources up",
+                  "1 when up: each log source, NVML, each engine /metrics the agent scrapes, the agent's store, and "
+                  "Prometheus's own scrape of the agent.",
+                  (Query(f"deepinfer_source_up{{{ENGINE}}}", "{{instance}} source {{source}}"),
+                   Query(f"deepinfer_nvml_up{{{NODE}}}", "{{instance}} NVML"),
+                   Query(f"deepinfer_scrape_up{{{NODE}}}", "{{instance}} {{target}}"),
+                   Query(f"deepinfer_store_up{{{NODE}}}", "{{instance}} store"),
+                   Query(f"up{{{NODE}}}", "{{instance}} agent")),
+                  min=0, max=1),
+            Panel("Log sources: lines per second and lag",
+                  "Lines each source delivers, and bytes written but not read yet (a growing lag: the agent is "
+                  "behind).",
+                  (per_second("deepinfer_source_lines_total", "source", "{{instance}} {{source}} lines/s"),
+                   Query(f"deepinfer_source_lag_bytes{{{ENGINE}}}", "{{instance}} {{source}} lag", unit="bytes"),
+                   Query(f"deepinfer_source_files{{{ENGINE}}}", "{{instance}} {{source}} open files")),
+                  min=0),
+            Panel("Seconds since the last load sample",
+                  "How old the latest stats line of each engine is: an engine that stopped logging stats is stuck "
+                  "or dead.",
+                  (Query(f"time() - deepinfer_server_last_sample_timestamp_seconds{{{ENGINE}}}",
+                         "{{instance}} {{source}}"),),
+                  unit="s", min=0),
+            Panel("Rotations and truncations", "Log rotations followed and copytruncate truncations seen.",
+                  (per_second("deepinfer_source_rotations_total", "source", "{{instance}} {{source}} rotations"),
+                   per_second("deepinfer_source_truncations_total", "source", "{{instance}} {{source}} truncations")),
+                  min=0),
+            Panel("Read and parse problems",
+                  "Per second: files that could not be read, envelope framing errors, undecodable bytes, lines cut "
+                  "at max_line_bytes, lines whose numbers could not be parsed.",
+                  (per_second("deepinfer_source_read_errors_total", "source", "{{instance}} {{source}} read errors"),
+                   per_second("deepinfer_source_framing_errors_total", "source", "{{instance}} {{source}} framing"),
+                   per_second("deepinfer_source_invalid_utf8_total", "source", "{{instance}} {{source}} invalid UTF-8"),
+                   per_second("deepinfer_source_truncated_lines_total", "source", "{{instance}} {{source}} cut lines"),
+                   per_second("deepinfer_parse_errors_total", "source", "{{instance}} {{source}} parse errors")),
+                  min=0),
+            Panel("NVML and engine scrapes",
+                  "NVML call failures by call; engine /metrics scrapes, failures and how long the last one took.",
+                  (per_second("deepinfer_nvml_errors_total", "call", "{{instance}} NVML {{call}}"),
+                   per_second("deepinfer_scrapes_total", "target", "{{instance}} scrapes {{target}}"),
+                   per_second("deepinfer_scrape_errors_total", "target", "{{instance}} failed {{target}}"),
+                   Query(f"deepinfer_scrape_duration_seconds{{{NODE}}}", "{{instance}} last scrape {{target}}",
+                         unit="s")),
+                  min=0),
+            Panel("Store",
+                  "SQLite: size, records held in memory while it cannot be written, write failures and records "
+                  "dropped per second.",
+                  (Query(f"deepinfer_store_size_bytes{{{NODE}}}", "{{instance}} size", unit="bytes"),
+                   Query(f"deepinfer_store_buffered_records{{{NODE}}}", "{{instance}} buffered records"),
+                   per_second("deepinfer_store_write_errors_total", "", "{{instance}} write errors"),
+                   per_second("deepinfer_store_dropped_records_total", "", "{{instance}} dropped records")),
+                  min=0),
+            Panel("Config reloads",
+                  "Reloads (SIGHUP) attempted and rejected in the interval, and whether the last one was accepted.",
+                  (Query(f"sum by (instance) (increase(deepinfer_config_reloads_total{{{NODE}}}[{RATE}]))",
+                         "{{instance}} reloads"),
+                   Query(f"sum by (instance) (increase(deepinfer_config_reload_errors_total{{{NODE}}}[{RATE}]))",
+                         "{{instance}} rejected"),
+                   Query(f"deepinfer_config_last_reload_success{{{NODE}}}", "{{instance}} last accepted")),
+                  min=0),
+            Panel("Agents",
+                  "Version and uptime of the agent on each node.",
+                  (Query(f"deepinfer_agent_info{{{NODE}}}", instant=True),
+                   Query(f"time() - deepinfer_agent_start_time_seconds{{{NODE}}}", instant=True, unit="s")),
+                  kind="table"),
+        )),
+    ),
+)
+
+DASHBOARDS: tuple[Dashboard, ...] = (NODE_OVERVIEW, INCIDENTS)
+DATASOURCE = md.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+
+def _variables() -> list[Any]:
+    def query_variable(name: str, label: str, query: str) -> Any:
+        return (gd.QueryVariable(name).label(label).datasource(DATASOURCE).query(query)
+                .multi(True).include_all(True).all_value(".*").sort(md.VariableSort.ALPHABETICAL_ASC)
+                .refresh(md.VariableRefresh.ON_TIME_RANGE_CHANGED))
+
+    return [
+        gd.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        query_variable("job", "Job", "label_values(deepinfer_agent_info, job)"),
+        query_variable("instance", "Node", 'label_values(deepinfer_agent_info{job=~"$job"}, instance)'),
+        query_variable("engine", "Engine (log source)",
+                       'label_values(deepinfer_source_up{job=~"$job", instance=~"$instance"}, source)'),
+    ]
+
+
+def _target(query: Query, ref_id: str) -> Any:
+    target = gp.Dataquery().expr(query.expr).ref_id(ref_id).legend_format(query.legend or "__auto")
+    if query.instant:
+        target = target.instant().format(mp.PromQueryFormat.TABLE)
+    return target
+
+
+def _panel(panel: Panel, panel_id: int) -> Any:
+    builder: Any
+    if panel.kind in ("timeseries", "bars"):
+        builder = gts.Panel().fill_opacity(10 if panel.kind == "timeseries" else 80)
+        if panel.kind == "bars":
+            builder = builder.draw_style(common.GraphDrawStyle.BARS)
+        if panel.stacked:
+            builder = builder.stacking(gcommon.StackingConfig().mode(common.StackingMode.NORMAL))
+    elif panel.kind == "stat":
+        builder = gstat.Panel()
+    elif panel.kind == "table":
+        builder = gtable.Panel()
+    else:
+        raise ValueError(f"unknown panel kind {panel.kind!r}")
+    builder = (builder.id(panel_id).title(panel.title).description(panel.description).datasource(DATASOURCE)
+               .span(panel.width).height(panel.height).unit(panel.unit))
+    if panel.min is not None:
+        builder = builder.min(panel.min)
+    if panel.max is not None:
+        builder = builder.max(panel.max)
+    if panel.thresholds:
+        steps = [md.Threshold(value=None, color="green")]
+        steps += [md.Threshold(value=value, color=color) for value, color in panel.thresholds]
+        builder = builder.thresholds(gd.ThresholdsConfig().mode(md.ThresholdsMode.ABSOLUTE).steps(steps))
+    for index, query in enumerate(panel.queries):
+        ref_id = chr(ord("A") + index)
+        builder = builder.with_target(_target(query, ref_id))
+        if query.unit is not None:
+            builder = builder.override_by_query(ref_id, [md.DynamicConfigValue(id_val="unit", value=query.unit)])
+    return builder
+
+
+def build(spec: Dashboard) -> dict[str, Any]:
+    """The dashboard's JSON model (a dict), ready for file provisioning or the HTTP API."""
+    builder = (gd.Dashboard(spec.title).uid(spec.uid).description(spec.description).tags(list(spec.tags))
+               .editable().time("now-6h", "now").refresh("30s").timezone("browser")
+               .tooltip(md.DashboardCursorSync.CROSSHAIR).variables(_variables()))
+    panel_id = 1
+    for row in spec.rows:
+        builder = builder.with_row(gd.Row(row.title).id(panel_id))
+        panel_id += 1
+        for panel in row.panels:
+            builder = builder.with_panel(_panel(panel, panel_id))
+            panel_id += 1
+    model: dict[str, Any] = json.loads(json.dumps(builder.build(), cls=JSONEncoder))
+    return model
+
+
+DATASOURCE_YAML = """\
+# Grafana datasource provisioning (generated by grafana/generate.py; edit the generator, not this file).
+# Point url at the Prometheus (or Thanos Query / Mimir) that holds the agents' metrics (docs/fleet.md).
+apiVersion: 1
+datasources:
+  - name: Prometheus
+    uid: prometheus
+    type: prometheus
+    access: proxy
+    url: http://127.0.0.1:9090
+    isDefault: true
+    jsonData:
+      timeInterval: 15s   # the agents' scrape interval: $__rate_interval is at least 4 × this
+"""
+
+DASHBOARDS_YAML = """\
+# Grafana dashboard provisioning (generated by grafana/generate.py; edit the generator, not this file).
+# Copy grafana/dashboards/*.json to the path below (or change it to where the repository is checked out).
+apiVersion: 1
+providers:
+  - name: deepinfer-agent
+    folder: deepinfer-agent
+    type: file
+    disableDeletion: false
+    allowUiUpdates: false
+    updateIntervalSeconds: 60
+    options:
+      path: /var/lib/grafana/dashboards/deepinfer-agent
+"""
+
+
+def outputs() -> dict[Path, str]:
+    """Every generated file (relative to grafana/) and its text."""
+    files = {Path("dashboards") / f"{spec.uid}.json": json.dumps(build(spec), indent=2, sort_keys=True) + "\n"
+             for spec in DASHBOARDS}
+    files[Path("provisioning/datasources/deepinfer-agent.yaml")] = DATASOURCE_YAML
+    files[Path("provisioning/dashboards/deepinfer-agent.yaml")] = DASHBOARDS_YAML
+    return files
+
+
+def panels() -> Iterable[tuple[Dashboard, Panel]]:
+    for spec in DASHBOARDS:
+        for row in spec.rows:
+            for panel in row.panels:
+                yield spec, panel
+
+
+def panel_metrics() -> dict[str, dict[str, list[str]]]:
+    """Dashboard uid → panel title → the metric names its queries use (machine-readable for tests)."""
+    out: dict[str, dict[str, list[str]]] = {}
+    for spec, panel in panels():
+        out.setdefault(spec.uid, {})[panel.title] = panel.metrics()
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the committed files; write nothing")
+    parser.add_argument("--list-metrics", action="store_true", help="print dashboard → panel → metrics as JSON")
+    parser.add_argument("--out", type=Path, default=HERE, help="where to write (default: this folder)")
+    args = parser.parse_args(argv)
+    if args.list_metrics:
+        print(json.dumps(panel_metrics(), indent=2, sort_keys=True))
+        return 0
+    stale = []
+    for relative, text in outputs().items():
+        path = args.out / relative
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(relative))
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    if stale:
+        print(f"out of date (run python grafana/generate.py): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""The dependency rules of docs/architecture.md, checked on the import statements themselves.
+
+Parsers import only the records and the standard library; each external library has one adapter;
+the daemon never imports the tools; views never write.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = sorted(p for package in ("agent", "parsers") for p in (ROOT / package).rglob("*.py"))
+
+# library (top-level import name) → the only modules allowed to import it
+ADAPTERS = {
+    "pynvml": {"agent/sources/nvml.py"},
+    "sqlite_utils": {"agent/sinks/store.py"},
+    "prometheus_client": {"agent/sinks/exporter.py", "agent/prom.py"},
+    "aiohttp": {"agent/http.py", "agent/tools/sim_server.py"},  # the client; the simulator serves
+    "watchdog": {"agent/sources/wake.py"},
+}
+
+
+def _imports(path: Path) -> Iterator[str]:
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.module
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("library", sorted(ADAPTERS))
+def test_each_external_library_has_one_adapter(library: str) -> None:
+    importers = {_rel(p) for p in MODULES if any(m.split(".")[0] == library for m in _imports(p))}
+    assert importers <= ADAPTERS[library], f"{library} imported outside its adapter: {importers - ADAPTERS[library]}"
+
+
+def test_parsers_import_only_the_records_and_the_standard_library() -> None:
+    for path in (ROOT / "parsers").glob("*.py"):
+        for module in _imports(path):
+            top = module.split(".")[0]
+            assert module == "agent.records" or top == "parsers" or top in sys.stdlib_module_names, (
+                f"{_rel(path)} imports {module}")
+
+
+def test_the_daemon_never_imports_the_tools_and_views_never_write() -> None:
+    for path in MODULES:
+        rel, imported = _rel(path), set(_imports(path))
+        if rel.startswith("agent/daemon/"):
+            assert not any(m.startswith("agent.tools") for m in imported), f"{rel} imports a tool"
+        if rel.startswith("agent/views/"):
+            writers = {"agent.sinks.store", "agent.sinks.writer", "agent.daemon.loop", "agent.daemon.service"}
+            assert not imported & writers, f"{rel} imports a writer: {imported & writers}"
