@@ -51,6 +51,7 @@ def generate(path: Path, lines: int) -> Counter[str]:
     t = 1795824000.0  # 2026-11-28 00:00 UTC
     last_oom = 0.0
     running = [40, 40]
+    waiting = [0, 0]
     with path.open("w", encoding="utf-8") as out:
         for _ in range(lines):
             t += rng.expovariate(8.0)  # ~8 lines a second
@@ -59,12 +60,15 @@ def generate(path: Path, lines: int) -> Counter[str]:
             if r < 0.46:
                 engine = rng.randrange(2)
                 running[engine] = max(0, min(256, running[engine] + rng.randint(-6, 6)))
-                waiting = rng.choice((0, 0, 0, 0, 3, 17))
+                if waiting[engine] == 0:  # a queue forms now and then and lasts a while
+                    waiting[engine] = rng.randint(1, 30) if rng.random() < 0.02 else 0
+                else:
+                    waiting[engine] = 0 if rng.random() < 0.1 else max(1, waiting[engine] + rng.randint(-3, 3))
                 out.write(f"(APIServer pid=3646) INFO {stamp} [loggers.py:123] Engine 00{engine}: Avg prompt "
                           f"throughput: {rng.uniform(0, 9000):.1f} tokens/s, Avg generation throughput: "
-                          f"{rng.uniform(0, 3000):.1f} tokens/s, Running: {running[engine]} reqs, Waiting: {waiting} "
-                          f"reqs, GPU KV cache usage: {rng.uniform(0, 100):.1f}%, Prefix cache hit rate: "
-                          f"{rng.uniform(0, 60):.1f}%\n")
+                          f"{rng.uniform(0, 3000):.1f} tokens/s, Running: {running[engine]} reqs, Waiting: "
+                          f"{waiting[engine]} reqs, GPU KV cache usage: {rng.uniform(0, 100):.1f}%, Prefix cache hit "
+                          f"rate: {rng.uniform(0, 60):.1f}%\n")
                 truth["samples"] += 1
             elif r < 0.95:
                 route = rng.choice(("/v1/chat/completions", "/v1/chat/completions", "/v1/completions", "/metrics"))
