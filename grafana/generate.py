@@ -48,14 +48,7 @@ PENDING_ADVISOR: dict[str, str] = {
     "deepinfer_finding_active": "the advisor (being built) exports it: 1 while a rule's finding is active",
     "deepinfer_recommended_value": "the advisor (being built) exports it: the value a finding recommends for a knob",
 }
-PENDING_EXPORTER: dict[str, str] = {
-    "deepinfer_server_gpu_memory_utilization_ratio":
-        "the engine's gpu_memory_utilization is parsed as a capacity fact but not exported; one line in the "
-        "exporter's fact gauges draws the per-GPU memory ceiling (fraction × total)",
-    "deepinfer_capacity_max_concurrency":
-        "the governing concurrency (engine figure once reported, else the budget; label basis) is exported on "
-        "main after the layout change, not on this branch yet",
-}
+PENDING_EXPORTER: dict[str, str] = {}
 # Made by Prometheus itself, not by the agent.
 PROMETHEUS_METRICS = frozenset({"up"})
 # Exported on purpose but on no panel, each with its reason (the test checks this list is exact).

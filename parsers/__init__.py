@@ -72,8 +72,9 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.]+\.py:\d+\] ", 2),
             (r"Avg prompt throughput: [\d.]+ tokens/s", 3),
             # messages only vLLM prints: a short excerpt (a comment, a crash tail) has no prefix at all
-            (r"# (?:GPU|gpu|cuda|CUDA) blocks: \d+|Maximum concurrency for [\d,]+ tokens per request|is preempted by "
-             r"PreemptionMode|No available memory for the cache blocks|max seq len \(\d+\) is larger than|EngineCore"
+            (r"# (?:GPU|gpu|cuda|CUDA) blocks: \d+|Maximum concurrency for [\d,]+ tokens per request"
+             r"|is preempted (?:by|in) PreemptionMode|No available memory for the cache blocks"
+             r"|max seq len \(\d+\) is larger than|EngineCore"
              r"|Memory profiling results|Loading model weights took|EngineDeadError", 3),
         ),
         Server.SGLANG: (
@@ -94,6 +95,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"level=\w+ source=\w+\.go:\d+", 3),
             (r"GGML_ASSERT|load_tensors:|print_info:|llama runner|llama_kv_cache|llama_model_load|\bollama\b", 3),
             (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
+            # server timing/slot lines of any build or fork, whatever wraps them (`[pid] `, a compose prefix)
+            (r"\b(?:print_timings?|update_slots|launch_slot_|log_server_r)\b|prompt eval time +=", 3),
         ),
         Server.KERNEL: ((r"NVRM: ", 2), (r"kernel: \[ *\d+\.\d+\]", 1)),
     }.items()

@@ -180,6 +180,21 @@ _OPENS_BLOCK = re.compile(
 )
 
 
+def last_segment(text: str) -> str:
+    """What a terminal shows of a line with carriage returns (a progress bar redrawn in place, CRLF): the
+    last non-empty segment."""
+    for part in reversed(text.split("\r")):
+        if part.strip():
+            return part
+    return ""
+
+
+def quoted_or_request(head: str, msg: str) -> bool:
+    """True when a stats-looking message cannot be one: a request log, or the fields sit inside quotes
+    (an exception or a prompt quoting a stats line). `head` is what precedes the first field."""
+    return '"' in head or "'" in head or is_request_log(msg)
+
+
 def _boring_access(text: str) -> bool:
     """An access line (uvicorn, nginx) whose status is not one we classify: the commonest boring line in a
     busy log, settled by one `find`."""
@@ -237,6 +252,7 @@ class StreamParser:
     STARTING: re.Pattern[str] = re.compile(r"(?!)")  # a (re)start began: failures are start-up
     READY: re.Pattern[str] = re.compile(r"(?!)")  # the server is serving
     STATS_WORD = "\x00"  # a literal only the server's periodic stats line contains (fast path)
+    STATS_WORD2 = "\x00"  # a second form of it (llama.cpp: per-slot `t/s` lines and `tokens per second` timings)
     OUTER_STAMP = True  # strip a leading runtime time stamp (`docker logs --timestamps`); TGI's own prefix is one
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
@@ -270,6 +286,8 @@ class StreamParser:
             text = text[:MAX_LINE_CHARS]
         if "\x1b" in text:
             text = ANSI.sub("", text)
+        if "\r" in text:
+            text = last_segment(text)
         # An access line that is not a refusal can neither carry a problem nor continue a traceback.
         if _boring_access(text) or (not self._blocks and not self._hot(text)):
             return []
@@ -302,8 +320,8 @@ class StreamParser:
                 return out
             if not self._hot(text):
                 return out
-        if self.STATS_WORD in split.msg:
-            # stats patterns are anchored at the message start, so a request log quoting one cannot pass
+        if self.STATS_WORD in split.msg or self.STATS_WORD2 in split.msg:
+            # stats parsers take fields where they sit but refuse request logs and quoted text
             sample = self.stats_line(split, path, offset)
             if sample is not None:
                 if self._starting and self.READY.search(split.msg) is not None:
@@ -362,7 +380,7 @@ class StreamParser:
     # ---- helpers for subclasses ---------------------------------------------------------------
     def _hot(self, text: str) -> bool:
         """The pre-filter: the stats line, or one of the literal keywords the signatures and facts need."""
-        return self.STATS_WORD in text or self.HOT.search(text) is not None
+        return self.STATS_WORD in text or self.STATS_WORD2 in text or self.HOT.search(text) is not None
 
     def phase(self) -> Phase:
         """The phase of an event whose line does not say: start-up until the server said it is serving."""

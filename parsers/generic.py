@@ -1,5 +1,7 @@
-"""Lines of a stream no server parser claimed (a proxy's access log, a wrapper's stderr): only the
-server-independent signatures apply — CUDA/NCCL failures, Xid, HTTP 429/503, request deadlines.
+"""Lines of a stream no server parser claimed (a proxy's access log, a wrapper's stderr, a client's log):
+only the server-independent signatures apply — CUDA/NCCL failures, Xid, HTTP 429/503, request deadlines,
+and the engine-agnostic families (parsers/families.py: engine timeouts, KV exhaustion, OOM forms, relayed
+refusals, engine death in other wordings).
 
 The nginx/Apache time stamp (`[29/Nov/2026:09:00:00 +0000]`) is read so proxy refusals line up in
 time with the engine's own events.
@@ -11,7 +13,7 @@ import re
 from datetime import timedelta, timezone
 
 from agent.records import Server
-from parsers import gpu, http_access, kernel
+from parsers import families, gpu, http_access, kernel
 from parsers.base import MONTHS, Split, StreamParser, hot
 
 _CLF_TIME = re.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)\]")
@@ -22,8 +24,8 @@ class GenericParser(StreamParser):
 
     server = Server.AUTO
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *http_access.HTTP_SIGNATURES,
-                  *http_access.TIMEOUT_SIGNATURES)
-    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+                  *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
+    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)

@@ -36,18 +36,37 @@ _PATTERNS = (
 )
 
 
+def _request_scope(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {**_fields(m), "scope": "request"}
+
+
 def _signatures(kind: EventKind, status: str, phase: Phase) -> tuple[Signature, ...]:
-    return tuple(signature(kind, p.replace(_STATUS, f"(?P<status>{status})"), Severity.WARNING, phase, _fields)
+    extract = _request_scope if kind is EventKind.DEADLINE_EXCEEDED else _fields
+    return tuple(signature(kind, p.replace(_STATUS, f"(?P<status>{status})"), Severity.WARNING, phase, extract)
                  for p in _PATTERNS)
 
 
-HTTP_SIGNATURES: tuple[Signature, ...] = (_signatures(EventKind.HTTP_429, "429", Phase.ADMISSION)
-                                + _signatures(EventKind.HTTP_503, "503", Phase.ADMISSION))
+def _body_503(m: re.Match[str]) -> dict[str, FieldValue]:
+    reason = m.group("reason")
+    return {"status": 503, **({"reason": reason.lower().replace(" ", "_")} if reason else {})}
+
+
+HTTP_SIGNATURES: tuple[Signature, ...] = (
+    _signatures(EventKind.HTTP_429, "429", Phase.ADMISSION) + _signatures(EventKind.HTTP_503, "503", Phase.ADMISSION)
+    # the family under the access-line forms: a 503 as a client or a proxy in front reports it (llama.cpp and
+    # its forks answer `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`)
+    + (signature(EventKind.HTTP_503, r"[\"']code\\?[\"']: ?503\b"
+                 r"(?:[^\n]{0,40}?[\"']message[\"']: ?[\"']"
+                 r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 503\b"
+                 r"|\b503 Service (?:Temporarily )?Unavailable\b",
+                 Severity.WARNING, Phase.ADMISSION, _body_503),)
+)
 
 
 def _tokens(m: re.Match[str]) -> dict[str, FieldValue]:
     tokens = m.group("tokens")
-    return {"tokens": int(tokens)} if tokens else {}
+    return {"scope": "request", **({"tokens": int(tokens)} if tokens else {})}
 
 
 # A request that ran out of time after work began (the budget method's "timeout": tokens were produced), in the
@@ -60,5 +79,12 @@ TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
          r"[=: ]{1,3}(?P<tokens>\d+))?", Severity.WARNING, Phase.GENERATION, _tokens,
          # a model that timed out loading is a start-up failure, not a request deadline
          unless=r"waiting for (?:llama runner|server) to start|load(?:ing)? model"),
+    # a proxy's 504 as its client or its error log tells it, and Ollama's own 500 at a round 5 or 30 minutes
+    # (a client's or proxy's deadline cut the request; the handler logs 500 when its context is cancelled)
+    signature(EventKind.DEADLINE_EXCEEDED, r"\b504 Gateway Time-?out\b"
+              r"|\b(?:HTTP code|Error code:|[Ss]tatus code:?) 504\b"
+              r"|upstream timed out \(110: Connection timed out\) while reading response header"
+              r"|\[GIN\] [\d/]{10} - [\d:]{8} \| 500 \| +(?:4m59|5m0|29m59|30m0)(?:\.\d{1,9})?s \|",
+              Severity.WARNING, Phase.RUNTIME, lambda m: {"scope": "request"}),
 )
-HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE")
+HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE", "upstream timed out", "| 500 |")

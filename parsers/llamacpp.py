@@ -14,31 +14,37 @@ from __future__ import annotations
 import re
 from datetime import timezone, tzinfo
 
-from agent.records import EventKind, Phase, Record, Server, Severity
-from parsers import gpu, http_access, kernel
-from parsers.base import Signature, Split, StreamParser, hot, json_object, signature, size_bytes
+from agent.records import EventKind, Phase, Record, Server, ServerStats, Severity
+from parsers import families, gpu, http_access, kernel
+from parsers.base import (
+    Signature,
+    Split,
+    StreamParser,
+    hot,
+    json_object,
+    quoted_or_request,
+    signature,
+    size_bytes,
+)
 
 LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
     *gpu.GPU_SIGNATURES,
-    signature(EventKind.OOM, r"unable to allocate \w{1,20} buffer|failed to allocate (?:compute|KV) buffers?"
-         r"|insufficient memory|model requires more system memory", Severity.ERROR, incident=True),
     *kernel.KERNEL_SIGNATURES,
-    signature(EventKind.PREEMPTION, r"failed to find free space in the KV cache|failed to find a memory slot for batch",
-         Severity.WARNING, Phase.RUNTIME, lambda m: {"reason": "kv_cache_full"}),
     signature(EventKind.QUEUE_FULL,
         r"server busy, please try again|maximum pending requests exceeded", Severity.WARNING,
          Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
     signature(EventKind.ENGINE_DEAD,
         r"timed out waiting for llama runner to start|error loading model|failed to load model",
          Severity.CRITICAL, Phase.STARTUP, incident=True),
-    signature(EventKind.ENGINE_DEAD, r"llama runner process has terminated|llama runner process no longer running"
-         r"|GGML_ASSERT\(|Segmentation fault|core dumped"
+    signature(EventKind.ENGINE_DEAD, r"llama (?:runner|server) process has terminated"
+         r"|llama runner process no longer running|GGML_ASSERT\(|Segmentation fault|core dumped"
          r"|: Assertion [`'][^\n]{1,300}' failed\.",  # a C / libstdc++ assert: the process aborts
          Severity.CRITICAL, incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
-         Phase.GENERATION, lambda m: {"reason": "server_timeout"}),
+         Phase.GENERATION, lambda m: {"reason": "server_timeout", "scope": "request"}),
     *http_access.TIMEOUT_SIGNATURES,
     *http_access.HTTP_SIGNATURES,
+    *families.FAMILY_SIGNATURES,
 )
 
 _SINCE_START = re.compile(r"\d{1,6}\.\d\d\.\d{3}\.\d{3} ([IWED]) ")
@@ -51,11 +57,30 @@ _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "ERR": "ERRO
 _FACTS = (
     ("kv_cache_tokens", re.compile(r"\bn_ctx +(?:= )?(\d+)"), float),
     ("kv_cache_tokens", re.compile(r"\bsize = +[\d.]+ MiB \( *(\d+) cells"), float),
+    # newer builds and bindings: the (non-SWA) cache's cells; old builds: `llama_kv_cache_init: kv_size = N`
+    ("kv_cache_tokens", re.compile(r"creating non-SWA KV cache, size = (\d+) cells|\bkv_size = (\d+)"), float),
     ("max_num_seqs", re.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
     ("max_model_len", re.compile(r"\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
     ("kv_cache_dtype", re.compile(r"(?:KV self size|size) = +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
-_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) = +([\d.]+) MiB")
+_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB")
+# Weights on an accelerator (a CPU or host buffer is RAM): `load_tensors: CUDA0 model buffer size = … MiB`
+# (`llm_load_tensors:` in older builds, no `model` in some forks). One fact per device; the last one wins.
+_WEIGHTS_MIB = re.compile(r"load_tensors: +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) (?:model )?buffer size = +([\d.]+) MiB")
+# Ollama's own start-up lines (Go slog, message already unquoted by the splitter)
+_OLLAMA_SIZES = (
+    ("weights_bytes", re.compile(r"^model weights buffer=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
+    ("weights_bytes", re.compile(r"\bmemory\.weights\.total=\"([\d.]+) ([KMGT]i?B|B)\"")),
+    ("kv_cache_bytes", re.compile(r"\bmemory\.required\.kv=\"([\d.]+) ([KMGT]i?B|B)\"")),
+    ("kv_cache_bytes", re.compile(r"^kv cache device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
+)
+# Timings: per slot every few seconds (`tg = 12.93 t/s, tg_3s = 12.57 t/s`), and a request's summary in every
+# era's wording (`prompt eval time = … ms / 25 tokens (… ms per token, 33.25 tokens per second)`).
+_TG = re.compile(r"\btg(_3s)? = +(\d{1,9}(?:\.\d{1,4})?) t/s")
+_PROMPT_TPS = re.compile(r"prompt eval time *= *[\d.]+ ms / +\d+ tokens \( *[\d.]+ ms per token, +([\d.]+) "
+                         r"tokens per second")
+_GEN_TPS = re.compile(r"(?<!prompt )\beval time *= *[\d.]+ ms / +\d+ (?:tokens|runs) +\( *[\d.]+ ms per token, "
+                      r"+([\d.]+) tokens per second")
 _DEFER = re.compile(r"no slot is available|defer task")
 _IDLE = re.compile(r"all slots are idle|slot is processing task|processing task")
 
@@ -65,6 +90,8 @@ class LlamaCppParser(StreamParser):
 
     server = Server.LLAMACPP
     SIGNATURES = LLAMACPP_SIGNATURES
+    STATS_WORD = " t/s"
+    STATS_WORD2 = "tokens per second"
     # model loading: libllama's loader lines (any era) precede serving
     STARTING = re.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+"
                           r"|^(?:llm_)?load_tensors: |^llama_model_load: ")
@@ -76,7 +103,8 @@ class LlamaCppParser(StreamParser):
               "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
               "server is listening", "HTTP server listening", "model loaded", "loaded meta data",
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
-              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+              "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device",
+              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
@@ -120,6 +148,26 @@ class LlamaCppParser(StreamParser):
         level = record.get("level")
         return Split(msg, ts, _LEVELS.get(level, level) if isinstance(level, str) else None, "", None)
 
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        """A generation or prompt speed: the per-slot progress line or a request's timing summary. llama.cpp
+        prints no queue or KV usage there, so the sample carries throughput only."""
+        msg = split.msg
+        gen = prompt = None
+        if (t := _TG.search(msg)) is not None:
+            gen = float(t.group(2))
+            if t.group(1) is None and (t3 := _TG.search(msg, t.end())) is not None:
+                gen = float(t3.group(2))  # the last 3 s rate over the whole-request one
+        elif (p := _PROMPT_TPS.search(msg)) is not None:
+            prompt = float(p.group(1))
+        elif (g := _GEN_TPS.search(msg)) is not None:
+            gen = float(g.group(1))
+        else:
+            return None
+        if quoted_or_request("", msg):
+            return None
+        return [ServerStats(split.ts, self.source, Server.LLAMACPP, prompt_tps=prompt, gen_tps=gen, path=path,
+                            offset=offset)]
+
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
         out: list[Record] = []
@@ -137,4 +185,10 @@ class LlamaCppParser(StreamParser):
                 out.append(self.fact(split, name, conv(value)))
         if (m := _KV_MIB.search(msg)) is not None:
             out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
+        if (m := _WEIGHTS_MIB.search(msg)) is not None:
+            out.append(self.fact(split, "weights_bytes", size_bytes(m.group(2), "MiB")))
+        if "=\"" in msg:
+            for name, pattern in _OLLAMA_SIZES:
+                if (m := pattern.search(msg)) is not None:
+                    out.append(self.fact(split, name, size_bytes(m.group(1), m.group(2))))
         return out

@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from datetime import timezone, tzinfo
 
 from agent.records import Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import gpu, http_access, kernel
-from parsers.base import Signature, Split, StreamParser, hot, signature, size_bytes
+from parsers import families, gpu, http_access, kernel
+from parsers.base import Signature, Split, StreamParser, hot, quoted_or_request, signature, size_bytes
 
 
 def _retract(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -53,12 +53,13 @@ SGLANG_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.QUEUE_FULL, r"Request waiting timeout reached", Severity.WARNING, Phase.QUEUE,
          lambda m: {"reason": "queue_timeout", "status": 503}),
     signature(EventKind.DEADLINE_EXCEEDED, r"Request running timeout reached", Severity.WARNING, Phase.GENERATION,
-         lambda m: {"reason": "running_timeout"}),
+         lambda m: {"reason": "running_timeout", "scope": "request"}),
     signature(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an "
          r"exception|Received sigquit from a child process|SIGQUIT received|[Ww]atchdog timeout \(|Health check failed"
          r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
+    *families.FAMILY_SIGNATURES,
 )
 
 # `[date ranks] ` (ranks may be absent), or ranks alone (`[TP0] `).
@@ -102,7 +103,7 @@ class SglangParser(StreamParser):
     SIGNATURES = SGLANG_SIGNATURES
     STARTING = re.compile(r"server_args=|Load weight begin")
     READY = re.compile(r"The server is fired up and ready to roll|Application startup complete|Decode batch")
-    STATS_WORD = "#running-req: "
+    STATS_WORD = "-req: "  # #running-req, #queue-req; a PD prefill server's line has only the latter
     HOT = hot("batch", "retract", "Retract", "out of memory", "Out of memory", "Not enough memory", "queue is full",
               "timeout reached",
               "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",
@@ -111,7 +112,7 @@ class SglangParser(StreamParser):
               "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
               "kv_cache_dtype=", "page_size=", "model_path=",
               "Load weight", "Capture cuda graph end", "fired up", "startup complete",
-              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
@@ -149,9 +150,21 @@ class SglangParser(StreamParser):
         return Split(text[m.end():], ts, None, tag, ray + stamp)
 
     def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        """The batch line's `#name: value` fields wherever they sit: any order, extra fields (PD servers'
+        `#transferring-req`, hybrid models' `mamba usage`), and after a progress bar that swallowed the prefix
+        (whose `[date TPn]` then still supplies time and rank)."""
         msg = split.msg
-        if _BATCH.match(msg) is None:
+        b = _BATCH.search(msg, 0, 600)
+        if b is None:
             return None
+        if b.start() > 0:
+            head = msg[:b.start()]
+            if quoted_or_request(head, msg):
+                return None
+            k = head.rfind("[")
+            if split.key is None and k >= 0 and (p := _PREFIX.match(head, k)) is not None and p.end() == len(head):
+                split = self.split(msg[k:])
+            msg = msg[b.start():]
         ints = {k: int(m.group(1)) for k, p in _INT.items() if (m := p.search(msg)) is not None}
         floats = {k: float(m.group(1)) for k, p in _FLOAT.items() if (m := p.search(msg)) is not None}
         if "prefix_hit_ratio" in floats:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, Phase, Record, Server, Severity
-from parsers import gpu, http_access, kernel
+from parsers import families, gpu, http_access, kernel
 from parsers.base import Signature, Split, StreamParser, hot, json_object, signature
 
 TGI_SIGNATURES: tuple[Signature, ...] = (
@@ -36,6 +36,7 @@ TGI_SIGNATURES: tuple[Signature, ...] = (
          Severity.CRITICAL, incident=True),
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
+    *families.FAMILY_SIGNATURES,
 )
 
 _PREFIX = re.compile(
@@ -68,7 +69,8 @@ class TgiParser(StreamParser):
               "max_concurrent_requests", "max_batch_size", "max_total_tokens", "max_batch_prefill_tokens",
               "cuda_memory_fraction", "num_shard", "model_id", "Args {", "Starting download", "Starting shard",
               "Connected", "Error: ", "Server error", "Method Warmup",
-              "failed during generation", *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS)
+              "failed during generation", *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
+              *families.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         if text.startswith("{"):

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import gpu, http_access, kernel
-from parsers.base import ANSI, Signature, Split, StreamParser, hot, json_object, signature
+from parsers import families, gpu, http_access, kernel
+from parsers.base import ANSI, Signature, Split, StreamParser, hot, json_object, quoted_or_request, signature
 
 GIB = 1024**3
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
@@ -225,10 +225,11 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
          Severity.CRITICAL, extract=_died, incident=True),
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
+    *families.FAMILY_SIGNATURES,
 )
 
 _PREEMPT_V0 = re.compile(
-    r"is preempted by PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
+    r"is preempted (?:by|in) PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
     r"(?:[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+))?"  # the total arrived in 0.4
 )
 _STATS = re.compile(
@@ -242,6 +243,15 @@ _STATS = re.compile(
 # `_stats` unpacks `m.groups()` positionally (cheaper than named lookups on the hottest line).
 assert tuple(_STATS.groupindex) == (
     "engine", "pt", "gt", "running", "swapped", "pending", "waiting", "preempt", "kv", "hit"), _STATS.groupindex
+# The same line in any other shape (older eras' extra timing fields, fields added or reordered, the line glued
+# after a progress bar or quoted in backticks): `Name: value` pairs read wherever they sit after the first one.
+_FIELD = re.compile(
+    r"(Avg prompt throughput|Avg generation throughput|Running|Swapped|Pending|Waiting|Preemptions"
+    r"|GPU KV cache usage|[XNHT]PU KV cache usage|(?<!PU )KV cache usage|Prefix cache hit rate)"
+    r": ?(\d{1,12}(?:\.\d{1,6})?)"
+)
+_ENGINE_TAG = re.compile(r"Engine (\d{1,4}): $")
+_STAMP_IN = re.compile(r"(?:DEBUG|INFO|WARNING) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _COLOUR_LEFT = re.compile(r"(?:\[?\d{1,3}(?:;\d{1,3}){0,3}m)+(?=\()")
 _PREFIX = re.compile(
     r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
@@ -251,7 +261,7 @@ _PREFIX = re.compile(
     r"\[([^\]\s]{1,200}:\d{1,6})\] )?"
 )
 
-_PREEMPT_WORD = "preempted by"
+_PREEMPT_WORD = "is preempted "  # "by" until 0.6.0, "in" from 0.6.1
 
 
 class VllmParser(StreamParser):
@@ -266,6 +276,7 @@ class VllmParser(StreamParser):
     READY = re.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
     STATS_WORD = "prompt throughput: "
     HOT = hot(_PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
+              *families.HOT_WORDS,
               "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
@@ -314,7 +325,41 @@ class VllmParser(StreamParser):
 
     def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
         m = _STATS.match(split.msg)
-        return self._stats(split.ts, split.tag, m, path, offset) if m is not None else None
+        if m is not None:
+            return self._stats(split.ts, split.tag, m, path, offset)
+        return self._stats_fields(split, path, offset)
+
+    def _stats_fields(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        """The stats line in any other shape: its `Name: value` fields wherever they sit. Running and the KV
+        usage must be there; whatever precedes the first field (a progress bar, a backtick, a prefix the
+        splitter did not know) may supply the time and the DP engine, but not quotes or a request log."""
+        msg = split.msg
+        i = msg.find("Avg prompt throughput: ")
+        if i < 0 or i > 400 or quoted_or_request(msg[:i], msg):
+            return None
+        fields = dict(_FIELD.findall(msg, i))
+        running = fields.get("Running")
+        kv = next((v for k, v in fields.items() if k.endswith("KV cache usage")), None)
+        if running is None or kv is None:
+            return None
+        head = msg[:i]
+        ts = split.ts
+        if (sm := _STAMP_IN.search(head)) is not None and (split.level is None):
+            ts = self.yearless(int(sm.group(1)), int(sm.group(2)), int(sm.group(3)), int(sm.group(4)),
+                               int(sm.group(5)), sm.group(0)) or ts
+        em = _ENGINE_TAG.search(head)
+        waiting = fields.get("Waiting", fields.get("Pending"))
+        swapped = fields.get("Swapped")
+        preempt = fields.get("Preemptions")
+        hit = fields.get("Prefix cache hit rate")
+        pt, gt = fields.get("Avg prompt throughput"), fields.get("Avg generation throughput")
+        stats = ServerStats(ts, self.source, Server.VLLM, int(float(running)),
+                            int(float(waiting)) if waiting is not None else None,
+                            int(float(swapped)) if swapped is not None else None, float(kv) / 100,
+                            float(pt) if pt is not None else None, float(gt) if gt is not None else None,
+                            float(hit) / 100 if hit is not None else None,
+                            int(float(preempt)) if preempt is not None else None, None, path, offset)
+        return self._sampled(stats, split.tag, em.group(1) if em else None)
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
@@ -340,11 +385,14 @@ class VllmParser(StreamParser):
                             int(swapped) if swapped is not None else None, float(kv) / 100, float(pt), float(gt),
                             float(hit) / 100 if hit is not None else None,
                             int(preempt) if preempt is not None else None, None, path, offset)
+        return self._sampled(stats, tag, engine)
+
+    def _sampled(self, stats: ServerStats, tag: str, engine: str | None) -> list[Record]:
         out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)  # each DP engine has its own queue
         if stats.preemptions:
-            out.append(Event(ts, self.source, Server.VLLM, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
-                             f"{stats.preemptions} preemptions in the last stats interval",
-                             {"count": stats.preemptions}, path, offset))
+            out.append(Event(stats.ts, self.source, Server.VLLM, EventKind.PREEMPTION, Severity.WARNING,
+                             Phase.RUNTIME, f"{stats.preemptions} preemptions in the last stats interval",
+                             {"count": stats.preemptions}, stats.path, stats.offset))
         return out
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:

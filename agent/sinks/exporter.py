@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from agent.capacity.capacity import Capacity
-from agent.records import GpuProcessSample, GpuSample, ServerStats, SourceStats
+from agent.records import EventKind, GpuProcessSample, GpuSample, ServerStats, SourceStats
 
 Labels = tuple[str, ...]
 Totals = Mapping[tuple[str, Labels], float]
@@ -110,6 +110,8 @@ _FACT_GAUGES: tuple[tuple[str, str, str], ...] = (
      "Requests of tokens_per_request tokens the engine's KV cache holds at once, as it reported."),
     ("server_max_num_seqs", "max_num_seqs", "The engine's max_num_seqs, as it reported it."),
     ("server_max_model_len", "max_model_len", "The engine's max_model_len, as it reported it."),
+    ("server_gpu_memory_utilization_ratio", "gpu_memory_utilization",
+     "The share of each GPU's memory the engine may use (its gpu_memory_utilization), as it reported it."),
 )
 _GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("gpu_memory_total_bytes", "memory_total_bytes", "GPU memory in total."),
@@ -133,12 +135,24 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._latest()
-        yield from _counters(snap.totals)
+        yield from _counters(_with_zero_events(snap.totals, snap.servers))
         yield from _agent(snap)
         yield from _sources(snap.sources)
         yield from _servers(snap.servers, snap.facts)
         yield from _gpus(snap)
         yield from _budget(snap)
+
+
+def _with_zero_events(totals: Totals, servers: Mapping[str, ServerStats]) -> dict[tuple[str, Labels], float]:
+    """Every event kind at 0 for each engine already known (by an event or a load sample), so that the first
+    OOM of an engine is a step from 0 to 1 that `increase()` and `rate()` can see, not a series born at 1."""
+    out = dict(totals)
+    engines = {(labels[0], labels[1]) for (name, labels) in totals if name == "events_total" and len(labels) == 3}
+    engines |= {(source, stats.server.value) for source, stats in servers.items()}
+    for source, server in engines:
+        for kind in EventKind:
+            out.setdefault(("events_total", (source, server, kind.value)), 0.0)
+    return out
 
 
 def _counters(totals: Totals) -> Iterator[Metric]:

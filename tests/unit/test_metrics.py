@@ -39,7 +39,10 @@ def exposition(snapshot: Snapshot) -> str:
 
 def test_values_and_labels() -> None:
     samples = exposition_samples(exposition(FULL))
-    assert samples["deepinfer_events"] == [({"source": "vllm", "server": "vllm", "kind": "oom"}, 2.0)]
+    events = {labels["kind"]: value for labels, value in samples["deepinfer_events"]
+              if (labels["source"], labels["server"]) == ("vllm", "vllm")}
+    assert events.pop("oom") == 2.0
+    assert set(events.values()) == {0.0} and len(events) == 11, "every other kind at 0, so a first event is seen"
     assert samples["deepinfer_gpu_xid_errors"] == [({"gpu": "0", "xid": "79"}, 1.0)]
     assert samples["deepinfer_server_kv_cache_usage_ratio"] == [({"source": "vllm", "server": "vllm"}, 0.42)]
     assert samples["deepinfer_gpu_process_memory_used_bytes"] == [({"gpu": "0"}, 20.0)]  # summed, no pid label

@@ -1,0 +1,148 @@
+"""Engine-agnostic signature families: the recall layer under every parser's own signatures.
+
+Each engine module lists its own signatures first (precise wording, the numbers its lines carry); the
+families come after them in every parser, GenericParser included, so a line still means something when
+the stream was not recognised, the excerpt is too short to tell, or a fork or binding reworded the engine's
+message. One event per kind per occurrence still holds (`StreamParser.events_for`), so a family never
+doubles an engine signature that already matched. Formats: shared/reference/server-formats.md.
+
+Families and their guards against the known hard negatives:
+
+- **engine-internal timeouts** (`deadline_exceeded`, `scope` = `engine`, `knob` = the setting that
+  governs it, an `agent.records.Knob` value): vLLM's engine iteration, RPC, execute-model and heartbeat
+  timeouts, SGLang's scheduler watchdog, Ollama's runner load timeout. Only the line that says the
+  timeout *fired* matches; a setting echoed in a config dump (`OLLAMA_LOAD_TIMEOUT:5m0s`) or a shutdown
+  `timeout=15s` does not. Death that follows is the engine's own `engine_dead` line.
+- **request timeouts** live in http_access.TIMEOUT_SIGNATURES (`scope` = `request`).
+- **KV exhaustion**: llama.cpp and its forks and bindings, in old and new wordings; a retry with a smaller
+  batch is a `preemption`, the batch of one that still fails (or a binding's `NoKvSlot`) an `oom` of the
+  KV pool. SGLang's "out of memory. Try to lower your batch size" and the start-up "free memory less than
+  desired" are `oom`; SGLang's retraction stays a preemption (its own signature, matched first).
+- **allocation failures** of ggml and FlashInfer buffers, and a guarded catch-all: "out of memory" in an
+  error/failure line, unless the line is advice ("If out-of-memory error occurs, consider …").
+- **relayed refusals**: Ollama's "server busy … maximum pending requests exceeded" and "no slots available"
+  as a client logs them (`queue_full`).
+- **engine death** in wordings no parser had (Ollama's newer `llama-server process has terminated`,
+  vLLM's API server noticing its engine is gone).
+
+A bare `TimeoutError` exception line is an engine timeout without a knob, unless it names a network wait
+(errno, connection, socket, URL: a model download is not the engine waiting on itself).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from agent.records import EventKind, FieldValue, Knob, Phase, Severity
+from parsers.base import Signature, signature, size_bytes
+
+GIB = 1024**3
+
+
+def _timeout(scope: str, knob: Knob | None = None) -> Callable[[re.Match[str]], dict[str, FieldValue]]:
+    def extract(m: re.Match[str]) -> dict[str, FieldValue]:
+        out: dict[str, FieldValue] = {"scope": scope}
+        if knob is not None:
+            out["knob"] = knob.value
+        seconds = m.groupdict().get("s")
+        ms = m.groupdict().get("ms")
+        if seconds:
+            out["timeout_seconds"] = int(seconds)
+        elif ms:
+            out["timeout_seconds"] = int(ms) / 1000
+        return out
+    return extract
+
+
+ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.DEADLINE_EXCEEDED, r"Engine iteration timed out", Severity.ERROR, Phase.RUNTIME,
+              _timeout("engine", Knob.VLLM_ENGINE_ITERATION_TIMEOUT_S), incident=True),
+    signature(EventKind.DEADLINE_EXCEEDED, r"RPC call to execute_model timed out", Severity.ERROR, Phase.RUNTIME,
+              _timeout("engine", Knob.VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS), incident=True),
+    # V0's multiprocessing client: every RPC, and the engine's heartbeat, wait VLLM_RPC_TIMEOUT
+    signature(EventKind.DEADLINE_EXCEEDED, r"RPC call to \w{1,80} timed out"
+              r"|Server didn't reply within (?P<ms>\d{1,9}) ms|No heartbeat received from MQLLMEngine",
+              Severity.ERROR, None,
+              _timeout("engine", Knob.VLLM_RPC_TIMEOUT), incident=True),
+    signature(EventKind.DEADLINE_EXCEEDED, r"[Ww]atchdog timeout \((?:self\.)?watchdog_timeout=(?P<s>\d{1,9})",
+              Severity.ERROR, Phase.RUNTIME, _timeout("engine", Knob.WATCHDOG_TIMEOUT), incident=True),
+    signature(EventKind.DEADLINE_EXCEEDED, r"timed out waiting for llama runner to start", Severity.ERROR,
+              Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT), incident=True),
+    # a traceback whose exception is a bare timeout (vLLM's shared-memory broadcast `acquire_read` raises one
+    # without a message): the engine waited on itself; which knob, the line does not say
+    signature(EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
+              _timeout("engine"), incident=True,
+              # a network wait (a model download, a remote store) is not the engine waiting on itself
+              unless=r"(?i:errno|connect|socket|https?pool|read timed out|huggingface|\burl\b)"),
+)
+
+
+def _kv_pool(m: re.Match[str]) -> dict[str, FieldValue]:
+    tokens = m.groupdict().get("tokens")
+    return {"pool": "kv", **({"requested_tokens": int(tokens)} if tokens else {})}
+
+
+def _free_memory(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {"free_bytes": round(float(m.group("free")) * GIB), "total_bytes": round(float(m.group("total")) * GIB),
+            "gpu_memory_utilization": float(m.group("util")), "requested_bytes": round(float(m.group("req")) * GIB)}
+
+
+def _flashinfer(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {"requested_bytes": int(m.group(1))}
+
+
+def _ggml(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {"requested_bytes": size_bytes(m.group(1), "MiB")} if m.group(1) else {}
+
+
+KV_SIGNATURES: tuple[Signature, ...] = (
+    # the last retry (a batch of one) failing, or a binding's error code for it: the request cannot run
+    signature(EventKind.OOM, r"failed to decode the batch, n_batch = 1\b|llama_decode failed: '?NoKvSlot"
+              r"|could not find a kv cache slot|exceeds the available context size", Severity.ERROR, Phase.RUNTIME,
+              _kv_pool, incident=True),
+    signature(EventKind.PREEMPTION, r"failed to find free space in the KV cache|failed to find a memory slot for batch",
+              Severity.WARNING, Phase.RUNTIME, lambda m: {"reason": "kv_cache_full"}),
+)
+
+OOM_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.OOM, r"Free memory on device[^\n(]{0,40}\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) "
+              r"on startup is less than desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)",
+              Severity.CRITICAL, Phase.STARTUP, _free_memory, incident=True),
+    signature(EventKind.OOM, r"(?:Prefill|Decode) out of memory\. (?:Try to lower your batch size|This should ne)"
+              r"(?:[^\n]{0,40}?Try to allocate (?P<tokens>\d{1,12}) tokens)?", Severity.ERROR, Phase.RUNTIME, _kv_pool,
+              incident=True),
+    signature(EventKind.OOM, r"unable to allocate \w{1,20} buffer|failed to allocate (?:compute|KV) buffers?"
+              r"|insufficient memory|model requires more system memory", Severity.ERROR, incident=True),
+    signature(EventKind.OOM, r"Failed to allocate memory for \w{1,80} with size (\d{1,15})", Severity.ERROR,
+              extract=_flashinfer, incident=True),
+    signature(EventKind.OOM, r"alloc_buffer: allocating ([\d.]+) MiB on device \d+: \w{1,40} failed", Severity.ERROR,
+              extract=_ggml, incident=True),
+    # catch-all: an error or failure line that says out of memory; advice and warnings about it are not one
+    signature(EventKind.OOM, r"(?:[Ee]rror|ERROR|[Ff]ailed|FAILED|[Ee]xception|panic)\b"
+              r"[^\n]{0,160}?\b[Oo]ut of memory\b",
+              Severity.ERROR, incident=True,
+              unless=r"(?i:\bif\b[^\n]{0,80}out.of.memory|\bconsider\b|\bto avoid\b|\bprevent\b)"),
+)
+
+# Ollama's refusals as its clients relay them (the server's own GIN line is the 503 in http_access)
+QUEUE_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.QUEUE_FULL, r"server busy, please try again|maximum pending requests exceeded",
+              Severity.WARNING, Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
+    signature(EventKind.QUEUE_FULL, r"llm busy - no slots available|no slots available after \d{1,6} retries",
+              Severity.WARNING, Phase.ADMISSION, lambda m: {"reason": "no_slots"}),
+)
+
+ENGINE_DEATH_SIGNATURES: tuple[Signature, ...] = (
+    signature(EventKind.ENGINE_DEAD, r"llama-server process has terminated|(?:is already dead|has failed), terminating "
+              r"server process|Engine loop has died", Severity.CRITICAL, incident=True),
+)
+
+FAMILY_SIGNATURES: tuple[Signature, ...] = (
+    *ENGINE_TIMEOUT_SIGNATURES, *KV_SIGNATURES, *OOM_SIGNATURES, *QUEUE_SIGNATURES, *ENGINE_DEATH_SIGNATURES)
+
+HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchdog timeout", "llama runner to start",
+             "n_batch = 1", "NoKvSlot", "kv cache slot", "available context size", "free space in the KV cache",
+             "memory slot", "Free memory on device", "out of memory", "Out of memory", "allocate",
+             "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
+             "terminated", "terminating server", "Engine loop has died")

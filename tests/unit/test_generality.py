@@ -1,0 +1,301 @@
+"""Classification of logs nobody tuned on: the real-excerpt corpus holds both splits to their floors, and the
+shapes real logs take (fields reordered, glued after progress bars, quoted, CR-redrawn, other wordings) are
+pinned one by one, with the hard negatives beside them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import regex
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from agent.records import CapacityFact, Event, EventKind, Knob, Server, ServerStats, as_dict
+from parsers import families, make_parser
+
+from .conftest import REF_TIME, run
+from .test_properties import ADVERSARIAL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("generality", ROOT / "bench" / "generality.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["generality"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+G = _bench()
+EXCERPTS = G.load()
+
+# The floors each split is held to. Both splits meet the issue's targets today (recall ≥ 0.90, precision ≥ 0.95
+# per class, no false alarm); if a change lowers one, the test says which class and excerpt.
+RECALL_FLOOR = 0.90
+PRECISION_FLOOR = 0.95
+
+
+# ---- the corpus ----------------------------------------------------------------------------------
+def test_corpus_is_large_sourced_and_new() -> None:
+    assert len(EXCERPTS) >= 80
+    ids = [ex.id for ex in EXCERPTS]
+    assert len(ids) == len(set(ids))
+    cited = (ROOT / "tests/data/logs/README.md").read_text() + (ROOT / "tests/data/startup/README.md").read_text()
+    for ex in EXCERPTS:
+        assert ex.url.startswith("https://github.com/"), ex.id
+        assert ex.url not in cited.split(), f"{ex.id}: already cited in the repo"
+        assert ex.lines and any(line.strip() for line in ex.lines), ex.id
+        assert ex.expect <= {"oom", "preemption", "queue", "timeout", "http_429", "http_503", "engine_dead",
+                             "cuda_error", "nccl_timeout", "stats", "facts"}, ex.id
+    assert sum(ex.benign for ex in EXCERPTS) >= 13
+
+
+def test_validation_split_is_a_third_spread_over_engines_and_classes() -> None:
+    held = G.validation_ids()
+    ids = {ex.id for ex in EXCERPTS} - G.held_ids(G.FRESH)
+    assert held <= ids
+    assert 0.30 <= len(held) / len(ids) <= 0.40
+    validation = G.split(EXCERPTS, "validation")
+    assert {ex.engine for ex in validation} >= {"vllm", "sglang", "llamacpp"}
+    classes = set().union(*(ex.expect for ex in validation))
+    assert classes >= {"oom", "timeout", "engine_dead", "stats", "facts", "queue", "http_503"}
+    assert any(ex.benign for ex in validation)
+
+
+# `fresh` was scored once as collected (macro-F1 0.583: client/proxy wordings of queue and 503 refusals,
+# vLLM 0.6.1's "preempted in") and then tuned on, like `tune`; `validation` never was.
+@pytest.mark.parametrize("which", ["tune", "validation", "fresh"])
+def test_split_meets_the_targets(which: str) -> None:
+    report = G.score(G.split(EXCERPTS, which))
+    low = {cls: (round(s.precision, 2), round(s.recall, 2)) for cls, s in report.per_class.items()
+           if s.recall < RECALL_FLOOR or s.precision < PRECISION_FLOOR}
+    assert not low, (low, report.misses)
+    assert report.false_alarms == []
+    assert report.field_misses == []
+
+
+# ---- stats lines in the shapes real logs take ------------------------------------------------------
+V1_STATS = ("Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation throughput: 80.1 tokens/s, "
+            "Running: 7 reqs, Waiting: 3 reqs, GPU KV cache usage: 41.5%, Prefix cache hit rate: 12.0%")
+
+
+def _records(server: Server, lines: list[str]) -> list[object]:
+    return list(run(make_parser(server, "t", REF_TIME), lines))
+
+
+def _stats(records: list[object]) -> list[ServerStats]:
+    return [r for r in records if isinstance(r, ServerStats)]
+
+
+def _events(records: list[object], kind: EventKind | None = None) -> list[Event]:
+    return [r for r in records if isinstance(r, Event) and (kind is None or r.kind is kind)]
+
+
+@pytest.mark.parametrize("line", [
+    # glued after a progress bar on the same physical line
+    "Processed prompts:  40%|████      | 4/10 [00:03<00:04,  1.2it/s](APIServer pid=1) INFO 05-19 10:13:11 "
+    f"[loggers.py:271] {V1_STATS}",
+    # wrapped in backticks, as pasted into an issue
+    f"`(APIServer pid=1) INFO 05-19 10:13:11 [loggers.py:271] {V1_STATS}`",
+    # Kubernetes RFC 3339 prefix, ANSI colour on the tag, CRLF
+    "2026-05-12T07:54:39.312201059Z \x1b[36m(APIServer pid=1)\x1b[0m INFO 05-19 10:13:11 [loggers.py:271] "
+    f"{V1_STATS}\r",
+    # fields in another order, one more field
+    "(APIServer pid=1) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt throughput: 12.5 tokens/s, "
+    "Avg generation throughput: 80.1 tokens/s, Waiting: 3 reqs, Running: 7 reqs, Drafted: 4 reqs, "
+    "GPU KV cache usage: 41.5%, Prefix cache hit rate: 12.0%",
+    # a progress bar redrawn with CR before the record
+    f"Adding requests: 10%\rAdding requests: 90%\r(APIServer pid=1) INFO 05-19 10:13:11 [loggers.py:271] {V1_STATS}",
+])
+def test_vllm_stats_in_other_shapes(line: str) -> None:
+    stats = _stats(_records(Server.VLLM, [line]))
+    assert len(stats) == 1
+    s = stats[0]
+    assert (s.running, s.waiting, s.kv_usage_ratio, s.gen_tps) == (7, 3, 0.415, 80.1)
+
+
+def test_vllm_old_era_stats_with_timing_fields() -> None:
+    line = ("INFO 02-01 06:36:05 llm_engine.py:921] Avg prompt throughput: 382.6 tokens/s, Avg generation "
+            "throughput: 118.5 tokens/s, Max iteration time: 386.7 ms, Avg time/tok:149.4 ms, Running: 35 reqs, "
+            "Swapped: 0 reqs, Pending: 115 reqs, GPU KV cache usage: 99.0%, CPU KV cache usage: 0.0%")
+    records = _records(Server.VLLM, [line])
+    (s,) = _stats(records)
+    assert (s.running, s.waiting, s.swapped, s.kv_usage_ratio) == (35, 115, 0, 0.99)
+    assert [e.kind for e in _events(records)] == [EventKind.PENDING]
+
+
+def test_stats_quoted_in_an_exception_or_request_are_not_samples() -> None:
+    lines = [f"ERROR 05-19 10:13:11 [x.py:1] ValueError: cannot parse '{V1_STATS}'",
+             f"INFO 05-19 10:13:11 [logger.py:39] Received request x: prompt: '{V1_STATS}', params: None"]
+    assert _stats(_records(Server.VLLM, lines)) == []
+
+
+def test_sglang_batch_lines_of_pd_servers_and_after_a_progress_bar() -> None:
+    lines = ["[2025-06-18 18:11:03] Prefill batch. #new-seq: 14, #new-token: 8192, #cached-token: 0, token usage: "
+             "0.92, #unbootstrapped-req: 0, #queue-req: 105, #transferring-req: 990, input throughput (token/s): 1.0",
+             "  0%|          | [2026-05-28 02:59:50 TP0] Prefill batch, #new-seq: 1, #new-token: 896, #running-req: 2, "
+             "#queue-req: 28, #pending-token: 0"]
+    stats = _stats(_records(Server.SGLANG, lines))
+    assert [(s.running, s.waiting) for s in stats] == [(None, 105), (2, 28)]
+    assert stats[1].ts is not None
+
+
+def test_llamacpp_timings_of_other_builds_are_throughput_samples() -> None:
+    lines = ["2.02.846.974 I slot print_timing: id  3 | task 0 | n_decoded =   1081, tg =  12.93 t/s, "
+             "tg_3s =  12.57 t/s",
+             "[42027] prompt eval time =     751.87 ms /    25 tokens (   30.07 ms per token,    33.25 tokens "
+             "per second)",
+             "print_timings:        eval time =   11813.43 ms /   242 runs   (   48.82 ms per token,    20.49 tokens "
+             "per second)"]
+    stats = _stats(_records(Server.LLAMACPP, lines))
+    assert [(s.prompt_tps, s.gen_tps) for s in stats] == [(None, 12.57), (33.25, None), (None, 20.49)]
+
+
+# ---- start-up capacity facts beyond vLLM -----------------------------------------------------------
+def test_llamacpp_and_ollama_capacity_facts() -> None:
+    lines = ['time=2025-07-18T14:50:44.599Z level=INFO source=ggml.go:365 msg="model weights" buffer=CUDA1 '
+             'size="11.0 GiB"',
+             'time=2025-07-18T14:50:44.599Z level=INFO source=ggml.go:365 msg="model weights" buffer=CPU '
+             'size="2.1 GiB"',
+             "load_tensors:        CUDA0 model buffer size = 16306.25 MiB",
+             "load_tensors:    CUDA_Host model buffer size =   788.91 MiB",
+             "llama_new_context_with_model: KV self size  = 4320.00 MiB, K (f16): 2592.00 MiB, V (f16): 1728.00 MiB",
+             "llama_kv_cache_unified_iswa: creating non-SWA KV cache, size = 2048 cells"]
+    facts = [(r.name, r.value) for r in _records(Server.LLAMACPP, lines) if isinstance(r, CapacityFact)]
+    assert ("weights_bytes", 11 * 1024**3) in facts
+    assert ("weights_bytes", round(16306.25 * 1024**2)) in facts
+    assert ("kv_cache_bytes", 4320 * 1024**2) in facts
+    assert ("kv_cache_tokens", 2048.0) in facts
+    assert ("weights_bytes", round(2.1 * 1024**3)) not in facts  # RAM, not the GPU's
+    assert ("weights_bytes", round(788.91 * 1024**2)) not in facts
+
+
+# ---- timeouts: scope and knob ----------------------------------------------------------------------
+@pytest.mark.parametrize(("server", "line", "scope", "knob"), [
+    (Server.VLLM, "ERROR 10-30 11:47:32 async_llm_engine.py:656] Engine iteration timed out. This should never happen!",
+     "engine", Knob.VLLM_ENGINE_ITERATION_TIMEOUT_S),
+    (Server.VLLM, "ERROR 09-06 04:14:11 [core.py:640] TimeoutError: RPC call to execute_model timed out.", "engine",
+     Knob.VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS),
+    (Server.VLLM, "ERROR 10-10 01:53:56 client.py:412] TimeoutError: Server didn't reply within 5000 ms", "engine",
+     Knob.VLLM_RPC_TIMEOUT),
+    (Server.SGLANG, "[2025-08-02 19:24:30 TP3] Watchdog timeout (self.watchdog_timeout=300)", "engine",
+     Knob.WATCHDOG_TIMEOUT),
+    (Server.LLAMACPP, "Error: timed out waiting for llama runner to start - progress 0.00 -", "engine",
+     Knob.OLLAMA_LOAD_TIMEOUT),
+    (Server.AUTO, "openai.error.APIError: HTTP code 504 from API (<html><head><title>504 Gateway Time-out</title>",
+     "request", None),
+    (Server.LLAMACPP, "Dec 11 09:58:58 quorra ollama[1543654]: [GIN] 2024/12/11 - 09:58:58 | 500 |        29m59s |"
+     "      10.0.0.123 | POST     \"/api/chat\"", "request", None),
+])
+def test_timeouts_carry_scope_and_knob(server: Server, line: str, scope: str, knob: Knob | None) -> None:
+    (event,) = _events(_records(server, [line]), EventKind.DEADLINE_EXCEEDED)
+    assert event.fields["scope"] == scope
+    assert event.fields.get("knob") == (knob.value if knob else None)
+
+
+def test_an_engine_that_dies_of_its_timeout_is_also_engine_dead() -> None:
+    lines = ["ERROR 10-30 11:47:32 async_llm_engine.py:656] Engine iteration timed out. This should never happen!",
+             "ERROR 10-30 11:47:32 async_llm_engine.py:56] Engine background task failed"]
+    kinds = {e.kind for e in _events(_records(Server.VLLM, lines))}
+    assert kinds == {EventKind.DEADLINE_EXCEEDED, EventKind.ENGINE_DEAD}
+
+
+# ---- hard negatives --------------------------------------------------------------------------------
+@pytest.mark.parametrize("line", [
+    "(VllmWorkerProcess pid=1) INFO 04-24 08:27:56 [model_runner.py:1456] Capturing cudagraphs for decoding. If "
+    "out-of-memory error occurs during cudagraph capture, consider decreasing `gpu_memory_utilization`.",
+    "INFO 08-19 07:51:12 model_runner.py:1028] CUDA graphs can take additional 1~3 GiB memory per GPU. If you are "
+    "running out of memory, consider decreasing `gpu_memory_utilization` or enforcing eager mode.",
+    'time=2026-07-30T10:05:15.022-04:00 level=INFO source=routes.go:1947 msg="server config" '
+    'env="map[OLLAMA_KEEP_ALIVE:5m0s OLLAMA_LOAD_TIMEOUT:5m0s OLLAMA_MAX_QUEUE:512]"',
+    "(APIServer pid=3945527) INFO 05-26 19:19:56 [launcher.py:116] [shutdown] API server: stopping engine client "
+    "mode=drain timeout=15s",
+    "warning: failed to mlock 827228160-byte buffer (after previously locking 0 bytes): Cannot allocate memory",
+    "ValueError: The decoder prompt (length 5951) is longer than the maximum model length of 4096.",
+    "Mar 25 17:17:55 h ollama[247]: [GIN] 2025/03/25 - 17:17:55 | 500 |      4h15m37s |  127.0.0.1 | POST     "
+    '"/api/generate"',
+    "TimeoutError: [Errno 110] Connection timed out",
+])
+@pytest.mark.parametrize("server", [Server.AUTO, Server.VLLM, Server.LLAMACPP, Server.SGLANG])
+def test_hard_negatives_stay_benign(line: str, server: Server) -> None:
+    assert _events(_records(server, [line])) == []
+
+
+# ---- properties of the new parsing code ------------------------------------------------------------
+SHAPES = [
+    "Processed prompts: 1%|{t}(APIServer pid=1) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt "
+    "throughput: {t} tokens/s, Avg generation throughput: {t} tokens/s, Running: {t} reqs, Waiting: {t} reqs, "
+    "GPU KV cache usage: {t}%",
+    "`INFO 02-01 06:36:05 llm_engine.py:921] Avg prompt throughput: {t}, Max iteration time: {t} ms, "
+    "Running: {t} reqs, Pending: {t} reqs, GPU KV cache usage: {t}%`",
+    "{t}[2025-06-18 18:11:03 TP0] Prefill batch. #new-seq: {t}, #queue-req: {t}, #transferring-req: {t}",
+    "slot print_timing: id  3 | task 0 | n_decoded = {t}, tg = {t} t/s, tg_3s = {t} t/s",
+    "prompt eval time = {t} ms / {t} tokens ({t} ms per token, {t} tokens per second)",
+    'time=2025-07-18T14:50:44.599Z level=INFO source=ggml.go:365 msg="model weights" buffer={t} size="{t} GiB"',
+    "load_tensors: {t} model buffer size = {t} MiB",
+    "ValueError: Free memory on device cuda:0 ({t}/{t} GiB) on startup is less than desired GPU memory utilization "
+    "({t}, {t} GiB).",
+    "[2025-08-02 19:24:30 TP3] Watchdog timeout (self.watchdog_timeout={t})",
+    "TimeoutError: Server didn't reply within {t} ms",
+    '{{"error":{{"code":503,"message":"{t}","type":"unavailable_error"}}}}',
+    "update_slots : failed to decode the batch, n_batch = 1, ret = {t}",
+    "Avg prompt throughput: {t}\r{t}\r",
+]
+PARSERS = [Server.AUTO, Server.VLLM, Server.SGLANG, Server.LLAMACPP, Server.TGI]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(max_size=120), server=st.sampled_from(PARSERS))
+def test_new_shapes_with_arbitrary_values_never_raise(text: str, server: Server) -> None:
+    run(make_parser(server, "t", REF_TIME), [shape.format(t=text) for shape in SHAPES])
+
+
+PROMPT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), min_size=12, max_size=120)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(prompt=PROMPT, server=st.sampled_from(PARSERS))
+def test_a_prompt_planted_in_stats_shaped_lines_reaches_no_record(prompt: str, server: Server) -> None:
+    """A request log or an exception quoting a stats, timeout or 503 line with a prompt in it: the prompt
+    never reaches a record, whatever the new field-anywhere parsers make of the rest."""
+    assume(sum(c.isalpha() for c in prompt) >= 3)  # digits alone are in every time stamp
+    lines = [
+        f"INFO 05-19 10:13:11 [logger.py:39] Received request x: prompt: {prompt!r}, {V1_STATS}",
+        f"ERROR 05-19 10:13:11 [x.py:1] ValueError: {V1_STATS} {prompt!r}",
+        f"`INFO 05-19 10:13:11 [loggers.py:271] {prompt!r} {V1_STATS}`",
+        f"[2025-06-18 18:11:03 TP0] {prompt!r} Prefill batch. #new-seq: 1, #queue-req: 3",
+        f"slot print_timing: id 0 | task 1 | {json.dumps({'prompt': prompt})} tg = 1.0 t/s",
+        f'{{"error":{{"code":503,"message":{json.dumps(prompt)},"type":"unavailable_error"}}}}',
+        f"TimeoutError: RPC call to execute_model timed out. {prompt!r}",
+        f"RuntimeError: Decode out of memory. Try to lower your batch size. {prompt!r}",
+    ]
+    records = run(make_parser(server, "t", REF_TIME), lines)
+    text = json.dumps([as_dict(r) for r in records], default=str, ensure_ascii=False)
+    for form in {prompt, json.dumps(prompt)[1:-1], repr(prompt)[1:-1]}:
+        if form.strip() and form not in "\n".join(line.replace(form, "") for line in lines):
+            assert form not in text
+
+
+def test_family_patterns_never_backtrack_catastrophically() -> None:
+    patterns: list[re.Pattern[str]] = []
+    for sig in families.FAMILY_SIGNATURES:
+        patterns.append(sig.pattern)
+        if sig.unless is not None:
+            patterns.append(sig.unless)
+    assert len(patterns) >= 10
+    for pattern in patterns:
+        guarded = regex.compile(pattern.pattern, pattern.flags & ~re.UNICODE)
+        for line in [*ADVERSARIAL, "Error " + "out of " * 20000, "Free memory on device (" + "1." * 30000,
+                     "failed to decode the batch, n_batch = " + "1" * 60000, "a." * 30000 + "TimeoutError"]:
+            try:
+                guarded.search(line[:65536], timeout=5.0)
+            except TimeoutError:
+                raise AssertionError(f"{pattern.pattern[:60]} backtracks on {line[:40]!r}…") from None
