@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent.defaults import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH  # the CLI's default, kept light
 from agent.errors import ConfigError
 from agent.records import KvDtype, Server, WeightsDtype
 
@@ -192,6 +193,8 @@ class StoreSection(_Section):
 
 class RulesSection(_Section):
     dirs: list[Path] = Field(default_factory=list, description="extra rule directories; the shipped rules always load")
+    interval_seconds: float = Field(15.0, gt=0, le=3600, description="how often the advisor judges the rules")
+    enabled: bool = True
 
 
 # vLLM flag names (as in `vllm serve --config` files) → server.* fields.

@@ -44,15 +44,14 @@ RATE = "$__rate_interval"
 
 # Metrics a panel queries that the agent does not export yet. A test skips their queries with this
 # message and fails once the metric is exported, so the entry is removed when the work lands.
-PENDING_ADVISOR: dict[str, str] = {
-    "deepinfer_finding_active": "the advisor (being built) exports it: 1 while a rule's finding is active",
-    "deepinfer_recommended_value": "the advisor (being built) exports it: the value a finding recommends for a knob",
-}
+PENDING_ADVISOR: dict[str, str] = {}
 PENDING_EXPORTER: dict[str, str] = {}
 # Made by Prometheus itself, not by the agent.
 PROMETHEUS_METRICS = frozenset({"up"})
 # Exported on purpose but on no panel, each with its reason (the test checks this list is exact).
 NOT_ON_A_PANEL: dict[str, str] = {
+    "deepinfer_rule_load_errors_total": "a rejected rule file is rare and logged with every problem (file, line, "
+                                        "rule, field); `deepinfer-agent rules check` shows them",
     "deepinfer_gpu_memory_free_bytes": "total − used, already drawn on the memory panel",
     "deepinfer_gpu_memory_reserved_bytes":
         "driver-reserved memory is constant per card; `deepinfer-agent status` shows it",

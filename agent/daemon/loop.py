@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from agent import __version__
 from agent.capacity.budget import Budget
 from agent.capacity.capacity import Capacity, capacity_of, paper_budget
-from agent.config import Config, SourceSection
+from agent.config import Config, SourceSection, shipped_rules_dir
 from agent.daemon.streams import Latest, LogStream
 from agent.daemon.totals import Totals
 from agent.errors import AgentError
+from agent.judge.advisor import Advisor, engine_config, knobs_of
+from agent.judge.rules import RuleError, load_rules
 from agent.records import (
     CapacityFact,
     CommitResult,
@@ -41,7 +43,6 @@ from agent.sources.nvml import GpuPoller
 from agent.sources.scrape import Scraper
 from agent.sources.tailer import FileTailer
 from agent.sources.wake import Waker, store_files
-from parsers import make_parser
 
 log = logging.getLogger("deepinfer.pipeline")
 
@@ -88,6 +89,11 @@ class Daemon:
         self._snapshot_lock = threading.Lock()
         self._budget: Budget | None = None
         self._reload_ok = True
+        self._pending_findings: list[Finding] = []
+        self.advisor = Advisor((), config.rules.interval_seconds, knobs_of(config))
+        self._rules_loaded = False
+        self._restored = False
+        self.rule_errors: list[str] = []
         # its own store's writes (db, -wal, -shm, -journal) never wake it, even kept beside the logs
         self.waker = Waker(use_inotify=any(s.use_inotify for s in config.sources),
                            ignore=store_files(str(config.store.path)))
@@ -115,6 +121,7 @@ class Daemon:
             self._nvml = None
         self._budget = paper_budget(config)
         self._sources = None
+        self.load_rules(config)
         self._open_sources(now)
 
     def _open_sources(self, now: float) -> None:
@@ -124,6 +131,9 @@ class Daemon:
         if not self.totals.values:
             self.totals = Totals(store.load_totals())
         self._latest.facts.update({k: dict(v) for k, v in Queries(store).latest_facts().items()})
+        if not self._restored:
+            self.advisor.restore(Queries(store).findings(active_only=True))
+            self._restored = True
         self._sources = [self._open_source(store, section, now) for section in self.config.sources]
 
     def _open_source(self, store: Store, section: SourceSection, now: float) -> LogStream:
@@ -136,7 +146,7 @@ class Daemon:
         server = section.server
         if section.format == "journald" and section.kernel and server is Server.AUTO:
             server = Server.KERNEL
-        return LogStream(section, reader, make_parser(server, name, now))
+        return LogStream(section, reader, server, now)
 
     def describe(self) -> list[str]:
         """What this agent watches, one line each, for the start-up log."""
@@ -174,7 +184,7 @@ class Daemon:
             if batch.lines:
                 src.last_line_at, src.flushed = now, False
             elif not src.flushed and now - src.last_line_at >= QUIET_FLUSH_SECONDS:
-                intake.records.extend(src.parser.flush())
+                intake.records.extend(src.flush())
                 src.flushed = True
             intake.cursors.extend(src.persistable(batch.cursors))
             intake.expired.extend(batch.expired)
@@ -192,11 +202,35 @@ class Daemon:
             self._writer.prune(now)
         return result
 
+    def load_rules(self, config: Config) -> bool:
+        """(Re)load the shipped rules and `rules.dirs`; a broken file keeps the last good set, counted and
+        logged once per load with every problem (file:line: rule: field: expected)."""
+        try:
+            ruleset = load_rules([shipped_rules_dir(), *config.rules.dirs])
+        except RuleError as exc:
+            self.rule_errors = exc.problems
+            self.totals.add(("rule_load_errors_total", ()))
+            kept = "the last good rule set" if self._rules_loaded else "no rules"
+            log.error("rule files rejected; keeping %s:\n%s", kept, "\n".join(exc.problems))
+            return False
+        self.rule_errors = []
+        self._rules_loaded = True
+        self.advisor.interval = config.rules.interval_seconds
+        self.advisor.config = knobs_of(config)
+        self._pending_findings.extend(self.advisor.replace_rules(ruleset.rules))
+        return True
+
     def judge(self, now: float) -> list[Finding]:
         """Stage 3: the advisor's turn — rules over the stored windows against the capacity (agent/judge/).
 
         Returns the findings that changed state this step (new, changed or cleared), to be stored."""
-        return []
+        out, self._pending_findings = self._pending_findings, []
+        store = self._writer.store
+        if not self.config.rules.enabled or store is None or not self.advisor.due(now):
+            return out
+        queries = Queries(store)
+        return out + self.advisor.step(now, queries, self.capacities(), queries.engines(),
+                                       engine_config(self._latest.facts))
 
     def commit_findings(self, findings: Sequence[Finding], now: float) -> None:
         if findings:
@@ -226,7 +260,7 @@ class Daemon:
             stats = src.reader.stats()
             for attr, metric in _SOURCE_COUNTERS.items():
                 self.totals.observe((metric, (src.name,)), getattr(stats, attr))
-            self.totals.observe(("parse_errors_total", (src.name,)), src.parser.parse_errors)
+            self.totals.observe(("parse_errors_total", (src.name,)), src.parse_errors)
         if self._nvml is not None:
             for call, count in self._nvml.errors_by_call.items():
                 self.totals.observe(("nvml_errors_total", (call,)), count)
@@ -254,6 +288,7 @@ class Daemon:
             store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,
             budget=_budget_gauges(self._budget), capacities=self.capacities(),
             configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
+            findings=self.advisor.active(),
         )
         with self._snapshot_lock:
             self._snapshot = snapshot
@@ -272,13 +307,14 @@ class Daemon:
         """Re-read the config (SIGHUP). A bad file keeps the running config, counted and logged."""
         self.totals.add(("config_reloads_total", ()))
         if self._load_config is None:
-            return False
+            return self.load_rules(self.config)
         try:
             config = self._load_config()
         except AgentError as exc:
             self._reload_ok = False
             self.totals.add(("config_reload_errors_total", ()))
             log.error("config reload rejected; keeping the running config: %s", exc)
+            self.load_rules(self.config)  # the rule files may have changed on their own
             return False
         self._close_sources(now)
         self.totals.rebase([*_SOURCE_COUNTERS.values(), "parse_errors_total", "scrapes_total",
@@ -301,7 +337,7 @@ class Daemon:
                 fresh = batch.cursors
             else:
                 src.reader.close()
-            records.extend(src.parser.flush())
+            records.extend(src.flush())
             cursors.extend(src.persistable(fresh))  # nothing is held any more: the true cursors
         self._commit(records, cursors, (), now)
         self._sources = None

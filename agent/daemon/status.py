@@ -12,7 +12,7 @@ from agent import http
 from agent.config import Config
 from agent.errors import AgentError, StoreError
 from agent.prom import Samples, exposition_samples
-from agent.records import Event, GpuSample, ServerStats
+from agent.records import Event, Finding, GpuSample, ServerStats
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store, failure_hint
 
@@ -27,6 +27,7 @@ class StatusReport:
     events: list[Event] = field(default_factory=list)
     totals: dict[tuple[str, str, str], int] = field(default_factory=dict)
     store_error: str | None = None
+    findings: list[Finding] = field(default_factory=list)  # the advisor's active findings
 
 
 def gather(config: Config, timeout: float = 2.0) -> StatusReport:
@@ -49,6 +50,6 @@ def gather(config: Config, timeout: float = 2.0) -> StatusReport:
             if name == "events_total" and len(labels) == 3}
         q = Queries(store)
         return StatusReport(url, live, q.latest_stats(), q.latest_facts(), q.latest_gpu_samples(),
-                            q.recent_events(limit=10), events_total)
+                            q.recent_events(limit=10), events_total, findings=q.findings(active_only=True))
     finally:
         store.close()

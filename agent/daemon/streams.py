@@ -1,8 +1,9 @@
 """What the loop keeps per log source and of the latest samples, between steps.
 
-A `LogStream` pairs one source's reader with its parser and decides how far the cursor may be
-persisted while the parser still holds lines back (an open traceback); `Latest` holds the newest
-sample of everything for the exporter and `status`.
+A `LogStream` pairs one source's reader with its parsers — one per engine instance, so each file a
+glob matches (a container, a pod) is its own engine with its own name and open tracebacks — and
+decides how far the cursor may be persisted while a parser still holds lines back (an open traceback);
+`Latest` holds the newest sample of everything for the exporter and `status`.
 """
 
 from __future__ import annotations
@@ -11,19 +12,32 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from agent.config import SourceSection
-from agent.records import CapacityFact, Cursor, GpuProcessSample, GpuSample, JournalCursor, LogLine, Record, ServerStats
+from agent.records import (
+    CapacityFact,
+    Cursor,
+    GpuProcessSample,
+    GpuSample,
+    JournalCursor,
+    LogLine,
+    Record,
+    Server,
+    ServerStats,
+)
+from agent.sources.engines import engine_name
 from agent.sources.journal import JournalSource
 from agent.sources.tailer import FileTailer
-from parsers import Parser
+from parsers import Parser, make_parser
 
 
 @dataclass
 class LogStream:
     section: SourceSection
     reader: FileTailer | JournalSource
-    parser: Parser
+    server: Server
+    ref_time: float
     last_line_at: float = 0.0
     flushed: bool = True
+    parsers: dict[str, Parser] = field(default_factory=dict)  # engine → its parser
     file_keys: dict[str, str] = field(default_factory=dict)  # path → file_key of the lines fed from it
     held_back: dict[str, Cursor] = field(default_factory=dict)  # file_key → true cursor not yet persisted
 
@@ -31,10 +45,31 @@ class LogStream:
     def name(self) -> str:
         return self.section.source_name()
 
+    def parser_for(self, path: str) -> Parser:
+        """The parser of the engine `path` belongs to: the source's own, or one per file of a glob."""
+        engine = engine_name(self.name, self.section.path, path)
+        parser = self.parsers.get(engine)
+        if parser is None:
+            parser = self.parsers[engine] = make_parser(self.server, engine, self.ref_time)
+        return parser
+
+    @property
+    def parse_errors(self) -> int:
+        return sum(p.parse_errors for p in self.parsers.values())
+
+    def flush(self) -> list[Record]:
+        return [r for p in self.parsers.values() for r in p.flush()]
+
+    def held_offsets(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.parsers.values():
+            out.update(p.held_offsets())
+        return out
+
     def feed(self, lines: Iterable[LogLine]) -> list[Record]:
         records: list[Record] = []
         for line in lines:
-            records.extend(self.parser.feed(line.text, line.ts, line.path, line.offset))
+            records.extend(self.parser_for(line.path).feed(line.text, line.ts, line.path, line.offset))
             self.file_keys[line.path] = line.file_key
         return records
 
@@ -52,7 +87,7 @@ class LogStream:
                 pending[cursor.file_key] = cursor
             else:
                 out.append(cursor)
-        limits = {self.file_keys.get(path): offset for path, offset in self.parser.held_offsets().items()}
+        limits = {self.file_keys.get(path): offset for path, offset in self.held_offsets().items()}
         self.held_back = {}
         for key, cursor in pending.items():
             limit = limits.get(key)

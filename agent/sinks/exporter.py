@@ -23,7 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 from prometheus_client.registry import Collector
 
 from agent.capacity.capacity import Capacity
-from agent.records import EventKind, GpuProcessSample, GpuSample, ServerStats, SourceStats
+from agent.records import EventKind, Finding, GpuProcessSample, GpuSample, ServerStats, SourceStats
 
 Labels = tuple[str, ...]
 Totals = Mapping[tuple[str, Labels], float]
@@ -53,6 +53,8 @@ COUNTERS: dict[str, tuple[str, Labels]] = {
     "store_dropped_records_total": ("Records dropped because the write buffer was full during a store outage.", ()),
     "config_reloads_total": ("Config reloads attempted (SIGHUP).", ()),
     "config_reload_errors_total": ("Config reloads rejected; the last good config stays in force.", ()),
+    "rule_load_errors_total": ("Rule loads (start-up or SIGHUP) rejected; the last good rule set stays in force.",
+                               ()),
 }
 
 
@@ -87,6 +89,7 @@ class Snapshot:
     capacities: Mapping[str, Capacity] = field(default_factory=dict)
     configured: Mapping[str, float] = field(default_factory=dict)
     config_last_reload_ok: bool = True
+    findings: Sequence[Finding] = ()
 
 
 def _gauge(name: str, doc: str, labels: Labels = ()) -> GaugeMetricFamily:
@@ -141,6 +144,7 @@ class SnapshotCollector(Collector):
         yield from _servers(snap.servers, snap.facts)
         yield from _gpus(snap)
         yield from _budget(snap)
+        yield from _findings(snap.findings)
 
 
 def _with_zero_events(totals: Totals, servers: Mapping[str, ServerStats]) -> dict[tuple[str, Labels], float]:
@@ -286,6 +290,22 @@ def _budget(snap: Snapshot) -> Iterator[Metric]:
         if cap.max_concurrency is not None and cap.governs is not None:
             governing.add_metric([source, cap.governs], float(cap.max_concurrency))
     yield governing
+
+
+def _findings(findings: Sequence[Finding]) -> Iterator[Metric]:
+    """One series per active finding (rule × engine: both bounded, by the rule files and the config)."""
+    active = _gauge("finding_active", "1 while the advisor's finding is active (docs/rules.md).",
+                    ("rule", "engine", "severity"))
+    value = _gauge("recommended_value", "The value an active finding recommends for its knob.",
+                   ("rule", "engine", "knob"))
+    for f in findings:
+        if not f.active:
+            continue
+        active.add_metric([f.rule, f.engine, f.severity.value], 1.0)
+        if f.knob is not None and isinstance(f.recommended, int | float):
+            value.add_metric([f.rule, f.engine, f.knob.value], float(f.recommended))
+    yield active
+    yield value
 
 
 # --- serving -----------------------------------------------------------------------------------------

@@ -154,6 +154,38 @@ class Queries:
         return sorted(out, key=lambda p: (p.gpu, p.pid))
 
 
+    def window_events(self, since: float, until: float, source: str, kind: str) -> list[Event]:
+        """One engine's events of one kind with `since <= at < until`, oldest first (the advisor's windows)."""
+        rows = self._store.query(f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? AND at < ? AND source = ? "
+                                 "AND kind = ? ORDER BY at, rowid", (since, until, source, kind))
+        return [_event(row) for row in rows]
+
+    def window_gpu_memory(self, since: float, until: float) -> list[tuple[float, float]]:
+        """(ts, the fullest GPU's used ÷ total memory) per NVML poll in the window, oldest first."""
+        rows = self._store.query("SELECT ts, max(CAST(memory_used_bytes AS REAL) / memory_total_bytes) FROM "
+                                 "gpu_samples WHERE ts >= ? AND ts < ? AND memory_total_bytes > 0 AND "
+                                 "memory_used_bytes IS NOT NULL GROUP BY ts ORDER BY ts", (since, until))
+        return [(float(r[0]), float(r[1])) for r in rows]
+
+    def engines(self) -> list[str]:
+        """Sources that are inference engines (load samples, capacity facts, or events of a server that is
+        not the kernel or NVML): what the advisor judges, one by one."""
+        names = set(self._distinct("server_stats", "source"))
+        names |= {str(r[0]) for r in self._store.query("SELECT DISTINCT source FROM facts_latest")}
+        for source in self._distinct("events", "source"):  # an index seek per source, not a scan of events
+            if source not in names and self._store.query(
+                    "SELECT 1 FROM events WHERE source = ? AND server NOT IN ('kernel', 'nvml') LIMIT 1", (source,)):
+                names.add(source)
+        return sorted(names)
+
+    def time_span(self) -> tuple[float, float] | None:
+        """The first and last record time in the store (events and load samples), or None when empty."""
+        rows = self._store.query("SELECT min(a), max(b) FROM (SELECT min(at) a, max(at) b FROM events UNION ALL "
+                                 "SELECT min(at), max(at) FROM server_stats)")
+        if not rows or rows[0][0] is None:
+            return None
+        return float(rows[0][0]), float(rows[0][1])
+
     def event_timeline(self, since: float, until: float | None = None,
                        source: str | None = None) -> list[KindTimeline]:
         """Per event kind in the window: count, first and last time, and the first one's message."""
@@ -194,6 +226,118 @@ class Queries:
             values["broke"] = bool(values["broke"])
             out.append(LoadStep(**values))
         return out
+
+    # --- what `report` reads: measured on a day of 1 s samples and a million events (bench/report.py) ---
+
+    def event_kinds(self) -> list[str]:
+        """Every event kind the store holds (a loose index scan: one seek per kind)."""
+        return self._distinct("events", "kind")
+
+    def event_buckets(self, kind: str, since: float, until: float, width: float, buckets: int) -> list[int]:
+        """Events of `kind` in each of `buckets` consecutive `width`-second buckets from `since` (never past
+        `until`): one count per bucket on the covering (kind, at) index, with no sort."""
+        rows = self._store.query("WITH RECURSIVE b(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM b WHERE i + 1 < ?5) "
+                                 "SELECT (SELECT count(*) FROM events WHERE kind = ?1 AND at >= ?2 + i * ?4 AND "
+                                 "at < min(?2 + (i + 1) * ?4, ?3)) FROM b", (kind, since, until, width, buckets))
+        return [int(r[0]) for r in rows]
+
+    def first_event(self, kind: str, since: float, until: float) -> tuple[int, Event] | None:
+        """The first event of `kind` in the window with its id (the `--around` handle)."""
+        rows = self._store.query(f"SELECT rowid, {_EVENT_COLUMNS} FROM events WHERE kind = ? AND at >= ? AND at < ? "
+                                 "ORDER BY at, rowid LIMIT 1", (kind, since, until))
+        return (int(rows[0][0]), _event(rows[0][1:])) if rows else None
+
+    def occurrences(self, kind: str, since: float, until: float) -> int:
+        """How many occurrences the window's events of `kind` stand for: an event's `count` field where the
+        line summed several (vLLM V0 logs every 50th preemption; V1 a per-interval count), else one."""
+        rows = self._store.query("SELECT sum(coalesce(json_extract(fields, '$.count'), 1)) FROM events WHERE "
+                                 "kind = ? AND at >= ? AND at < ?", (kind, since, until))
+        return int(rows[0][0] or 0)
+
+    def last_event_time(self, kind: str, since: float, until: float) -> float | None:
+        rows = self._store.query("SELECT max(at) FROM events WHERE kind = ? AND at >= ? AND at < ?",
+                                 (kind, since, until))
+        return None if rows[0][0] is None else float(rows[0][0])
+
+    def event_time(self, event_id: int) -> float | None:
+        """When the event with this id happened (its own time, else when it was stored)."""
+        rows = self._store.query("SELECT coalesce(ts, at) FROM events WHERE rowid = ?", (event_id,))
+        return float(rows[0][0]) if rows else None
+
+    def top_messages(self, since: float, until: float, total: int, limit: int = 10,
+                     exact_up_to: int = 100_000, slices: int = 40, per_slice: int = 500) -> MessageCounts:
+        """The most frequent distinct (kind, message) pairs of the window's `total` events (already redacted).
+
+        Exact up to `exact_up_to` events. Past that, counting every message means reading every row (a
+        second per million), so the counts come from `slices` evenly spread runs of `per_slice` rows
+        of the window's rowids and are scaled up: `sampled` says how many rows they stand on.
+        """
+        if total <= exact_up_to:
+            rows = self._store.query("SELECT kind, message, count(*) AS n FROM events WHERE at >= ? AND at < ? "
+                                     "GROUP BY kind, message ORDER BY n DESC, kind, message LIMIT ?",
+                                     (since, until, limit))
+            return MessageCounts([(str(r[0]), str(r[1]), int(r[2])) for r in rows], None)
+        bounds = self._store.query("SELECT min(rowid), max(rowid) FROM events WHERE at >= ? AND at < ?",
+                                   (since, until))[0]  # a scan of the covering time index, no row reads
+        first, last = (int(bounds[0]), int(bounds[1])) if bounds[0] is not None else (0, -1)
+        step = max(per_slice, (last - first + 1) // slices)
+        counts: dict[tuple[str, str], int] = {}
+        sampled = 0
+        for start in range(first, last + 1, step):
+            for kind, message in self._store.query("SELECT kind, message FROM events WHERE rowid >= ? AND rowid < ? "
+                                                   "AND at >= ? AND at < ?", (start, start + per_slice, since, until)):
+                counts[(kind, message)] = counts.get((kind, message), 0) + 1
+                sampled += 1
+        scale = total / sampled if sampled else 0.0
+        top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        return MessageCounts([(k, m, round(n * scale)) for (k, m), n in top], sampled)
+
+    def time_range(self) -> tuple[float, float] | None:
+        """The oldest and newest record time over events, load samples and GPU samples; None when empty.
+        (One min() or max() per subquery, so each is a single index seek.)"""
+        rows = self._store.query(
+            "SELECT min(v), max(w) FROM (SELECT (SELECT min(at) FROM events) v, (SELECT max(at) FROM events) w "
+            "UNION ALL SELECT (SELECT min(at) FROM server_stats), (SELECT max(at) FROM server_stats) "
+            "UNION ALL SELECT (SELECT min(ts) FROM gpu_samples), (SELECT max(ts) FROM gpu_samples))")
+        return None if rows[0][0] is None else (float(rows[0][0]), float(rows[0][1]))
+
+    def load_samples(self, source: str, since: float, until: float) -> list[tuple[Any, ...]]:
+        """(at, kv_usage_ratio, running, waiting) of one source in the window, oldest first: one indexed
+        read that percentiles, chart buckets and gap detection all share."""
+        return self._store.query("SELECT at, kv_usage_ratio, running, waiting FROM server_stats WHERE source = ? AND "
+                                 "at >= ? AND at < ? ORDER BY at", (source, since, until))
+
+    def gpus_in(self, since: float, until: float) -> list[tuple[str, int, str, int | None]]:
+        """(uuid, index, name, memory total) of every GPU sampled in the window."""
+        out = []
+        for uuid in self.sample_times("gpu_samples", since, until):
+            row = self._store.query("SELECT gpu, name, memory_total_bytes FROM gpu_samples WHERE uuid = ? AND ts >= ? "
+                                    "AND ts < ? ORDER BY ts DESC LIMIT 1", (uuid, since, until))[0]
+            out.append((uuid, int(row[0]), str(row[1]), None if row[2] is None else int(row[2])))
+        return sorted(out, key=lambda g: (g[1], g[0]))
+
+    def gpu_memory(self, uuid: str, since: float, until: float) -> list[tuple[Any, ...]]:
+        """(ts, memory_used_bytes) of one GPU in the window, oldest first."""
+        return self._store.query("SELECT ts, memory_used_bytes FROM gpu_samples WHERE uuid = ? AND ts >= ? AND ts < ? "
+                                 "ORDER BY ts", (uuid, since, until))
+
+    def sample_times(self, table: str, since: float, until: float) -> dict[str, tuple[int, float, float]]:
+        """Per source (server_stats) or GPU (gpu_samples): sample count, first and last time in the window.
+        The unary `+` keeps the planner on the covering (source|uuid, time) index instead of the time index."""
+        at, column = ("at", "source") if table == "server_stats" else ("ts", "uuid")
+        if table not in ("server_stats", "gpu_samples"):
+            raise ValueError(table)
+        rows = self._store.query(f"SELECT {column}, count(*), min({at}), max({at}) FROM {table} WHERE +{at} >= ? "
+                                 f"AND +{at} < ? GROUP BY {column}", (since, until))
+        return {str(r[0]): (int(r[1]), float(r[2]), float(r[3])) for r in rows}
+
+
+@dataclass(frozen=True)
+class MessageCounts:
+    """Top (kind, message, count) rows; `sampled` is the rows they were estimated from (None: exact)."""
+
+    rows: list[tuple[str, str, int]]
+    sampled: int | None
 
 
 def _finding(row: Sequence[Any]) -> Finding:

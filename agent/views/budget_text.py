@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from agent.capacity.budget import GIB, Budget, compute
+from agent.capacity.capacity import Capacity
 from agent.capacity.inputs import Sizing
 from agent.capacity.plan import Plan
 from agent.capacity.reconcile import Reconciliation, Row
@@ -89,8 +90,20 @@ def render_arithmetic(budget: Budget, sizing: Sizing) -> str:
     return "\n".join(lines)
 
 
-def config_snippet(budget: Budget, config: Config | None = None) -> str:
-    """The budget method's config skeleton with this budget's numbers filled in."""
+def governing(budget: Budget, capacity: Capacity | None) -> tuple[int, str]:
+    """The max_num_seqs to recommend and why: the engine's figure once it reported one (it measured its
+    own weights, activation peak and overhead on the card), else the paper budget."""
+    per_request = f"floor({size(budget.usable_kv_bytes)} usable KV / {size(budget.kv_bytes_per_request)} per request)"
+    if capacity is None or capacity.governs != "engine" or capacity.max_concurrency is None:
+        return budget.max_concurrency, per_request
+    engine = capacity.engine_max_concurrency or 0.0
+    return capacity.max_concurrency, (f"engine-reported {engine:.2f}x governs (paper budget: "
+                                      f"{budget.max_concurrency})")
+
+
+def config_snippet(budget: Budget, config: Config | None = None, capacity: Capacity | None = None) -> str:
+    """The budget method's config skeleton with this budget's numbers filled in (max_num_seqs from the
+    governing capacity: the engine's figure once it reported one)."""
     cfg = config or Config()
     i = budget.inputs
 
@@ -100,13 +113,13 @@ def config_snippet(budget: Budget, config: Config | None = None) -> str:
             return value, "from your config"
         return SKELETON_DEFAULTS[(section, key)], "default of the budget method: confirm with the step-up load test"
 
-    per_request = f"floor({size(budget.usable_kv_bytes)} usable KV / {size(budget.kv_bytes_per_request)} per request)"
+    max_num_seqs, why = governing(budget, capacity)
     rows: list[tuple[str, object, str]] = [
         ("server", None, ""),
         ("  gpu_memory_fraction", f"{i.util:.2f}", ""),
         ("  max_model_len", i.tokens_per_request, ""),
         ("  kv_cache_dtype", _kv_dtype_name(budget), ""),
-        ("  max_num_seqs", budget.max_concurrency, per_request),
+        ("  max_num_seqs", max_num_seqs, why),
         ("  max_queue_size", *kept("server", "max_queue_size")),
         ("  block_size", i.block_size, ""),
         ("  tensor_parallel_size", i.tp, ""),
@@ -125,11 +138,12 @@ def config_snippet(budget: Budget, config: Config | None = None) -> str:
     return "\n".join(lines)
 
 
-def vllm_flags(budget: Budget) -> str:
+def vllm_flags(budget: Budget, capacity: Capacity | None = None) -> str:
     i = budget.inputs
+    max_num_seqs, _ = governing(budget, capacity)
     model = i.shape.hf_id or i.shape.name
     flags = [f"vllm serve {model}", f"--gpu-memory-utilization {i.util:.2f}", f"--max-model-len {i.tokens_per_request}",
-             f"--max-num-seqs {max(budget.max_concurrency, 1)}",
+             f"--max-num-seqs {max(max_num_seqs, 1)}",
              f"--kv-cache-dtype {'fp8' if i.kv_dtype is KvDtype.FP8 else 'auto'}", f"--block-size {i.block_size}"]
     if i.tp > 1:
         flags.append(f"--tensor-parallel-size {i.tp}")
@@ -176,22 +190,33 @@ def render_reconciliation(rec: Reconciliation) -> str:
 
 
 def render_budget(budget: Budget, sizing: Sizing, config: Config | None, plan: Plan | None,
-                  rec: Reconciliation | None) -> str:
-    """The whole `budget` text: arithmetic, engine comparison, plan, config snippet and vLLM flags."""
+                  rec: Reconciliation | None, capacity: Capacity | None = None) -> str:
+    """The whole `budget` text: arithmetic, engine comparison, plan, config snippet and vLLM flags.
+
+    With the engine's start-up figures (`--from-log`), `capacity` says which figure governs; the snippet
+    and the flags then follow the engine's, not the paper's, so the two never contradict each other."""
     parts = [render_arithmetic(budget, sizing)]
     if rec is not None:
         parts.append(render_reconciliation(rec))
     if plan is not None:
         parts.append(render_plan(plan))
-    parts.append("Config (max_num_seqs from this budget):\n" + config_snippet(budget, config))
-    parts.append("Equivalent vLLM flags:\n" + vllm_flags(budget))
-    if sizing.origin.get("overhead") == "default":
+    engine_governs = capacity is not None and capacity.governs == "engine"
+    source = "the engine's reported capacity" if engine_governs else "this budget"
+    parts.append(f"Config (max_num_seqs from {source}):\n" + config_snippet(budget, config, capacity))
+    parts.append("Equivalent vLLM flags:\n" + vllm_flags(budget, capacity))
+    if engine_governs and capacity is not None:
+        parts.append(f"Which governs: the engine's figure ({capacity.engine_max_concurrency:.2f}x at "
+                     f"{capacity.tokens_per_request} tokens per request → max_num_seqs {capacity.max_concurrency}); "
+                     f"the paper budget said {budget.max_concurrency}. The engine measured its own weights, "
+                     "activation peak and overhead on the card.")
+    elif sizing.origin.get("overhead") == "default":
         parts.append(f"Note: overhead {budget.inputs.overhead_bytes / GIB:.1f} GiB is a default; measure it with "
                      "--from-log on the engine's start-up log.")
     return "\n\n".join(parts)
 
 
-def to_json(budget: Budget, sizing: Sizing, plan: Plan | None, rec: Reconciliation | None) -> dict[str, Any]:
+def to_json(budget: Budget, sizing: Sizing, plan: Plan | None, rec: Reconciliation | None,
+            capacity: Capacity | None = None) -> dict[str, Any]:
     """Everything in machine form; sizes in bytes, the origin of each input alongside."""
     i = budget.inputs
     out: dict[str, Any] = {k: v for k, v in asdict(budget).items() if k != "inputs"}
@@ -204,6 +229,9 @@ def to_json(budget: Budget, sizing: Sizing, plan: Plan | None, rec: Reconciliati
         "block_size": i.block_size, "tensor_parallel_size": i.tp,
     }
     out["origin"] = sizing.origin
+    out["recommended_max_num_seqs"] = governing(budget, capacity)[0]
+    if capacity is not None:
+        out["capacity"] = capacity.as_dict()
     out["workload_tokens"] = sizing.workload_tokens
     if plan is not None:
         out["plan"] = {

@@ -13,6 +13,7 @@ import time
 
 from agent.config import Config
 from agent.daemon.status import StatusReport
+from agent.views.advice_text import finding_line
 from agent.views.units import size
 
 
@@ -96,6 +97,11 @@ def render(report: StatusReport, config: Config, budget_max: int | None, now: fl
         out.append(f"  gpu {g.gpu} {g.name}: {used}{util}{temp} ({_ago(g.ts, now)})")
     if not report.gpus:
         out.append("  no GPU samples")
+    out.append("")
+    out.append("findings (active):" if report.findings else "findings: none active")
+    for f in report.findings:
+        out.append(f"  {finding_line(f)} ({_ago(f.since, now)})")
+        out.append(f"      {f.message[:200]}")
     out.append("")
     totals = sorted(report.totals.items(), key=lambda kv: -kv[1])
     out.append("events (all time): " + (", ".join(f"{kind} {n}" for (_, _, kind), n in totals[:8]) or "none"))

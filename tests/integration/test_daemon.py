@@ -80,10 +80,10 @@ class Agent:
             return response.read().decode()
 
     def value(self, name: str, **labels: str) -> float | None:
-        for line in self.metrics().splitlines():
-            if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items()):
-                return float(line.rsplit(" ", 1)[1])
-        return None
+        """The sum of the samples of `name` that carry `labels` (None when there is none)."""
+        values = [float(line.rsplit(" ", 1)[1]) for line in self.metrics().splitlines()
+                  if line.startswith((name + "{", name + " ")) and all(f'{k}="{v}"' in line for k, v in labels.items())]
+        return sum(values) if values else None
 
     def signal(self, sig: signal.Signals) -> None:
         assert self.proc is not None
@@ -147,7 +147,8 @@ def test_events_reach_the_store_and_metrics_and_survive_kill(node: dict[str, Any
     append(node["log"], STATS, OOM, REJECT)
     wait_for("the OOM counter", lambda: agent.value("deepinfer_events_total", kind="oom") == 1)
     assert agent.value("deepinfer_events_total", kind="http_429") == 1
-    assert agent.value("deepinfer_server_waiting_requests", source="vllm") == 2
+    # the source is a glob: each file it matches is its own engine, `<source>/<file>` (docs/rules.md)
+    assert agent.value("deepinfer_server_waiting_requests", source="vllm/vllm") == 2
     assert agent.value("deepinfer_budget_max_concurrency") == 13
     wait_for("GPU memory from the fake driver",
              lambda: agent.value("deepinfer_gpu_memory_used_bytes", gpu="0") == 21474836480)
@@ -164,7 +165,7 @@ def test_events_reach_the_store_and_metrics_and_survive_kill(node: dict[str, Any
 def test_sigterm_flushes_and_exits_zero_within_five_seconds(node: dict[str, Any]) -> None:
     agent = node["agent"]()
     append(node["log"], STATS)
-    wait_for("the first sample", lambda: agent.value("deepinfer_server_running_requests", source="vllm") == 5)
+    wait_for("the first sample", lambda: agent.value("deepinfer_server_running_requests", source="vllm/vllm") == 5)
     with node["log"].open("a") as handle:
         handle.write("no newline yet: a partial last line")
     started = time.monotonic()
@@ -232,7 +233,7 @@ scrape_configs:
 
         # Prometheus applies new targets on a 5 s tick: poll with a deadline, never a fixed sleep.
         result = wait_for("Prometheus to have scraped the OOM counter",
-                          lambda: query('deepinfer_events_total{kind="oom",source="vllm"}'), timeout=30)
+                          lambda: query('deepinfer_events_total{kind="oom",source="vllm/vllm"}'), timeout=30)
         assert float(result[0]["value"][1]) == 1
         assert query('deepinfer_events_total{kind="http_429"}')[0]["value"][1] == "1"
         assert query("deepinfer_gpu_memory_total_bytes")[0]["value"][1] == "85899345920"

@@ -28,6 +28,9 @@ def test_wheel_ships_rules_and_both_packages(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     assert "agent/rules/README.md" in names
     assert "agent/cli.py" in names and "parsers/vllm.py" in names
+    for asset in ("views/templates/report.html.j2", "views/templates/report_charts.js",
+                  "views/vendor/uplot/uPlot.iife.min.js", "views/vendor/uplot/LICENSE"):
+        assert f"agent/{asset}" in names  # the HTML report works from an install, offline
     assert not any("tests/" in n for n in names)
     metadata = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()

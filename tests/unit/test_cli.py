@@ -202,3 +202,17 @@ def test_from_log_paper_overflow_says_which_inputs_to_pass() -> None:
     code, _, err = run("budget", "--from-log", str(STARTUP / "real-0.7-v0-qwen7b-awq-no-memory.log"),
                        "--model", "qwen2.5-7b", "--weights-dtype", "awq")
     assert code != 0 and "did not start either" in err
+
+
+def test_from_log_recommends_the_engines_figure_and_says_which_governs() -> None:
+    # the engine printed 1.30x at 32,768 tokens; the paper (80 GiB, default overhead) says 8
+    log = str(STARTUP / "real-0.11-v1-qwen3-14b.log")
+    code, out, _ = run("budget", "--from-log", log, "--vram-gib", "80", "--model", "qwen3-14b")
+    assert code == 0
+    assert "max_num_seqs: 1" in out and "engine-reported 1.30x governs (paper budget: 8)" in out
+    assert "--max-num-seqs 1 " in out and "Which governs: the engine's figure" in out
+    assert "measure it with --from-log" not in out
+    code, out, _ = run("budget", "--from-log", log, "--vram-gib", "80", "--model", "qwen3-14b", "--json")
+    data = json.loads(out)
+    assert data["recommended_max_num_seqs"] == 1 and data["capacity"]["governs"] == "engine"
+    assert data["max_concurrency"] == 8  # the paper figure is still there, beside it

@@ -1,0 +1,240 @@
+"""The advisor: every rule over every engine's window, with hysteresis and cooldown, into Findings.
+
+`evaluate(rule, window)` is pure: it reads the window's aggregates, compares, and returns a `Verdict`
+(matched or not, the evidence, the recommendation with its arithmetic). `Advisor.step(now, …)` keeps
+one small state per (rule, engine) and returns only the Findings that changed: activation (once; the
+log says it once), a changed recommendation, and clearing — after `clear_after` evaluations in a row
+without a match (hysteresis), then no re-firing for `cooldown` seconds. So a finding neither flaps at a
+threshold nor repeats every tick; the store keeps the history, the exporter the active set.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agent.capacity.capacity import Capacity
+from agent.config import Config
+from agent.judge.builtins import BUILTINS, Context
+from agent.judge.rules import Condition, Group, Rule
+from agent.judge.signals import Window, references
+from agent.records import Finding
+from agent.sinks.queries import Queries
+
+log = logging.getLogger("deepinfer.advisor")
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One rule on one engine's window: whether it matched, the numbers, and what it recommends."""
+
+    matched: bool
+    evidence: dict[str, float | None]
+    current: float | None = None
+    recommended: float | None = None
+    arithmetic: str = ""
+    message: str = ""
+
+
+def _holds(node: Group | Condition, window: Window, rule: Rule, evidence: dict[str, float | None]) -> bool:
+    if isinstance(node, Group):
+        results = [_holds(item, window, rule, evidence) for item in (node.all or node.any or [])]
+        return all(results) if node.all is not None else any(results)
+    lhs = window.value(node, rule.min_samples)
+    evidence[node.key] = _round(lhs)
+    rhs = node.value if node.value is not None else window.refs.get(node.ref or "")
+    if node.ref is not None:
+        evidence[node.ref.split(".")[1]] = _round(rhs)
+    if lhs is None or rhs is None:
+        return False
+    return _OPS[node.op](lhs, rhs * node.factor)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def evaluate(rule: Rule, window: Window) -> Verdict:
+    """Compare, and on a match compute the action's value with its built-in."""
+    evidence: dict[str, float | None] = {}
+    matched = _holds(rule.when, window, rule, evidence)
+    for extra in rule.observe:
+        evidence[extra.key] = _round(window.value(extra, rule.min_samples))
+    current = window.refs.get(f"config.{rule.action.knob.value}")
+    if not matched:
+        return Verdict(False, evidence, current)
+    recommended, arithmetic = None, ""
+    if rule.action.to is not None:
+        ctx = Context(evidence, window.capacity, current, rule.action.factor, rule.action.of, {})
+        recommended, arithmetic = BUILTINS[rule.action.to](ctx)
+    cap = window.capacity
+    names: dict[str, object] = {k.split(".")[1]: _show(v) for k, v in window.refs.items()}
+    names.update({k: _show(v) for k, v in evidence.items()})
+    names.update({"from": _show(current), "to": _show(recommended), "engine": window.engine,
+                  "knob": rule.action.knob.value, "governs": (cap.governs if cap else None) or "unknown"})
+    try:
+        message = rule.message.format(**names)
+    except (KeyError, ValueError, IndexError) as exc:  # validated at load; a format spec may still misfit
+        message = f"{rule.message} (message not filled: {exc})"
+    return Verdict(True, evidence, current, recommended, arithmetic, message)
+
+
+def _show(x: object) -> str:
+    if x is None:
+        return "?"
+    if isinstance(x, float):
+        return f"{x:,.0f}" if x.is_integer() or abs(x) >= 100 else f"{x:.2f}"
+    return str(x)
+
+
+@dataclass
+class _State:
+    active: Finding | None = None
+    misses: int = 0
+    cleared_at: float = -math.inf
+
+
+@dataclass
+class Advisor:
+    """Rules over engines, stepped by the daemon every `interval` seconds (or replayed by `advise`)."""
+
+    rules: Sequence[Rule]
+    interval: float = 15.0
+    config: Mapping[str, float | None] = field(default_factory=dict)
+    log_findings: bool = True  # the daemon logs each new finding once; a replay (`advise`) prints instead
+    _state: dict[tuple[str, str], _State] = field(default_factory=dict)
+    _due: float = -math.inf
+
+    def due(self, now: float) -> bool:
+        return now >= self._due
+
+    def active(self) -> list[Finding]:
+        """The findings active now, by rule then engine."""
+        return sorted((s.active for s in self._state.values() if s.active is not None),
+                      key=lambda f: (f.rule, f.engine))
+
+    def restore(self, findings: Iterable[Finding]) -> None:
+        """Take back the findings a previous run left active (from the store), so a restart neither
+        re-logs nor re-stores them; they clear the usual way once their rule stops matching."""
+        names = {r.name for r in self.rules}
+        for f in findings:
+            if f.active and f.rule in names:
+                self._state.setdefault((f.rule, f.engine), _State()).active = f
+
+    def replace_rules(self, rules: Sequence[Rule]) -> list[Finding]:
+        """Swap the rule set (SIGHUP); findings of rules that vanished are cleared (returned to store)."""
+        names = {r.name for r in rules}
+        self.rules = tuple(rules)
+        self._due = -math.inf
+        gone: list[Finding] = []
+        for key in [k for k in self._state if k[0] not in names]:
+            held = self._state.pop(key).active
+            if held is not None:
+                gone.append(_cleared(held, held.ts))
+        return gone
+
+    def step(self, now: float, queries: Queries, capacities: Mapping[str, Capacity],
+             engines: Iterable[str] | None = None, config: Mapping[str, Mapping[str, float | None]] | None = None,
+             ) -> list[Finding]:
+        """Judge every rule on every engine at `now`; return the Findings whose state changed."""
+        self._due = now + self.interval
+        changed: list[Finding] = []
+        for engine in sorted(set(engines if engines is not None else queries.engines())):
+            cap = capacities.get(engine)
+            per_engine = dict(self.config)
+            per_engine.update({k: v for k, v in (config or {}).get(engine, {}).items() if per_engine.get(k) is None})
+            refs = references(cap, per_engine)
+            for rule in self.rules:
+                window = Window(queries, engine, now - rule.window, now, cap, refs)
+                verdict = evaluate(rule, window)
+                found = self._transition(rule, engine, verdict, now)
+                if found is not None:
+                    changed.append(found)
+        return changed
+
+    def _transition(self, rule: Rule, engine: str, verdict: Verdict, now: float) -> Finding | None:
+        state = self._state.setdefault((rule.name, engine), _State())
+        held = state.active
+        if verdict.matched:
+            state.misses = 0
+            if held is None:
+                if now - state.cleared_at < rule.cooldown:
+                    return None
+                state.active = _finding(rule, engine, verdict, now, now)
+                if self.log_findings:
+                    log.warning("finding %s on %s: %s", rule.name, engine, verdict.message)
+                return state.active
+            if held.recommended != verdict.recommended or held.current != verdict.current:
+                state.active = _finding(rule, engine, verdict, now, held.since)
+                return state.active
+            return None
+        if held is None:
+            return None
+        state.misses += 1
+        if state.misses < rule.clear_after:
+            return None
+        state.active, state.misses, state.cleared_at = None, 0, now
+        if self.log_findings:
+            log.info("finding %s on %s cleared", rule.name, engine)
+        return _cleared(held, now)
+
+
+def _finding(rule: Rule, engine: str, v: Verdict, now: float, since: float) -> Finding:
+    return Finding(ts=now, since=since, rule=rule.name, engine=engine, severity=rule.severity, message=v.message,
+                   knob=rule.action.knob, direction=rule.action.direction, current=v.current,
+                   recommended=v.recommended, evidence=dict(v.evidence), arithmetic=v.arithmetic,
+                   window_seconds=rule.window, active=True)
+
+
+def _cleared(held: Finding, now: float) -> Finding:
+    return Finding(ts=now, since=held.since, rule=held.rule, engine=held.engine, severity=held.severity,
+                   message=f"cleared: {held.message}", knob=held.knob, direction=held.direction,
+                   current=held.current, recommended=held.recommended, evidence=held.evidence,
+                   arithmetic=held.arithmetic, window_seconds=held.window_seconds, active=False)
+
+
+def knobs_of(config: Config | None) -> dict[str, float | None]:
+    """The config's knob values as floats (None unset), for `config.*` references and a finding's `from`."""
+    if config is None:
+        return {}
+    s, lim, ses = config.server, config.limits, config.session
+    values: dict[str, float | int | None] = {
+        "max_num_seqs": s.max_num_seqs, "max_queue_size": s.max_queue_size, "max_model_len": s.max_model_len,
+        "gpu_memory_utilization": s.gpu_memory_fraction, "request_timeout_ms": lim.request_timeout_ms,
+        "queue_timeout_ms": lim.queue_timeout_ms, "max_output_tokens": lim.max_output_tokens,
+        "max_session_tokens": ses.max_session_tokens}
+    return {k: (float(v) if v is not None else None) for k, v in values.items()}
+
+
+def engine_config(facts: Mapping[str, Mapping[str, float | str]]) -> dict[str, dict[str, float | None]]:
+    """Per engine: the knob values it reported itself at start-up (max_num_seqs, …), used where the config
+    leaves them unset."""
+    out: dict[str, dict[str, float | None]] = {}
+    for engine, values in facts.items():
+        for name in ("max_num_seqs", "max_model_len", "gpu_memory_utilization"):
+            v = values.get(name)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                out.setdefault(engine, {})[name] = float(v)
+    return out
+
+
+def evaluate_window(queries: Queries, config: Config | None, since: float, until: float) -> list[Finding]:
+    """The advisor replayed over `[since, until)` with the shipped rules and the config's `rules.dirs`:
+    each finding's last state, `active` False (and `ts` its clearing) when it cleared inside the window.
+    What `report --log` shows, where nothing was stored; `advise` prints the same replay."""
+    from dataclasses import replace
+
+    from agent.config import shipped_rules_dir
+    from agent.judge.replay import replay
+    from agent.judge.rules import load_rules
+
+    ruleset = load_rules([shipped_rules_dir(), *(config.rules.dirs if config else [])])
+    result = replay(queries, ruleset.rules, config, since, until)
+    return [a.finding if a.cleared_at is None else replace(a.finding, active=False, ts=a.cleared_at)
+            for a in result.advice]

@@ -1,0 +1,379 @@
+"""Rule files: a closed, validated vocabulary (not a language), loaded from YAML with one-line errors.
+
+A rule says: over a window, when these aggregates of named signals compare so with numbers or with
+capacity/config values (`all`/`any`), turn this knob this way, to the value a named built-in computes,
+and say so with a message that may name only evidence values. Every name a rule may use is listed here
+(`SIGNALS`, `AGGREGATES`, `REFERENCES`, `builtins.BUILTINS`); anything else is an error naming the file,
+the rule, the field and what was expected. A later file overrides an earlier rule of the same name, so
+an operator's `rules.dirs` can retune a shipped rule without copying the rest. docs/rules.md is the
+reference.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from agent.errors import AgentError
+from agent.judge.builtins import BUILTINS
+from agent.records import Direction, EventKind, Knob, Phase, Severity
+
+# Signal name → what it is (docs/rules.md repeats this table). `events.<kind>` is one per EventKind.
+SIGNALS: dict[str, str] = {
+    "kv_usage_ratio": "KV-cache usage 0–1 from the engine's stats lines or /metrics",
+    "running": "requests being computed (engine stats)",
+    "waiting": "requests accepted and waiting for a slot (engine stats)",
+    "swapped": "requests swapped to CPU (vLLM V0 stats)",
+    "preemptions": "preemptions an engine stats sample reports for its interval (vLLM V1 0.12+)",
+    "request_tokens": "KV tokens held per running request (kv_used_tokens, or kv_usage_ratio × the engine's "
+                      "KV-cache tokens, ÷ running): the observed request length",
+    "gpu_memory_used_ratio": "NVML: the fullest GPU's used ÷ total memory, per sample",
+    **{f"events.{k.value}": f"`{k.value}` events (optionally filtered by `where`; `field` aggregates a number "
+                            "they carry)" for k in EventKind},
+}
+AGGREGATES = ("p50", "p95", "p99", "max", "min", "mean", "last", "sum", "count", "rate", "growth")
+# Values a condition may compare with (besides a number); None at evaluation makes the condition false.
+REFERENCES: dict[str, str] = {
+    "capacity.max_concurrency": "the governing capacity (engine figure once reported, else the paper budget)",
+    "capacity.paper_max_concurrency": "the paper budget's max concurrency",
+    "capacity.engine_max_concurrency": "the engine's own figure at the budget's request length",
+    "capacity.tokens_per_request": "tokens per request the budget assumes",
+    "capacity.disagreement_ratio": "|engine ÷ paper − 1|",
+    "config.max_num_seqs": "server.max_num_seqs (or the engine's reported max_num_seqs)",
+    "config.max_queue_size": "server.max_queue_size",
+    "config.max_model_len": "server.max_model_len",
+    "config.request_timeout_ms": "limits.request_timeout_ms",
+    "config.queue_timeout_ms": "limits.queue_timeout_ms",
+    "config.max_output_tokens": "limits.max_output_tokens",
+    "config.max_session_tokens": "session.max_session_tokens",
+    "config.gpu_memory_utilization": "server.gpu_memory_fraction (or the engine's reported value)",
+}
+WHERE_KEYS = ("scope", "knob", "phase", "reason")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)$")
+_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def seconds(text: str | float) -> float:
+    """`90s`, `10m`, `2h` or a number of seconds → seconds; ValueError otherwise."""
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return float(text)
+    m = _DURATION.match(str(text).strip())
+    if not m:
+        raise ValueError(f"expected a duration like 90s, 10m or 2h, got {text!r}")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Aggregate(_Model):
+    """`<agg>(<signal>[.field] where …)`: one number from a window; the evidence key is `as` or derived."""
+
+    signal: str
+    agg: Literal["p50", "p95", "p99", "max", "min", "mean", "last", "sum", "count", "rate", "growth"]
+    where: dict[str, str] = Field(default_factory=dict)
+    field: str | None = None
+    as_: str | None = Field(None, alias="as")
+
+    @field_validator("signal")
+    @classmethod
+    def _known_signal(cls, v: str) -> str:
+        if v not in SIGNALS and v not in REFERENCES:
+            raise ValueError(f"unknown signal {v!r} (expected one of: {', '.join(SIGNALS)}; or a reference: "
+                             f"{', '.join(REFERENCES)})")
+        return v
+
+    @field_validator("where")
+    @classmethod
+    def _known_where(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if key not in WHERE_KEYS:
+                raise ValueError(f"unknown filter {key!r} (expected one of: {', '.join(WHERE_KEYS)})")
+            if key == "knob" and value not in {k.value for k in Knob}:
+                raise ValueError(f"unknown knob {value!r} (expected one of: {', '.join(k.value for k in Knob)})")
+            if key == "phase" and value not in {p.value for p in Phase}:
+                raise ValueError(f"unknown phase {value!r} (expected one of: {', '.join(p.value for p in Phase)})")
+        return v
+
+    @model_validator(mode="after")
+    def _series_only(self) -> Aggregate:
+        if (self.where or self.field) and not self.signal.startswith("events."):
+            raise ValueError(f"where/field apply to events.* signals, not {self.signal}")
+        if self.signal in REFERENCES and self.agg != "last":
+            raise ValueError(f"{self.signal} is one value, not a series: use agg last")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The evidence name of this aggregate: `as`, else `<signal>[.<field>]_<agg>` with dots as `_`."""
+        if self.as_:
+            return self.as_
+        if self.signal in REFERENCES:
+            return self.signal.split(".")[1]
+        base = self.signal.replace("events.", "") + (f"_{self.field}" if self.field else "")
+        suffix = "".join(f"_{v}" for v in self.where.values())
+        return f"{base}{suffix}_{self.agg}"
+
+
+class Condition(Aggregate):
+    """An aggregate compared with a number (`value`) or with `factor` × a capacity/config value (`ref`)."""
+
+    op: Literal[">", ">=", "<", "<=", "==", "!="]
+    value: float | None = None
+    ref: str | None = None
+    factor: float = 1.0
+
+    @field_validator("ref")
+    @classmethod
+    def _known_ref(cls, v: str | None) -> str | None:
+        if v is not None and v not in REFERENCES:
+            raise ValueError(f"unknown reference {v!r} (expected one of: {', '.join(REFERENCES)})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_rhs(self) -> Condition:
+        if (self.value is None) == (self.ref is None):
+            raise ValueError("give exactly one of value (a number) or ref (a capacity/config value)")
+        return self
+
+
+def _kind(item: Any) -> str:
+    """A mapping with `all`/`any` is a group, anything else a condition: errors then name one, not both."""
+    if isinstance(item, dict) and ("all" in item or "any" in item):
+        return "Group"
+    return "Condition"
+
+
+Item = Annotated[Annotated["Condition", Tag("Condition")] | Annotated["Group", Tag("Group")], Discriminator(_kind)]
+
+
+class Group(_Model):
+    all: list[Item] | None = None
+    any: list[Item] | None = None
+
+    @model_validator(mode="after")
+    def _one_list(self) -> Group:
+        if (self.all is None) == (self.any is None) or not (self.all or self.any):
+            raise ValueError("a group takes exactly one non-empty list: all or any")
+        return self
+
+    def conditions(self) -> Iterable[Condition]:
+        for item in self.all or self.any or []:
+            if isinstance(item, Group):
+                yield from item.conditions()
+            else:
+                yield item
+
+
+class Action(_Model):
+    knob: Knob
+    direction: Direction
+    to: str | None = None
+    factor: float = Field(1.0, gt=0, description="scale_current / observed_plus_margin: the multiplier")
+    of: str | None = Field(None, description="observed_plus_margin: the evidence value to start from")
+
+    @field_validator("to")
+    @classmethod
+    def _known_builtin(cls, v: str | None) -> str | None:
+        if v is not None and v not in BUILTINS:
+            raise ValueError(f"unknown built-in {v!r} (expected one of: {', '.join(BUILTINS)})")
+        return v
+
+
+class Rule(_Model):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{2,63}$")
+    description: str = ""
+    severity: Severity = Severity.WARNING
+    window: float = 600.0
+    min_samples: int = Field(1, ge=0)
+    static: bool = Field(False, description="judged from capacity/config alone (no window data needed)")
+    when: Group
+    observe: list[Aggregate] = Field(default_factory=list, description="more aggregates for the evidence only")
+    action: Action
+    message: str
+    clear_after: int = Field(2, ge=1, description="evaluations in a row without a match before it clears")
+    cooldown: float = Field(0.0, ge=0, description="seconds after clearing before it may fire again")
+
+    @field_validator("window", "cooldown", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float:
+        return seconds(v)
+
+    @model_validator(mode="after")
+    def _message_names_evidence(self) -> Rule:
+        allowed = {c.key for c in self.when.conditions()} | {o.key for o in self.observe}
+        allowed |= {"from", "to", "engine", "knob", "governs"}
+        allowed |= {r.split(".")[1] for r in REFERENCES}
+        if self.action.of is not None and self.action.of not in allowed:
+            raise ValueError(f"action.of names {self.action.of!r}, not an evidence value (expected one of: "
+                             f"{', '.join(sorted(allowed))})")
+        for _, name, _, _ in string.Formatter().parse(self.message):
+            if name is not None and name.split(":")[0] not in allowed:
+                raise ValueError(f"message names {{{name}}}, not an evidence value (expected one of: "
+                                 f"{', '.join(sorted(allowed))})")
+        return self
+
+
+class RuleFile(_Model):
+    rules: list[Rule]
+
+
+class RuleError(AgentError):
+    """Rule files with problems; `problems` holds one line each: file:line: rule: field: expected …"""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """The rules in force, by name, and where each came from."""
+
+    rules: tuple[Rule, ...] = ()
+    origin: dict[str, str] = field(default_factory=dict)
+
+
+def _line_of(node: Any, loc: Sequence[Any]) -> int:
+    """The 1-based line of `loc` inside a composed YAML node (the deepest part found)."""
+    line = node.start_mark.line + 1 if node is not None else 0
+    for part in loc:
+        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+            hit = next(((k, v) for k, v in node.value if getattr(k, "value", None) == part), None)
+            if hit is None:
+                break
+            line, node = hit[0].start_mark.line + 1, hit[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            continue  # pydantic's union tags ('Condition', 'Group') are not in the document
+    return line
+
+
+def _known_fields(parent: tuple[Any, ...]) -> list[str]:
+    """The field names valid where an unknown one was found (`parent` is its location inside a rule)."""
+    tags = [p for p in parent if p in ("Condition", "Group")]
+    model: type[BaseModel] = Rule
+    if tags:
+        model = Condition if tags[-1] == "Condition" else Group
+    elif parent[:1] == ("action",):
+        model = Action
+    elif parent[:1] == ("observe",):
+        model = Aggregate
+    return [f.alias or name for name, f in model.model_fields.items()]
+
+
+def _problem(path: Path, node: Any, data: Any, error: Any) -> str:
+    loc: tuple[Any, ...] = tuple(error["loc"])
+    line = _line_of(node, loc)
+    rule = "-"
+    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+        try:
+            rule = str(data["rules"][loc[1]].get("name", f"rules[{loc[1]}]"))
+        except (KeyError, IndexError, TypeError, AttributeError):
+            rule = f"rules[{loc[1]}]"
+        loc = loc[2:]
+    where = ""
+    for p in loc:
+        if isinstance(p, int):
+            where += f"[{p}]"
+        elif p[:1].islower():
+            where += f".{p}" if where else p
+    msg = str(error["msg"]).replace("Value error, ", "").replace("Input should be", "expected")
+    for field_name in ("message", "action.of"):
+        if msg.startswith(f"{field_name} names"):
+            where = field_name
+            line = _line_of(node, (*tuple(error["loc"]), *field_name.split(".")))
+    where = where or "(rule)"
+    if error["type"] == "extra_forbidden":
+        msg = f"unknown field (expected one of: {', '.join(_known_fields(loc[:-1]))})"
+    elif error["type"] == "missing":
+        msg = "required field is missing"
+    elif error["type"] == "string_pattern_mismatch":
+        msg = "expected 3–64 lowercase letters, digits or _, starting with a letter"
+    return f"{path}:{line}: {rule}: {where}: {msg}"
+
+
+def load_file(path: Path) -> list[Rule]:
+    """Parse and validate one rule file; RuleError lists every problem, one line each."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except OSError as exc:
+        raise RuleError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        raise RuleError([f"{path}:{mark.line + 1 if mark else 0}: -: YAML syntax error: {exc.problem}"]) from exc
+    if not isinstance(data, dict):
+        raise RuleError([f"{path}:1: -: (file): expected a mapping with a `rules:` list"])
+    try:
+        parsed = RuleFile.model_validate(data)
+    except ValidationError as exc:
+        seen: list[str] = []
+        for error in exc.errors():
+            # A union member's errors repeat for Condition and Group: keep the ones naming the field.
+            text = _problem(path, node, data, error)
+            if text not in seen:
+                seen.append(text)
+        raise RuleError(seen) from exc
+    names = [r.name for r in parsed.rules]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise RuleError([f"{path}:1: {n}: name: defined twice in one file" for n in dupes])
+    return parsed.rules
+
+
+def rule_files(dirs: Sequence[Path]) -> list[Path]:
+    """Every `*.yaml` / `*.yml` in `dirs`, each folder sorted by name, folders in the order given."""
+    out: list[Path] = []
+    for d in dirs:
+        if d.is_file():
+            out.append(d)
+        elif d.is_dir():
+            out.extend(sorted(p for p in d.iterdir() if p.suffix in (".yaml", ".yml")))
+        else:
+            raise RuleError([f"{d}: -: (dir): rule directory not found"])
+    return out
+
+
+def load_rules(dirs: Sequence[Path]) -> RuleSet:
+    """Load every rule file in order; a later rule replaces an earlier one of the same name.
+
+    All problems across all files are collected before raising, so `rules check` prints them all."""
+    problems: list[str] = []
+    by_name: dict[str, Rule] = {}
+    origin: dict[str, str] = {}
+    try:
+        files = rule_files(dirs)
+    except RuleError as exc:
+        problems.extend(exc.problems)
+        files = [p for d in dirs if d.exists() for p in rule_files([d])]
+    for path in files:
+        try:
+            for rule in load_file(path):
+                by_name[rule.name] = rule
+                origin[rule.name] = str(path)
+        except RuleError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise RuleError(problems)
+    return RuleSet(tuple(by_name.values()), origin)
