@@ -4,7 +4,7 @@ What it does, each step printed as it happens:
 
 1. starts the SIMULATED vLLM-like engine (`simulate`) with a deliberately too-high `max_num_seqs`
    (64, where the budget of its card allows 13 requests of 8,192 tokens), writing a vLLM-format log;
-2. starts the agent (`run`) on that log and the engine's `/metrics`, as it would run on a GPU node;
+2. starts the agent (`run`) on that log, as it would run on a GPU node;
 3. runs the step-up load test (`loadtest`) against the engine, level by level, until preemptions
    show that the KV cache ran out, and keeps each level in the agent's store;
 4. prints the advisor's recommendation (`advise`) over what the agent stored;
@@ -112,7 +112,9 @@ def _start(demo: Demo, name: str, args: Sequence[str]) -> tuple[subprocess.Popen
     return process, output
 
 
-def _config_text(demo: Demo, engine_port: int, metrics_port: int) -> str:
+def _config_text(demo: Demo, metrics_port: int) -> str:
+    # The log alone: a scrape of the same engine under the same name would count each preemption twice
+    # (once from the stats line, once from the counter), and under another name it would be a second engine.
     return f"""# Written by `deepinfer-agent demo`: the agent watching the SIMULATED engine.
 model: {{preset: {MODEL}, weights_gib: {WEIGHTS_GIB}}}
 gpu: {{vram_gib: {VRAM_GIB}, overhead_gib: {OVERHEAD_GIB}}}
@@ -120,8 +122,6 @@ server: {{gpu_memory_fraction: {UTIL}, max_model_len: {MAX_MODEL_LEN}, max_num_s
 limits: {{max_output_tokens: {OUTPUT_TOKENS}}}
 sources:
   - {{path: {demo.log.name}, server: vllm, name: vllm, start_at: beginning, poll_interval_seconds: 0.2}}
-scrape:
-  - {{url: "http://127.0.0.1:{engine_port}/metrics", server: vllm, name: vllm, interval_seconds: 1}}
 nvml: {{enabled: false}}
 metrics: {{listen: 127.0.0.1, port: {metrics_port}}}
 store: {{path: {demo.db.name}}}
@@ -156,9 +156,9 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
             "--stats-interval", "0.5", "--log", str(demo.log)])
         _wait_until("the simulated engine", lambda: _answers(f"{engine_url}/v1/models"), engine, output)
 
-        say(f"[2/5] starting the agent on {demo.log.name} and the engine's /metrics "
-            f"(metrics on http://127.0.0.1:{metrics_port}/metrics)")
-        demo.config.write_text(_config_text(demo, engine_port, metrics_port), encoding="utf-8")
+        say(f"[2/5] starting the agent on the engine's log {demo.log.name} "
+            f"(its metrics on http://127.0.0.1:{metrics_port}/metrics)")
+        demo.config.write_text(_config_text(demo, metrics_port), encoding="utf-8")
         agent, output = _start(demo, "run", ["run", "--config", str(demo.config)])
         _wait_until("the agent", lambda: _answers(f"http://127.0.0.1:{metrics_port}/metrics"), agent, output)
 
