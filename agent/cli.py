@@ -14,13 +14,13 @@ import time
 from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, BinaryIO, NoReturn, cast
+from typing import Annotated, BinaryIO, NoReturn
 
 import typer
 import typer.core
 
 from agent import __version__
-from agent.config import DEFAULT_CONFIG_PATH
+from agent.defaults import DEFAULT_CONFIG_PATH
 from agent.errors import AgentError, BudgetError, ConfigError
 from agent.records import KvDtype, Server, WeightsDtype
 
@@ -31,6 +31,7 @@ app = typer.Typer(
     add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,  # click's plain help: rendering it with rich would import rich (most of `--help`'s time)
 )
 
 NOT_RUNNING = 3  # `status` when nothing answers on the metrics port (as `systemctl is-active` says inactive)
@@ -321,40 +322,56 @@ def scan(
                                                "record.")] = ScanFormat.TEXT,
     tz: Annotated[str, typer.Option(help="Zone of time stamps that carry none (vLLM, SGLang, syslog): UTC, "
                                     "+08:00 or Asia/Shanghai.")] = "UTC",
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Processes that read one large plain "
+                                             "file in parallel (default: the CPUs available); the output is the "
+                                             "same as with 1.")] = None,
 ) -> None:
     """Classify saved logs: OOM, preemption, queueing, refusals, timeouts, engine deaths, GPU faults.
 
     Exits 0 whether or not problems are found (it is a report, not a check); 1 when a file cannot be read.
     """
-    from agent.sources.saved import FileScan, parse_tz, scan_stream
-    from agent.views.scan_text import jsonl, render_text
+    from agent.sources.parallel import scan_path
+    from agent.sources.saved import FileScan, parse_tz, scan_into
+    from agent.views.scan_text import JsonlWriter, render_text
+    from agent.views.summary import SummaryBuilder
 
     scans: list[FileScan] = []
     try:
         zone = parse_tz(tz)
     except AgentError as exc:
         _fail(str(exc))
+    out = sys.stdout
+    writer = JsonlWriter(out) if output is ScanFormat.JSONL else None
+    summary = SummaryBuilder() if writer is None else None
+    emit = writer if writer is not None else lambda records, _server: summary.add(records)  # type: ignore[union-attr]
+    as_server = Server(server.value)
     for path in files:
         try:
             if str(path) == "-":
-                scans.append(scan_stream(sys.stdin.buffer, "-", Server(server.value), time.time(), zone))
+                scans.append(scan_into(sys.stdin.buffer, "-", emit, as_server, time.time(), zone))
                 continue
-            with path.open("rb") as handle:
-                size = path.stat().st_size
-                if size >= PROGRESS_BYTES and sys.stderr.isatty():
-                    with typer.progressbar(length=size, label=str(path), file=sys.stderr) as bar:
-                        stream = cast(BinaryIO, _Progress(handle, bar.update))
-                        scans.append(scan_stream(stream, str(path), Server(server.value), path.stat().st_mtime,
-                                                 zone))
-                    continue
-                scans.append(scan_stream(handle, str(path), Server(server.value), path.stat().st_mtime, zone))
+            scans.append(scan_path(path, emit, as_server, zone, jobs if jobs is not None else _cpus(), writer,
+                                   summary))
         except OSError as exc:
+            if writer is not None:
+                writer.flush()
             _fail(f"{path}: cannot read: {exc.strerror or exc}")
-    if output is ScanFormat.JSONL:
-        for line in jsonl(scans):
-            typer.echo(line)
+    if writer is not None:
+        writer.flush()
+        out.flush()
         return
-    typer.echo(render_text(scans))
+    assert summary is not None
+    typer.echo(render_text(scans, summary.result()))
+
+
+def _cpus() -> int:
+    """The CPUs this process may run on (its affinity, so `taskset` and cgroup pinning count)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 rules_app = typer.Typer(help="Check the advisor's rule files.", no_args_is_help=True)

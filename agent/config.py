@@ -16,10 +16,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent.defaults import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH  # the CLI's default, kept light
 from agent.errors import ConfigError
 from agent.records import KvDtype, Server, WeightsDtype
 
-DEFAULT_CONFIG_PATH = Path("/etc/deepinfer-agent/config.yaml")
 DEFAULT_METRICS_PORT = 9842  # not used by dcgm-exporter (9400–9402), node_exporter (9100) or the engines
 
 

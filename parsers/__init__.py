@@ -166,6 +166,11 @@ class AutoParser:
     def parse_errors(self) -> int:
         return self._inner.parse_errors if self._inner is not None else 0
 
+    @property
+    def inner(self) -> StreamParser | None:
+        """The server's parser once settled (a caller feeding many lines may then call it directly)."""
+        return self._inner
+
     def set_reference_time(self, ref_time: float) -> None:
         self.ref_time = ref_time
         if self._inner is not None:

@@ -219,6 +219,17 @@ def _source_last(lines: Iterable[str], deferred: list[str]) -> Iterator[str]:
     yield from deferred
 
 
+_UNKNOWN: float = float("nan")  # a minute not converted yet (compared by identity)
+_MINUTES_KEPT = 4096  # minutes remembered before the cache starts over
+
+
+def _local_at(year: int, month: int, day: int, hour: int, minute: int, second: int, tz: tzinfo) -> float | None:
+    try:
+        return datetime(year, month, day, hour, minute, second, tzinfo=tz).timestamp()
+    except ValueError:
+        return None
+
+
 def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, int]:
     """The smallest offset per path among (path, offset) pairs; unknown locations are skipped."""
     out: dict[str, int] = {}
@@ -256,6 +267,7 @@ class StreamParser:
         self._last_incident: dict[str, tuple[float | None, int]] = {}
         self._waiting: dict[str, int] = {}
         self._ts_cache: tuple[str, float | None] = ("", None)
+        self._minutes: dict[tuple[object, ...], float | None] = {}  # minute → epoch of its second 0
         self._last_ts: float | None = None
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
 
@@ -349,6 +361,7 @@ class StreamParser:
         the parser itself never reads a clock)."""
         self.ref_time = ref_time
         self._ts_cache = ("", None)
+        self._minutes.clear()
 
     def flush(self) -> list[Record]:
         """Close whatever is open (a truncated traceback is still an occurrence)."""
@@ -419,33 +432,65 @@ class StreamParser:
 
     def yearless(self, month: int, day: int, hour: int, minute: int, second: int, key: str) -> float | None:
         """Epoch seconds of a stamp without a year: the year of `ref_time`, or the one before when the
-        stamp would otherwise lie more than a day after `ref_time` (a December line read in January)."""
+        stamp would otherwise lie more than a day after `ref_time` (a December line read in January).
+
+        Converted once per minute, not per line: the minute's second 0 is converted, and a second within it
+        is that plus the second, when seconds 0 and 59 agree (same offset, same year), which a DST change
+        or the year boundary inside the minute would break (that minute is then converted per line)."""
         if self._ts_cache[0] == key:
             return self._ts_cache[1]
-        value: float | None = None
-        if self.ref_time is not None:
-            ref = datetime.fromtimestamp(self.ref_time, self.tz)
-            try:
-                moment = datetime(ref.year, month, day, hour, minute, second, tzinfo=self.tz)
-                if moment - ref > timedelta(days=1):
-                    moment = moment.replace(year=ref.year - 1)
-                value = moment.timestamp()
-            except ValueError:
-                value = None
+        value: float | None
+        mkey = (month, day, hour, minute)
+        base = self._minutes.get(mkey, _UNKNOWN)
+        if base is _UNKNOWN:
+            base = self._minute_base(mkey, self._yearless_at(month, day, hour, minute, 0),
+                                     self._yearless_at(month, day, hour, minute, 59))
+        if base is not None and 0 <= second <= 59:
+            value = base + second
+        else:
+            value = self._yearless_at(month, day, hour, minute, second)
         self._ts_cache = (key, value)
         return value
 
+    def _yearless_at(self, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
+        if self.ref_time is None:
+            return None
+        ref = datetime.fromtimestamp(self.ref_time, self.tz)
+        try:
+            moment = datetime(ref.year, month, day, hour, minute, second, tzinfo=self.tz)
+            if moment - ref > timedelta(days=1):
+                moment = moment.replace(year=ref.year - 1)
+            return moment.timestamp()
+        except ValueError:
+            return None
+
+    def _minute_base(self, mkey: tuple[object, ...], first: float | None, last: float | None) -> float | None:
+        """Remember a minute's epoch at second 0 when every second of it is that plus the second."""
+        if len(self._minutes) >= _MINUTES_KEPT:
+            self._minutes.clear()
+        base = first if first is not None and last is not None and last - first == 59 else None
+        self._minutes[mkey] = base
+        return base
+
     def local(self, year: int, month: int, day: int, hour: int, minute: int, second: float,
               key: str, tz: tzinfo | None = None) -> float | None:
-        """Epoch seconds of a full local stamp in `tz` (default: the parser's zone), cached per string."""
+        """Epoch seconds of a full local stamp in `tz` (default: the parser's zone), cached per string and
+        converted once per minute (as `yearless`)."""
         if self._ts_cache[0] == key:
             return self._ts_cache[1]
-        try:
-            whole = int(second)
-            value: float | None = datetime(year, month, day, hour, minute, whole,
-                                           tzinfo=tz or self.tz).timestamp() + (second - whole)
-        except ValueError:
-            value = None
+        zone = tz or self.tz
+        whole = int(second)
+        value: float | None
+        mkey = (year, month, day, hour, minute, zone)
+        base = self._minutes.get(mkey, _UNKNOWN)
+        if base is _UNKNOWN:
+            base = self._minute_base(mkey, _local_at(year, month, day, hour, minute, 0, zone),
+                                     _local_at(year, month, day, hour, minute, 59, zone))
+        if base is not None and 0 <= whole <= 59:
+            value = base + whole + (second - whole)
+        else:
+            at = _local_at(year, month, day, hour, minute, whole, zone)
+            value = None if at is None else at + (second - whole)
         self._ts_cache = (key, value)
         return value
 

@@ -41,8 +41,8 @@ from agent.sinks.writer import ResilientWriter
 from agent.sources.journal import JournalSource
 from agent.sources.nvml import GpuPoller
 from agent.sources.scrape import Scraper
-from agent.sources.tailer import FileTailer, store_files
-from agent.sources.wake import Waker
+from agent.sources.tailer import FileTailer
+from agent.sources.wake import Waker, store_files
 
 log = logging.getLogger("deepinfer.pipeline")
 
@@ -94,7 +94,9 @@ class Daemon:
         self._rules_loaded = False
         self._restored = False
         self.rule_errors: list[str] = []
-        self.waker = Waker(use_inotify=any(s.use_inotify for s in config.sources))
+        # its own store's writes (db, -wal, -shm, -journal) never wake it, even kept beside the logs
+        self.waker = Waker(use_inotify=any(s.use_inotify for s in config.sources),
+                           ignore=store_files(str(config.store.path)))
 
     def _open_store(self) -> Store:
         store = self.config.store
@@ -141,7 +143,7 @@ class Daemon:
             reader = JournalSource.from_section(section, store.journal_cursor(name))
         else:
             # never the agent's own database: reading it would feed the agent its own writes
-            reader = FileTailer.from_section(section, store.cursors(name), store_files(self.config.store.path))
+            reader = FileTailer.from_section(section, store.cursors(name), store_files(str(self.config.store.path)))
         server = section.server
         if section.format == "journald" and section.kernel and server is Server.AUTO:
             server = Server.KERNEL

@@ -83,6 +83,9 @@ class LineAssembler:
             text = codecs.getincrementaldecoder("utf-8")("replace").decode(raw, final=not cut)
             if "\ufffd" in text:
                 self._counts["invalid_utf8"] += 1
+        if self._fmt == "plain":  # nothing to unwrap or re-join: a plain line is never split by a runtime
+            emit(Frame(text, truncated=True) if cut else Frame(text), offset)
+            return
         frame = unwrap(text, self._fmt)
         if frame is None:
             self._counts["framing_errors"] += 1

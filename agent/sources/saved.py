@@ -8,10 +8,9 @@ It is a report, not a check: finding problems is the normal outcome, not an erro
 
 from __future__ import annotations
 
+import itertools
 import re
-from array import array
-from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta, timezone, tzinfo
 from typing import BinaryIO
@@ -20,7 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from agent.errors import AgentError
 from agent.records import Record, Server
 from agent.sources.framing import PartialJoiner, unwrap
-from parsers import make_parser
+from parsers import AutoParser, Parser, make_parser
 
 
 @dataclass
@@ -33,11 +32,6 @@ class FileScan:
     lines: int = 0
     parse_errors: int = 0
     records: list[Record] = field(default_factory=list)
-    line_starts: array[int] = field(default_factory=lambda: array("q"))  # byte offset of each line's start
-
-    def line_of(self, offset: int) -> int:
-        """The 1-based line number of the line holding byte `offset` (what `path:LINE` shows)."""
-        return max(1, bisect_right(self.line_starts, offset))
 
 
 def parse_tz(text: str) -> tzinfo:
@@ -72,18 +66,16 @@ class Unwrapper:
 
     fmt: str | None = None
     lines: int = 0
-    starts: array[int] = field(default_factory=lambda: array("q"))  # byte offset of each physical line
 
-    def read(self, handle: BinaryIO) -> Iterator[tuple[str, float | None, int]]:
-        """(text, envelope time, byte offset of the line's first piece) for each logical line."""
+    def read(self, handle: Iterable[bytes], offset: int = 0) -> Iterator[tuple[str, float | None, int]]:
+        """(text, envelope time, byte offset of the line's first piece) for each logical line, the first
+        read at byte `offset`."""
         joiner = PartialJoiner()
-        offset = 0
         for raw in handle:
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             line_offset = offset
             offset += len(raw)
             self.lines += 1
-            self.starts.append(line_offset)
             if self.fmt is None:
                 if not text.strip():
                     continue
@@ -100,19 +92,77 @@ class Unwrapper:
             yield held.text, held.ts, start
 
 
-def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref_time: float | None = None,
-                tz: tzinfo = timezone.utc) -> FileScan:
-    """Classify one byte stream. `ref_time` (the file's mtime) gives yearless stamps their year."""
+Emit = Callable[[list[Record], Server], None]  # a line's records, and the server the stream is read as
+
+
+def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server.AUTO,
+              ref_time: float | None = None, tz: tzinfo = timezone.utc) -> FileScan:
+    """Classify one byte stream, handing each line's records to `emit` as they come (nothing is kept, so
+    memory stays flat whatever the size). `ref_time` (the file's mtime) gives yearless stamps their year.
+
+    A plain file (most saved logs) is read without the envelope machinery: the format is told by the
+    first non-empty line, and from then on each line goes straight to the parser."""
     parser = make_parser(server, source, ref_time, tz)
     result = FileScan(source, "plain", server)
     path = None if source == "-" else source
-    unwrapper = Unwrapper()
-    for text, ts, offset in unwrapper.read(handle):
-        result.records.extend(parser.feed(text, ts, path, offset))
-    result.records.extend(parser.flush())
-    result.fmt = unwrapper.fmt or "plain"
-    result.lines = unwrapper.lines
-    result.line_starts = unwrapper.starts
+    lines = 0
+    offset = 0
+    first: bytes | None = None
+    text = ""
+    for raw in handle:  # blank lines before the first one that says the format are counted, not parsed
+        lines += 1
+        text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if text.strip():
+            first = raw
+            break
+        offset += len(raw)
+    if first is not None:
+        result.fmt = detect_format(text)
+        if result.fmt == "plain":
+            count, _ = feed_plain(itertools.chain((first,), handle), parser, path, offset, emit)
+            lines += count - 1
+        else:
+            unwrapper = Unwrapper(result.fmt)
+            for text, ts, at in unwrapper.read(itertools.chain((first,), handle), offset):
+                if records := parser.feed(text, ts, path, at):
+                    emit(records, parser.server)
+            lines += unwrapper.lines - 1
+    if records := parser.flush():
+        emit(records, parser.server)
+    result.lines = lines
     result.server = parser.server
     result.parse_errors = parser.parse_errors
+    return result
+
+
+def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: int, emit: Emit,
+               end: int | None = None, limit: int | None = None) -> tuple[int, int]:
+    """Feed plain lines that start at byte `offset`, stopping after the line that reaches byte `end` (a
+    line start) or after `limit` lines, so the caller may go on reading the same handle; return (lines
+    read, offset after them)."""
+    if (end is not None and offset >= end) or limit == 0:
+        return 0, offset
+    feed = parser.feed
+    auto = parser if isinstance(parser, AutoParser) else None  # once it has settled, feed its parser directly
+    count = 0
+    for raw in raws:
+        count += 1
+        if auto is not None and (inner := auto.inner) is not None:
+            feed = inner.feed
+            auto = None
+        records = feed(raw.decode("utf-8", errors="replace").rstrip("\r\n"), None, path, offset)
+        offset += len(raw)
+        if records:
+            emit(records, parser.server)
+        if (end is not None and offset >= end) or count == limit:
+            break
+    return count, offset
+
+
+def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref_time: float | None = None,
+                tz: tzinfo = timezone.utc) -> FileScan:
+    """Classify one byte stream and keep its records (tests and small inputs; `scan` streams with `scan_into`)."""
+    kept: list[Record] = []
+    result = scan_into(handle, source, lambda records, _: kept.extend(records), server, ref_time, tz)
+    result.records = kept
     return result

@@ -9,27 +9,51 @@ polls at its interval.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
+STORE_SUFFIXES = ("", "-wal", "-shm", "-journal")  # SQLite's database and its companion files
+
+
+def store_files(db_path: str) -> set[str]:
+    """The files SQLite writes for a database at `db_path`: absolute paths, as given and with links resolved
+    (a watch reports a path under the directory as it was watched)."""
+    given, resolved = Path(db_path).absolute(), Path(db_path).resolve()
+    return {f"{base}{suffix}" for base in (given, resolved) for suffix in STORE_SUFFIXES}
+
 
 class _Signal(FileSystemEventHandler):
-    def __init__(self, event: threading.Event) -> None:
+    """Sets the loop's event on a change, except one that only touches ignored files (the agent's own store,
+    which its every commit writes) or only says the watched directory itself changed (every file event in
+    it comes with one; the file event is the one that counts)."""
+
+    def __init__(self, event: threading.Event, ignored: frozenset[str]) -> None:
         self._event = event
+        self._ignored = ignored
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory and event.event_type == "modified":
+            return
+        paths = {os.fsdecode(event.src_path)}
+        if getattr(event, "dest_path", ""):
+            paths.add(os.fsdecode(event.dest_path))
+        if paths <= self._ignored:
+            return
         self._event.set()
 
 
 class Waker:
     """`wait(timeout)` returns early (True) when a file under a watched directory changes."""
 
-    def __init__(self, use_inotify: bool = True) -> None:
+    def __init__(self, use_inotify: bool = True, ignore: Iterable[str] = ()) -> None:
         self._event = threading.Event()
+        self._ignored = frozenset(str(Path(path).absolute()) for path in ignore)
         self._observer: BaseObserver | None = None
         self._watches: dict[str, ObservedWatch] = {}
         self.watch_errors_total = 0
@@ -58,7 +82,7 @@ class Waker:
                 self._observer.unschedule(self._watches.pop(gone))
         for directory in wanted - set(self._watches):
             try:
-                self._watches[directory] = self._observer.schedule(_Signal(self._event), directory,
+                self._watches[directory] = self._observer.schedule(_Signal(self._event, self._ignored), directory,
                                                                    recursive=False)
             except OSError:  # vanished meanwhile, or out of inotify watches: polling covers it
                 self.watch_errors_total += 1

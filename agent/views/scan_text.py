@@ -5,19 +5,20 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from enum import Enum
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
-from agent.records import CapacityFact, Event, ServerStats, as_dict
+from agent.records import CapacityFact, Event, Record, Server, ServerStats, as_dict
 from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
 from agent.views.units import fact, printable, when
 
 
-def render_text(scans: list[FileScan]) -> str:
+def render_text(scans: list[FileScan], summary: Summary | None = None) -> str:
     """The human summary: inputs, time span, counts by kind, the two distinctions of the budget method, capacity, peaks,
-    notable events."""
-    records = [r for s in scans for r in s.records]
-    summary = summarize(records)
+    notable events (`summary` built while scanning, or else from the scans' kept records)."""
+    if summary is None:
+        summary = summarize(r for s in scans for r in s.records)
     out = ["Inputs:"]
     out += [f"  {s.source}: {s.lines:,} lines, {s.fmt}, read as {s.server.value}"
             + (f", {s.parse_errors} skipped (numbers that cannot be numbers)" if s.parse_errors else "")
@@ -39,11 +40,8 @@ def render_text(scans: list[FileScan]) -> str:
             out.append(f"  peak waiting   {summary.peak_waiting.waiting} at {when(summary.peak_waiting.ts)}")
     if summary.notable:
         out.append("Notable events:")
-        by_source = {s.source: s for s in scans}
         for e in summary.notable:
-            scan = by_source.get(e.path or "-")
-            line = scan.line_of(e.offset) if scan is not None and e.offset is not None else None
-            where = f"  [{e.path}:{line}]" if e.path is not None and line is not None else ""
+            where = f"  [{e.path}:{e.offset}]" if e.path is not None else ""
             out.append(f"  {when(e.ts)}  {e.severity.value:<8} {e.kind.value:<17} {e.phase.value:<10} "
                        f"{e.message[:140]}{where}")
     return printable("\n".join(out))
@@ -71,12 +69,98 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def record_json(record: Record, server: Server) -> str:
+    """One record as a JSON object: `type` event (with `kind`), stats, or fact (with `name`, `value`);
+    stats and facts carry the server the stream was read as when they do not name one."""
+    body = {k: _plain(v) for k, v in as_dict(record).items()}
+    kind = "event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats) else "fact"
+    if isinstance(record, CapacityFact | ServerStats):
+        body.setdefault("server", server.value)
+    return json.dumps({"type": kind, **body}, ensure_ascii=False, default=str)
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+_STATS_KEYS = ("type", *ServerStats._fields)
+_float_repr = float.__repr__
+_int_repr = int.__repr__
+_FLOATS: dict[float, str] = {}  # repr of recent floats: KV usage, hit rates and times repeat a lot
+_STRINGS: dict[str, str] = {}  # JSON of sources and paths
+
+
+def _float(x: float | None) -> str:
+    """As `json.dumps` writes a float field (None, and whatever else a caller put there, included)."""
+    if x is None:
+        return "null"
+    if x.__class__ is not float or x - x != 0 or x == 0:  # an int (1 == 1.0), NaN, infinity, -0.0 == 0.0
+        return _ENCODE(x)
+    text = _FLOATS.get(x)
+    if text is None:
+        if len(_FLOATS) >= 1 << 16:
+            _FLOATS.clear()
+        text = _FLOATS[x] = _float_repr(x)
+    return text
+
+
+def _int(x: int | None) -> str:
+    return "null" if x is None else _int_repr(x) if x.__class__ is int else _ENCODE(x)
+
+
+def _string(x: str | None) -> str:
+    if x is None:
+        return "null"
+    text = _STRINGS.get(x)
+    if text is None:
+        if len(_STRINGS) >= 1 << 10:
+            _STRINGS.clear()
+        text = _STRINGS[x] = _ENCODE(x)
+    return text
+
+
+def _stats_json(r: ServerStats) -> str:
+    """`record_json` of a load sample (most records of a busy log), written field by field: no dict, no
+    enum lookups, float spellings reused (tests/unit/test_scan_stream.py checks it against `record_json`)."""
+    ts, source, server, running, waiting, swapped, kv, prompt, gen, hit, preempt, kv_tokens, path, offset, key = r
+    return (f'{{"type": "stats", "ts": {_float(ts)}, "source": {_string(source)}, '
+            f'"server": {_string(server._value_)}, "running": {_int(running)}, "waiting": {_int(waiting)}, '
+            f'"swapped": {_int(swapped)}, "kv_usage_ratio": {_float(kv)}, "prompt_tps": {_float(prompt)}, '
+            f'"gen_tps": {_float(gen)}, "prefix_hit_ratio": {_float(hit)}, "preemptions": {_int(preempt)}, '
+            f'"kv_used_tokens": {_int(kv_tokens)}, "path": {_string(path)}, "offset": {_int(offset)}, '
+            f'"file_key": {_string(key)}}}')
+
+
+class JsonlWriter:
+    """Writes records as JSON lines through one buffer (no flush per line)."""
+
+    def __init__(self, out: IO[str], batch: int = 256) -> None:
+        self._write = out.write
+        self._parts: list[str] = []
+        self._batch = batch
+
+    def __call__(self, records: list[Record], server: Server) -> None:
+        parts = self._parts
+        for r in records:
+            parts.append(_stats_json(r) if type(r) is ServerStats else record_json(r, server))
+        if len(parts) >= self._batch:
+            self.flush()
+
+    def copy_from(self, path: str, start: int = 0) -> None:
+        """Append a file of JSON lines another process wrote (`scan --jobs`), from position `start` (a
+        `tell()` of the writer's, at a line start)."""
+        self.flush()
+        with Path(path).open(encoding="utf-8") as handle:
+            handle.seek(start)
+            while block := handle.read(1 << 20):
+                self._write(block)
+
+    def flush(self) -> None:
+        if self._parts:
+            self._parts.append("")
+            self._write("\n".join(self._parts))
+            self._parts.clear()
+
+
 def jsonl(scans: list[FileScan]) -> Iterator[str]:
-    """One JSON object per record: `type` event (with `kind`), stats, or fact (with `name`, `value`)."""
+    """One JSON object per kept record (`record_json`), for scans that kept theirs (`scan_stream`)."""
     for s in scans:
         for r in s.records:
-            body = {k: _plain(v) for k, v in as_dict(r).items()}
-            kind = "event" if isinstance(r, Event) else "stats" if isinstance(r, ServerStats) else "fact"
-            if isinstance(r, CapacityFact | ServerStats):
-                body.setdefault("server", s.server.value)
-            yield json.dumps({"type": kind, **body}, ensure_ascii=False, default=str)
+            yield record_json(r, s.server)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,32 +28,89 @@ class Summary:
     notable: list[Event]
 
 
+class SummaryBuilder:
+    """The summary built one record at a time, in constant memory: counters, the time span, the last value
+    of each fact, the first highest peaks and the `NOTABLE_LIMIT` most severe events (earliest first
+    among equals), exactly what sorting every record at the end would give."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.phases: dict[str, Counter[str]] = {}
+        self.facts: dict[str, float | str] = {}
+        self.peak_kv: ServerStats | None = None
+        self.peak_waiting: ServerStats | None = None
+        self.samples = 0
+        self.first_ts: float | None = None
+        self.last_ts: float | None = None
+        self._notable: list[tuple[int, float, int, Event]] = []  # a max-heap by (severity, ts, order), negated
+        self._order = 0
+
+    def add(self, records: Iterable[Record]) -> None:
+        for r in records:
+            ts = r.ts
+            if ts is not None:
+                if self.first_ts is None or ts < self.first_ts:
+                    self.first_ts = ts
+                if self.last_ts is None or ts > self.last_ts:
+                    self.last_ts = ts
+            if isinstance(r, ServerStats):
+                self.samples += 1
+                kv = r.kv_usage_ratio
+                if kv is not None and (self.peak_kv is None or kv > (self.peak_kv.kv_usage_ratio or 0)):
+                    self.peak_kv = r
+                waiting = r.waiting
+                if waiting is not None and (self.peak_waiting is None or waiting > (self.peak_waiting.waiting or 0)):
+                    self.peak_waiting = r
+            elif isinstance(r, Event):
+                kind = r.kind.value
+                self.counts[kind] += 1
+                phases = self.phases.get(kind)
+                if phases is None:
+                    phases = self.phases[kind] = Counter()
+                phases[r.phase.value] += 1
+                self._order += 1
+                entry = (-_SEVERITY_ORDER[r.severity], -(ts or 0.0), -self._order, r)
+                if len(self._notable) < NOTABLE_LIMIT:
+                    heapq.heappush(self._notable, entry)
+                elif entry[:3] > self._notable[0][:3]:
+                    heapq.heapreplace(self._notable, entry)
+            else:
+                self.facts[r.name] = r.value
+
+    def merge(self, later: SummaryBuilder) -> None:
+        """Add the summary of the records that came after this one's (another process's chunk of a file)."""
+        self.counts.update(later.counts)
+        for kind, phases in later.phases.items():
+            self.phases.setdefault(kind, Counter()).update(phases)
+        self.facts.update(later.facts)
+        if later.peak_kv is not None and (self.peak_kv is None or (later.peak_kv.kv_usage_ratio or 0)
+                                          > (self.peak_kv.kv_usage_ratio or 0)):
+            self.peak_kv = later.peak_kv
+        if later.peak_waiting is not None and (self.peak_waiting is None or (later.peak_waiting.waiting or 0)
+                                               > (self.peak_waiting.waiting or 0)):
+            self.peak_waiting = later.peak_waiting
+        self.samples += later.samples
+        for ts in (later.first_ts, later.last_ts):
+            if ts is not None:
+                self.first_ts = ts if self.first_ts is None or ts < self.first_ts else self.first_ts
+                self.last_ts = ts if self.last_ts is None or ts > self.last_ts else self.last_ts
+        for severity, neg_ts, neg_order, event in later._notable:
+            entry = (severity, neg_ts, neg_order - self._order, event)  # after every record seen here
+            if len(self._notable) < NOTABLE_LIMIT:
+                heapq.heappush(self._notable, entry)
+            elif entry[:3] > self._notable[0][:3]:
+                heapq.heapreplace(self._notable, entry)
+        self._order += later._order
+
+    def result(self) -> Summary:
+        notable = [e for *_, e in sorted(self._notable, key=lambda entry: entry[:3], reverse=True)]
+        notable.sort(key=lambda e: e.ts or 0.0)
+        return Summary(dict(self.counts), self.phases, self.first_ts, self.last_ts, self.facts, self.peak_kv,
+                       self.peak_waiting, self.samples, notable)
+
+
 def summarize(records: Iterable[Record]) -> Summary:
     """Counts by kind (and phase), time span, last value of each capacity fact, peaks, notable events."""
-    counts: Counter[str] = Counter()
-    phases: dict[str, Counter[str]] = {}
-    facts: dict[str, float | str] = {}
-    events: list[Event] = []
-    peak_kv: ServerStats | None = None
-    peak_waiting: ServerStats | None = None
-    samples = 0
-    times: list[float] = []
-    for r in records:
-        if r.ts is not None:
-            times.append(r.ts)
-        if isinstance(r, Event):
-            counts[r.kind.value] += 1
-            phases.setdefault(r.kind.value, Counter())[r.phase.value] += 1
-            events.append(r)
-        elif isinstance(r, ServerStats):
-            samples += 1
-            if r.kv_usage_ratio is not None and (peak_kv is None or r.kv_usage_ratio > (peak_kv.kv_usage_ratio or 0)):
-                peak_kv = r
-            if r.waiting is not None and (peak_waiting is None or r.waiting > (peak_waiting.waiting or 0)):
-                peak_waiting = r
-        else:
-            facts[r.name] = r.value
-    notable = sorted(events, key=lambda e: (_SEVERITY_ORDER[e.severity], e.ts or 0.0))[:NOTABLE_LIMIT]
-    notable.sort(key=lambda e: e.ts or 0.0)
-    return Summary(dict(counts), phases, min(times, default=None), max(times, default=None), facts, peak_kv,
-                   peak_waiting, samples, notable)
+    builder = SummaryBuilder()
+    builder.add(records)
+    return builder.result()

@@ -27,14 +27,13 @@ def test_printable_escapes_every_control_but_the_views_newlines() -> None:
     assert not RAW_CONTROL.search(printable(HOSTILE))
 
 
-def test_scan_text_escapes_log_text_and_gives_line_numbers(tmp_path: Path) -> None:
+def test_scan_text_escapes_log_text(tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     log.write_text("INFO 11-29 09:00:00 [api.py:1] starting\nINFO 11-29 09:00:00 [api.py:1] more\n"
                    + OOM + HOSTILE + "\n")
     result = CliRunner().invoke(app, ["scan", str(log)])
     assert result.exit_code == 0, result.output
     assert not RAW_CONTROL.search(result.output)
-    assert f"{log}:3]" in result.output  # the third line, not its byte offset
 
 
 def test_status_escapes_event_messages() -> None:
