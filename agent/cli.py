@@ -21,8 +21,8 @@ import typer.core
 
 from agent import __version__
 from agent.defaults import DEFAULT_CONFIG_PATH
-from agent.errors import AgentError, BudgetError, ConfigError
-from agent.records import KvDtype, Server, WeightsDtype
+from agent.errors import AgentError, ConfigError
+from agent.records import Server
 
 app = typer.Typer(
     name="deepinfer-agent",
@@ -47,7 +47,7 @@ def _flag_without_type(self: typer.core.TyperOption, ctx: typer.Context) -> str 
 setattr(typer.core.TyperOption, "display_type_rich", _flag_without_type)  # noqa: B010
 
 
-def _fail(message: str) -> NoReturn:
+def fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(1)
 
@@ -111,11 +111,11 @@ def run(
     try:
         cfg = load_config(config)
     except ConfigError as exc:
-        _fail("\n".join(exc.problems))
+        fail("\n".join(exc.problems))
     try:
         code = serve(config, cfg, once=once, nvml_library=str(nvml_library) if nvml_library else None)
     except AgentError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     raise typer.Exit(code)
 
 
@@ -137,7 +137,7 @@ def status(
     try:
         cfg = load_config(config)
     except ConfigError as exc:
-        _fail("\n".join(exc.problems))
+        fail("\n".join(exc.problems))
     paper = paper_budget(cfg)
     report = gather(cfg)
     limit = paper.max_concurrency if paper is not None else None
@@ -171,108 +171,6 @@ def models(
         swa = f", {preset.sliding_layers} SWA layers" if preset.sliding_layers else ""
         typer.echo(f"{preset.name:<18} {params:>7}  {preset.layers:>3} layers, {kind}{swa}: "
                    f"{size(per_token)}/token  ({preset.hf_id})")
-
-
-@app.command()
-def budget(
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="Take inputs from this config file "
-                                                "(flags override it).")] = None,
-    model: Annotated[str | None, typer.Option(help="Preset name (see `models`) or a local HF config.json "
-                                              "(or its folder).")] = None,
-    layers: Annotated[int | None, typer.Option(help="Layers (with --kv-heads and --head-dim instead of "
-                                               "--model).")] = None,
-    kv_heads: Annotated[int | None, typer.Option(help="KV heads (GQA groups).")] = None,
-    head_dim: Annotated[int | None, typer.Option(help="Head dimension.")] = None,
-    params_b: Annotated[float | None, typer.Option(help="Parameter count in billions (to estimate "
-                                                   "weights).")] = None,
-    vram_gib: Annotated[float | None, typer.Option(help="GPU memory per card, GiB.")] = None,
-    util: Annotated[float | None, typer.Option(help="gpu_memory_utilization (default 0.9).")] = None,
-    weights_gib: Annotated[float | None, typer.Option(help="Weights, GiB (whole model; default: "
-                                                      "estimated from the parameter count).")] = None,
-    weights_dtype: Annotated[WeightsDtype | None, typer.Option(help="Weights format for the estimate.")] = None,
-    overhead_gib: Annotated[float | None, typer.Option(help="Activations + framework overhead per GPU, "
-                                                       "GiB (default 2.0).")] = None,
-    kv_dtype: Annotated[KvDtype | None, typer.Option(help="KV-cache dtype.")] = None,
-    block_size: Annotated[int | None, typer.Option(help="Paged-KV block size in tokens (default 16).")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size.")] = None,
-    max_model_len: Annotated[int | None, typer.Option(help="Tokens per request (input + output).")] = None,
-    input_p95: Annotated[int | None, typer.Option(help="P95 input tokens of the real workload.")] = None,
-    max_output: Annotated[int | None, typer.Option(help="Output cap in tokens (max_tokens).")] = None,
-    target_concurrency: Annotated[int | None, typer.Option(help="Plan how to reach this many concurrent "
-                                                           "requests.")] = None,
-    from_log: Annotated[Path | None, typer.Option(help="A vLLM start-up log: compare with what the engine "
-                                                  "reported.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
-) -> None:
-    """Compute the KV-cache budget and max concurrency, showing every step of the arithmetic."""
-    from agent.capacity.budget import compute
-    from agent.capacity.capacity import capacity_of
-    from agent.capacity.inputs import SizingRequest, resolve
-    from agent.capacity.plan import plan
-    from agent.capacity.reconcile import latest, reconcile
-    from agent.config import load_config
-    from agent.views.budget_text import render_budget, to_json
-    from parsers.vllm import startup_facts
-
-    request = SizingRequest(
-        model=model, layers=layers, kv_heads=kv_heads, head_dim=head_dim, params_b=params_b,
-        vram_gib=vram_gib, util=util, weights_gib=weights_gib, weights_dtype=weights_dtype,
-        overhead_gib=overhead_gib, kv_dtype=kv_dtype, block_size=block_size, tp=tp,
-        max_model_len=max_model_len, input_p95=input_p95, max_output=max_output,
-    )
-    if target_concurrency is not None and target_concurrency < 1:
-        _fail(f"--target-concurrency {target_concurrency}: expected at least 1 concurrent request")
-    try:
-        cfg = load_config(config) if config is not None else None
-        facts = latest(startup_facts(_read_lines(from_log), str(from_log))) if from_log else {}
-        if from_log and not facts:
-            _fail(f"{from_log}: no vLLM start-up capacity lines found (GPU KV cache size, # GPU blocks, "
-                  "Model loading took, Available KV cache memory)")
-        sizing = resolve(request, cfg, facts)
-        try:
-            result = compute(sizing.inputs)
-        except BudgetError as exc:
-            if not facts:
-                raise
-            kv = facts.get("kv_cache_bytes")
-            if "required_kv_bytes" in facts or (isinstance(kv, int | float) and kv <= 0):
-                raise BudgetError(f"{exc}\nThe engine did not start either: the log shows no room for the KV "
-                                  "cache.") from exc
-            known = ", ".join(f"{k}={v}" for k, v in facts.items() if k in _SETTINGS) or "none"
-            raise BudgetError(f"{exc}\nThe engine did size a KV cache on its card, so an input here is not what "
-                              f"it ran with (settings the log states: {known}); pass the ones it leaves out, e.g. "
-                              "--tp, --vram-gib, --weights-gib or --weights-dtype.") from exc
-        the_plan = plan(sizing.inputs, target_concurrency, sizing.workload_tokens) \
-            if target_concurrency is not None else None
-        rec = reconcile(result, facts) if facts else None
-        cap = capacity_of(result, facts, str(from_log)) if facts else None
-    except ConfigError as exc:
-        _fail("\n".join(exc.problems))
-    except AgentError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(to_json(result, sizing, the_plan, rec, cap), indent=2, default=str))
-        return
-    typer.echo(render_budget(result, sizing, cfg, the_plan, rec, cap))
-
-
-_SETTINGS = ("model", "tensor_parallel_size", "quantization", "kv_cache_dtype", "gpu_memory_utilization",
-             "max_model_len", "total_gpu_memory_bytes", "weights_bytes")
-
-
-def _read_lines(path: Path | None) -> list[str]:
-    """A saved log's lines, unwrapped from Docker json-file or CRI envelopes where they have one."""
-    if path is None:
-        return []
-    from agent.sources.saved import Unwrapper
-
-    if path.is_dir():
-        _fail(f"{path}: is a directory, not a log file")
-    try:
-        with path.open("rb") as handle:
-            return [text for text, _, _ in Unwrapper().read(handle)]
-    except OSError as exc:
-        _fail(f"{path}: cannot read: {exc.strerror or exc}")
 
 
 PROGRESS_BYTES = 64 << 20  # `scan` shows a progress bar on a terminal for files this big
@@ -339,7 +237,7 @@ def scan(
     try:
         zone = parse_tz(tz)
     except AgentError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     out = sys.stdout
     writer = JsonlWriter(out) if output is ScanFormat.JSONL else None
     summary = SummaryBuilder() if writer is None else None
@@ -355,7 +253,7 @@ def scan(
         except OSError as exc:
             if writer is not None:
                 writer.flush()
-            _fail(f"{path}: cannot read: {exc.strerror or exc}")
+            fail(f"{path}: cannot read: {exc.strerror or exc}")
     if writer is not None:
         writer.flush()
         out.flush()
@@ -374,257 +272,5 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-rules_app = typer.Typer(help="Check the advisor's rule files.", no_args_is_help=True)
-app.add_typer(rules_app, name="rules")
-
-
-@rules_app.command("check")
-def rules_check(
-    dirs: Annotated[list[Path] | None, typer.Argument(help="Rule folders or files (default: the shipped rules "
-                                                      "and the config's rules.dirs).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="Take rules.dirs from this config.")] = None,
-) -> None:
-    """Validate rule files: print every problem (file:line: rule: field: expected …) or what loaded.
-
-    Exit 0 when every file is valid, 1 when any is not."""
-    from agent.config import load_config, shipped_rules_dir
-    from agent.judge.rules import RuleError, load_rules
-
-    try:
-        extra = load_config(config).rules.dirs if config is not None else []
-    except ConfigError as exc:
-        _fail("\n".join(exc.problems))
-    folders = list(dirs) if dirs else [shipped_rules_dir(), *extra]
-    try:
-        ruleset = load_rules(folders)
-    except RuleError as exc:
-        for problem in exc.problems:
-            typer.echo(problem, err=True)
-        typer.echo(f"{len(exc.problems)} problem(s)", err=True)
-        raise typer.Exit(1) from None
-    for rule in ruleset.rules:
-        typer.echo(f"{rule.name:<32} {rule.severity.value:<8} {rule.action.direction.value} {rule.action.knob.value}"
-                   f"   [{ruleset.origin[rule.name]}]")
-    typer.echo(f"{len(ruleset.rules)} rule(s) OK")
-
-
-@app.command()
-def advise(
-    log: Annotated[list[Path] | None, typer.Option("--log", exists=True, dir_okay=False, help="Saved engine "
-                                                   "logs to judge (no daemon; each file is one engine).")] = None,
-    db: Annotated[Path | None, typer.Option("--db", help="The agent's store (default: the config's "
-                                            "store.path).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="Config: the budget's inputs, the knobs' "
-                                                "values, rules.dirs.")] = None,
-    since: Annotated[str | None, typer.Option(help="With a store: judge this far back (90s, 10m, 2h; "
-                                              "default 1h). With --log: the whole log.")] = None,
-    rules_dir: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule folders (after "
-                                                         "the config's).")] = None,
-    tz: Annotated[str, typer.Option(help="--log: zone of time stamps that carry none.")] = "UTC",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
-    fail_on_finding: Annotated[bool, typer.Option("--fail-on-finding", help="Exit 3 when any rule fired (for "
-                                                  "scripts and CI).")] = False,
-) -> None:
-    """Judge the rules over a past window of the store, or over saved logs: which knob, which way, to what.
-
-    Exit 0 when it judged (findings or not; a report, like scan), 3 with --fail-on-finding when a rule
-    fired, 1 on an error (unreadable file, bad config or rule file, no store), 2 on a usage error."""
-    from agent.config import StoreSection, load_config, shipped_rules_dir
-    from agent.daemon.offline import load_logs
-    from agent.judge.replay import replay
-    from agent.judge.rules import RuleError, load_rules, seconds
-    from agent.sinks.queries import Queries
-    from agent.sinks.store import Store
-    from agent.sources.saved import parse_tz
-    from agent.views.advice_text import render_replay, replay_json
-
-    try:
-        cfg = load_config(config) if config is not None else None
-        ruleset = load_rules([shipped_rules_dir(), *(cfg.rules.dirs if cfg else []), *(rules_dir or [])])
-        window = seconds(since) if since is not None else None
-        if log:
-            store = Store.open(":memory:")
-            load_logs(log, store, tz=parse_tz(tz))
-            until = None
-        else:
-            path = db or (cfg.store.path if cfg else StoreSection().path)
-            if not Path(path).is_file():
-                _fail(f"{path}: no store here; pass --db, --config, or --log FILE")
-            store = Store.open_readonly(path)
-            until = time.time()
-        start = until - (window if window is not None else 3600.0) if until is not None else None
-        result = replay(Queries(store), ruleset.rules, cfg, start, until)
-    except ConfigError as exc:
-        _fail("\n".join(exc.problems))
-    except RuleError as exc:
-        _fail("\n".join(exc.problems))
-    except ValueError as exc:
-        _fail(f"--since: {exc}")
-    except AgentError as exc:
-        _fail(str(exc))
-    if as_json:
-        typer.echo(json.dumps(replay_json(result), indent=2, default=str))
-    else:
-        typer.echo(render_replay(result))
-    raise typer.Exit(3 if fail_on_finding and result.advice else 0)
-
-
-class ReportFormat(str, Enum):
-    TEXT = "text"
-    MD = "md"
-    HTML = "html"
-    JSON = "json"
-
-
-@app.command()
-def report(
-    db: Annotated[Path | None, typer.Option("--db", help="Read this store (a copy is fine; opened read-only). "
-                                            "Default: the config's store.path.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's config: its store and its "
-                                                "budget (the paper capacity).")] = None,
-    logs: Annotated[list[Path] | None, typer.Option("--log", help="Report on saved logs instead of a store (no "
-                                                    "daemon needed); repeat for several files.")] = None,
-    since: Annotated[str | None, typer.Option(help="The last DURATION up to now: 90s, 30m, 2h, 1d.")] = None,
-    start: Annotated[str | None, typer.Option("--from", help="Window start: ISO time (UTC unless it names a "
-                                              "zone) or epoch seconds.")] = None,
-    end: Annotated[str | None, typer.Option("--to", help="Window end (default: now).")] = None,
-    around: Annotated[int | None, typer.Option(help="30 minutes either side of this event id (ids are in the "
-                                               "timeline's 'first id' column).")] = None,
-    output_format: Annotated[ReportFormat, typer.Option("--format", help="text (terminal), md (issue "
-                                                        "trackers), html (one file with charts), json.")]
-    = ReportFormat.TEXT,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
-) -> None:
-    """Post-incident summary: verdict, timeline, peaks vs capacity, findings, top errors, blind spots.
-
-    Default window: the 24 hours up to the store's newest record. Exit codes: 0 report written (an empty
-    window says so in the report); 1 the store is missing, corrupt or unreadable, a log cannot be read, the
-    config is invalid or an option value is wrong; 2 usage error.
-    """
-    from agent import report_cli
-
-    try:
-        result = report_cli.build(db=db, config=config, logs=logs or [], since=since, start=start, end=end,
-                                  around=around, now=time.time())
-    except ConfigError as exc:
-        _fail("\n".join(exc.problems))
-    except AgentError as exc:
-        _fail(str(exc))
-    text = report_cli.render(result, output_format.value, color=output is None and sys.stdout.isatty())
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        _fail(f"{output}: cannot write: {exc.strerror or exc}")
-
-
-@app.command()
-def loadtest(
-    url: Annotated[str, typer.Argument(help="OpenAI-compatible endpoint: http://host:port/v1/completions or "
-                                       ".../v1/chat/completions (a bare host:port means /v1/completions).")],
-    levels: Annotated[str, typer.Option(help="Concurrency levels, in order.")] = "1,2,3,5,8,12",
-    requests_per_level: Annotated[int | None, typer.Option(help="Requests per level (default 20 × level).")] = None,
-    payload: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="JSON request body with a "
-                                                 "fixed prompt (or messages) and max_tokens.")] = None,
-    input_tokens: Annotated[int, typer.Option(help="Without --payload: prompt length (one word per token).")] = 512,
-    output_tokens: Annotated[int, typer.Option(help="Without --payload: max_tokens (with ignore_eos).")] = 128,
-    timeout: Annotated[float, typer.Option(help="Client timeout per request, seconds.")] = 60.0,
-    stream: Annotated[bool, typer.Option(help="Stream responses and measure time to first token.")] = False,
-    pause: Annotated[float, typer.Option(help="Seconds between levels (engine events logged then count "
-                                         "for the level before).")] = 5.0,
-    metrics_url: Annotated[str | None, typer.Option(help="Engine /metrics to scrape during each level "
-                                                    "(default: the same host's /metrics; '' turns it off).")] = None,
-    log: Annotated[Path | None, typer.Option(help="Engine log to read OOM and preemption events from.")] = None,
-    db: Annotated[Path | None, typer.Option(help="The agent's store: read the same events from it, and keep "
-                                            "each level there for `report`.")] = None,
-    capacity: Annotated[int | None, typer.Option(help="The concurrency the budget allows (for the verdict).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="Compute --capacity from this config's "
-                                                "budget.")] = None,
-    keep_going: Annotated[bool, typer.Option(help="Run every level even after one broke.")] = False,
-    gpu: Annotated[bool, typer.Option(help="Sample GPU memory through NVML when a driver is present.")] = True,
-    nvml_library: Annotated[Path | None, typer.Option(help="Load this libnvidia-ml.so.1 instead of the "
-                                                      "system's.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
-    save: Annotated[Path | None, typer.Option(help="Also write the JSON result to this file.")] = None,
-) -> None:
-    """Step-up load test: raise concurrency level by level, watch the engine, compare with the budget.
-
-    The API key comes from DEEPINFER_API_KEY or OPENAI_API_KEY (never a flag). Stops at the first level
-    that breaks (OOM, preemption or failed requests) unless --keep-going; levels and requests are capped.
-    """
-    from agent.tools.loadtest_cli import run_loadtest
-
-    try:
-        run_loadtest(url=url, levels=levels, requests_per_level=requests_per_level, payload=payload,
-                     input_tokens=input_tokens, output_tokens=output_tokens, timeout=timeout, stream=stream,
-                     pause=pause, metrics_url=metrics_url, log=log, db=db, capacity=capacity, config=config,
-                     keep_going=keep_going, gpu=gpu, nvml_library=str(nvml_library) if nvml_library else None,
-                     as_json=as_json, save=save)
-    except ConfigError as exc:
-        _fail("\n".join(exc.problems))
-    except AgentError as exc:
-        _fail(str(exc))
-
-
-@app.command()
-def simulate(
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0 picks a free one; the URL is printed).")] = 8000,
-    model: Annotated[str, typer.Option(help="Model preset or HF config.json for the KV arithmetic.")] = "qwen2.5-7b",
-    vram_gib: Annotated[float, typer.Option(help="Simulated GPU memory, GiB.")] = 24.0,
-    util: Annotated[float, typer.Option(help="gpu_memory_utilization.")] = 0.9,
-    weights_gib: Annotated[float, typer.Option(help="Weights, GiB.")] = 14.2,
-    overhead_gib: Annotated[float, typer.Option(help="Activations + framework overhead, GiB.")] = 1.6,
-    block_size: Annotated[int, typer.Option(help="Paged-KV block size in tokens.")] = 16,
-    max_model_len: Annotated[int, typer.Option(help="Longest request (prompt + output) in tokens.")] = 8192,
-    kv_blocks: Annotated[int | None, typer.Option(help="KV cache size in blocks (instead of the budget).")] = None,
-    max_num_seqs: Annotated[int, typer.Option(help="Most requests running at once.")] = 256,
-    max_queue_size: Annotated[int | None, typer.Option(help="Most requests waiting beyond free slots; more are "
-                                                       "refused (default: unbounded, as vLLM ≤ 0.28).")] = None,
-    reject_status: Annotated[int, typer.Option(help="Status of a refusal: 503 (vLLM) or 429.")] = 503,
-    queue_timeout: Annotated[float | None, typer.Option(help="Refuse a request still waiting after this many "
-                                                        "seconds.")] = None,
-    request_timeout: Annotated[float | None, typer.Option(help="Abort a request older than this many seconds "
-                                                          "(504).")] = None,
-    prefill_tps: Annotated[float, typer.Option(help="Prefill rate, tokens/s (simulated time).")] = 5000.0,
-    decode_tps: Annotated[float, typer.Option(help="Decode rate per request, tokens/s (simulated time).")] = 50.0,
-    speed: Annotated[float, typer.Option(help="Run this many times faster than the rates say.")] = 1.0,
-    stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines in the log.")] = 10.0,
-    oom_on_overcommit: Annotated[bool, typer.Option(help="When the KV cache runs out, die with a CUDA OOM "
-                                                    "(exit 1) instead of preempting.")] = False,
-    log: Annotated[Path | None, typer.Option(help="Write a vLLM-format log here.")] = None,
-    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
-) -> None:
-    """Run a SIMULATED vLLM-like engine (no GPU, no model): paged-KV scheduling, vLLM logs and /metrics.
-
-    For trying the load test, the parsers and the scraper end to end. Every output says SIMULATED.
-    """
-    from agent.tools.sim_cli import run_simulator
-
-    try:
-        code = run_simulator(host=host, port=port, model=model, vram_gib=vram_gib, util=util,
-                             weights_gib=weights_gib, overhead_gib=overhead_gib, block_size=block_size,
-                             max_model_len=max_model_len, kv_blocks=kv_blocks, max_num_seqs=max_num_seqs,
-                             max_queue_size=max_queue_size, reject_status=reject_status,
-                             queue_timeout=queue_timeout, request_timeout=request_timeout, prefill_tps=prefill_tps,
-                             decode_tps=decode_tps, speed=speed, stats_interval=stats_interval,
-                             oom_on_overcommit=oom_on_overcommit, log=log, duration=duration)
-    except AgentError as exc:
-        _fail(str(exc))
-    raise typer.Exit(code)
-
-
-@app.command()
-def demo(
-    workdir: Annotated[Path | None, typer.Option(help="Where to put the demo's config, store, logs and report "
-                                                 "(default: a new temporary folder, kept).")] = None,
-) -> None:
-    """The whole product in about a minute, no GPU: a SIMULATED engine with max_num_seqs set too high, the
-    agent watching it, a step-up load test, the advisor's recommendation and the HTML report.
-
-    Exits 0 when every step ran, 1 naming the step that failed, 130 on Ctrl-C (processes are stopped)."""
-    from agent.tools.demo import main as run_demo
-
-    raise typer.Exit(run_demo(workdir))
+# The other commands live beside this module, one file per family; importing them registers them on `app`.
+from agent.commands import budget, judge, tools  # noqa: E402, F401

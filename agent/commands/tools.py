@@ -1,0 +1,121 @@
+"""`loadtest`, `simulate` and `demo`: the tools that exercise an engine (the daemon never imports them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from agent.cli import app, fail
+from agent.errors import AgentError, ConfigError
+
+
+@app.command()
+def loadtest(
+    url: Annotated[str, typer.Argument(help="OpenAI-compatible endpoint: http://host:port/v1/completions or "
+                                       ".../v1/chat/completions (a bare host:port means /v1/completions).")],
+    levels: Annotated[str, typer.Option(help="Concurrency levels, in order.")] = "1,2,3,5,8,12",
+    requests_per_level: Annotated[int | None, typer.Option(help="Requests per level (default 20 × level).")] = None,
+    payload: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="JSON request body with a "
+                                                 "fixed prompt (or messages) and max_tokens.")] = None,
+    input_tokens: Annotated[int, typer.Option(help="Without --payload: prompt length (one word per token).")] = 512,
+    output_tokens: Annotated[int, typer.Option(help="Without --payload: max_tokens (with ignore_eos).")] = 128,
+    timeout: Annotated[float, typer.Option(help="Client timeout per request, seconds.")] = 60.0,
+    stream: Annotated[bool, typer.Option(help="Stream responses and measure time to first token.")] = False,
+    pause: Annotated[float, typer.Option(help="Seconds between levels (engine events logged then count "
+                                         "for the level before).")] = 5.0,
+    metrics_url: Annotated[str | None, typer.Option(help="Engine /metrics to scrape during each level "
+                                                    "(default: the same host's /metrics; '' turns it off).")] = None,
+    log: Annotated[Path | None, typer.Option(help="Engine log to read OOM and preemption events from.")] = None,
+    db: Annotated[Path | None, typer.Option(help="The agent's store: read the same events from it, and keep "
+                                            "each level there for `report`.")] = None,
+    capacity: Annotated[int | None, typer.Option(help="The concurrency the budget allows (for the verdict).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Compute --capacity from this config's "
+                                                "budget.")] = None,
+    keep_going: Annotated[bool, typer.Option(help="Run every level even after one broke.")] = False,
+    gpu: Annotated[bool, typer.Option(help="Sample GPU memory through NVML when a driver is present.")] = True,
+    nvml_library: Annotated[Path | None, typer.Option(help="Load this libnvidia-ml.so.1 instead of the "
+                                                      "system's.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+    save: Annotated[Path | None, typer.Option(help="Also write the JSON result to this file.")] = None,
+) -> None:
+    """Step-up load test: raise concurrency level by level, watch the engine, compare with the budget.
+
+    The API key comes from DEEPINFER_API_KEY or OPENAI_API_KEY (never a flag). Stops at the first level
+    that breaks (OOM, preemption or failed requests) unless --keep-going; levels and requests are capped.
+    """
+    from agent.tools.loadtest_cli import run_loadtest
+
+    try:
+        run_loadtest(url=url, levels=levels, requests_per_level=requests_per_level, payload=payload,
+                     input_tokens=input_tokens, output_tokens=output_tokens, timeout=timeout, stream=stream,
+                     pause=pause, metrics_url=metrics_url, log=log, db=db, capacity=capacity, config=config,
+                     keep_going=keep_going, gpu=gpu, nvml_library=str(nvml_library) if nvml_library else None,
+                     as_json=as_json, save=save)
+    except ConfigError as exc:
+        fail("\n".join(exc.problems))
+    except AgentError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def simulate(
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0 picks a free one; the URL is printed).")] = 8000,
+    model: Annotated[str, typer.Option(help="Model preset or HF config.json for the KV arithmetic.")] = "qwen2.5-7b",
+    vram_gib: Annotated[float, typer.Option(help="Simulated GPU memory, GiB.")] = 24.0,
+    util: Annotated[float, typer.Option(help="gpu_memory_utilization.")] = 0.9,
+    weights_gib: Annotated[float, typer.Option(help="Weights, GiB.")] = 14.2,
+    overhead_gib: Annotated[float, typer.Option(help="Activations + framework overhead, GiB.")] = 1.6,
+    block_size: Annotated[int, typer.Option(help="Paged-KV block size in tokens.")] = 16,
+    max_model_len: Annotated[int, typer.Option(help="Longest request (prompt + output) in tokens.")] = 8192,
+    kv_blocks: Annotated[int | None, typer.Option(help="KV cache size in blocks (instead of the budget).")] = None,
+    max_num_seqs: Annotated[int, typer.Option(help="Most requests running at once.")] = 256,
+    max_queue_size: Annotated[int | None, typer.Option(help="Most requests waiting beyond free slots; more are "
+                                                       "refused (default: unbounded, as vLLM ≤ 0.28).")] = None,
+    reject_status: Annotated[int, typer.Option(help="Status of a refusal: 503 (vLLM) or 429.")] = 503,
+    queue_timeout: Annotated[float | None, typer.Option(help="Refuse a request still waiting after this many "
+                                                        "seconds.")] = None,
+    request_timeout: Annotated[float | None, typer.Option(help="Abort a request older than this many seconds "
+                                                          "(504).")] = None,
+    prefill_tps: Annotated[float, typer.Option(help="Prefill rate, tokens/s (simulated time).")] = 5000.0,
+    decode_tps: Annotated[float, typer.Option(help="Decode rate per request, tokens/s (simulated time).")] = 50.0,
+    speed: Annotated[float, typer.Option(help="Run this many times faster than the rates say.")] = 1.0,
+    stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines in the log.")] = 10.0,
+    oom_on_overcommit: Annotated[bool, typer.Option(help="When the KV cache runs out, die with a CUDA OOM "
+                                                    "(exit 1) instead of preempting.")] = False,
+    log: Annotated[Path | None, typer.Option(help="Write a vLLM-format log here.")] = None,
+    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+) -> None:
+    """Run a SIMULATED vLLM-like engine (no GPU, no model): paged-KV scheduling, vLLM logs and /metrics.
+
+    For trying the load test, the parsers and the scraper end to end. Every output says SIMULATED.
+    """
+    from agent.tools.sim_cli import run_simulator
+
+    try:
+        code = run_simulator(host=host, port=port, model=model, vram_gib=vram_gib, util=util,
+                             weights_gib=weights_gib, overhead_gib=overhead_gib, block_size=block_size,
+                             max_model_len=max_model_len, kv_blocks=kv_blocks, max_num_seqs=max_num_seqs,
+                             max_queue_size=max_queue_size, reject_status=reject_status,
+                             queue_timeout=queue_timeout, request_timeout=request_timeout, prefill_tps=prefill_tps,
+                             decode_tps=decode_tps, speed=speed, stats_interval=stats_interval,
+                             oom_on_overcommit=oom_on_overcommit, log=log, duration=duration)
+    except AgentError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path | None, typer.Option(help="Where to put the demo's config, store, logs and report "
+                                                 "(default: a new temporary folder, kept).")] = None,
+) -> None:
+    """The whole product in about a minute, no GPU: a SIMULATED engine with max_num_seqs set too high, the
+    agent watching it, a step-up load test, the advisor's recommendation and the HTML report.
+
+    Exits 0 when every step ran, 1 naming the step that failed, 130 on Ctrl-C (processes are stopped)."""
+    from agent.tools.demo import main as run_demo
+
+    raise typer.Exit(run_demo(workdir))
