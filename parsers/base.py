@@ -20,12 +20,10 @@ catastrophically fails the build rather than a node.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any
 
 from agent.records import (
     CapacityFact,
@@ -38,8 +36,8 @@ from agent.records import (
     ServerStats,
     Severity,
 )
-from parsers.needles import required_literals
 from parsers.redact import is_request_log, opens_unclosed_quote, redact, scrub
+from parsers.signature import Signature
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
 MAX_BLOCK_LINES = 400  # a traceback longer than this is still one event; the rest is not kept
@@ -49,84 +47,6 @@ MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
 
 ANSI = re.compile(r"\x1b\[[0-9;]{0,20}[A-Za-z]")
-_UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
-          "KB": 1024, "MB": 1024**2, "GB": 1024**3}
-
-Extract = Callable[["re.Match[str]"], dict[str, FieldValue]]
-
-
-def size_bytes(number: str, unit: str) -> int:
-    """`1.50` + `GiB` → bytes. PyTorch, vLLM and SGLang print binary units (SGLang's "GB" is 2**30)."""
-    return round(float(number.replace(",", "")) * _UNITS.get(unit, 1))
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A line pattern that means one event kind; `phase` None means "ask the parser's state"."""
-
-    kind: EventKind
-    pattern: re.Pattern[str]
-    severity: Severity
-    phase: Phase | None = None
-    extract: Extract | None = None
-    incident: bool = False  # one occurrence may be reported many times (ranks, re-raise): de-duplicate
-    severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None  # when the numbers decide
-    unless: re.Pattern[str] | None = None  # the same words in a line that means something else
-    needles: tuple[str, ...] | None = None  # every match contains one of these (None: always search)
-
-    def could_match(self, text: str) -> bool:
-        """False when the line lacks every required literal, so the regex need not run."""
-        if self.needles is None:
-            return True
-        for needle in self.needles:  # noqa: SIM110 - a loop beats any() on this path
-            if needle in text:
-                return True
-        return False
-
-
-def json_object(text: str) -> dict[str, Any] | None:
-    """The object of a JSON-formatted log line (TGI `--json-output`, vLLM's JSON formatter, llama.cpp
-    `--log-format json`), or None when the line is not one."""
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def hot(*literals: str) -> re.Pattern[str]:
-    """The pre-filter: a line must contain one of the literals to be looked at.
-
-    The literals are folded into a trie-shaped pattern (`C(?:UDA|UBLAS|…)`) rather than a flat
-    alternation: `re` tries every branch at every position, and sixty flat branches cost twice as much
-    as the trie on a boring line. A literal that extends a shorter one is dropped (the shorter suffices).
-    """
-    trie: dict[str, Any] = {}
-    for literal in literals:
-        node = trie
-        for ch in literal:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-    return re.compile(_trie_pattern(trie) if trie else "(?!)")
-
-
-def _trie_pattern(node: dict[str, Any]) -> str:
-    if "" in node:
-        return ""  # a literal ends here: the prefix matched so far is enough
-    branches = [re.escape(ch) + _trie_pattern(child) for ch, child in sorted(node.items())]
-    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-
-
-def signature(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,
-              extract: Extract | None = None, incident: bool = False,
-              severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None,
-              unless: str | None = None) -> Signature:
-    """A Signature from a pattern string (compiled once, at import)."""
-    compiled = re.compile(pattern)
-    return Signature(kind, compiled, severity, phase, extract, incident, severity_of,
-                re.compile(unless) if unless else None, required_literals(compiled))
-
-
 @dataclass
 class Split:
     """A line cut into its prefix parts and message. `tag` names the emitting process (traceback lines

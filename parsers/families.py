@@ -35,7 +35,7 @@ import re
 from collections.abc import Callable
 
 from agent.records import EventKind, FieldValue, Knob, Phase, Severity
-from parsers.base import Signature, signature, size_bytes
+from parsers.signature import Signature, signature, size_bytes
 
 GIB = 1024**3
 

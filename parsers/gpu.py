@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, FieldValue, Phase, Severity
-from parsers.base import Signature, signature, size_bytes
+from parsers.signature import Signature, signature, size_bytes
 
 _SIZE = r"([\d.,]+) ([KMGT]i?B)"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, FieldValue, Phase, Severity
-from parsers.base import Signature, signature
 from parsers.redact import route
+from parsers.signature import Signature, signature
 
 _STATUS = r"(?P<status>429|503)"
 

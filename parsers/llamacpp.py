@@ -16,16 +16,8 @@ from datetime import timezone, tzinfo
 
 from agent.records import EventKind, Phase, Record, Server, ServerStats, Severity
 from parsers import families, gpu, http_access, kernel
-from parsers.base import (
-    Signature,
-    Split,
-    StreamParser,
-    hot,
-    json_object,
-    quoted_or_request,
-    signature,
-    size_bytes,
-)
+from parsers.base import Split, StreamParser, quoted_or_request
+from parsers.signature import Signature, hot, json_object, signature, size_bytes
 
 LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
     *gpu.GPU_SIGNATURES,

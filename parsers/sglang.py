@@ -17,7 +17,8 @@ from datetime import timezone, tzinfo
 
 from agent.records import Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import families, gpu, http_access, kernel
-from parsers.base import Signature, Split, StreamParser, hot, quoted_or_request, signature, size_bytes
+from parsers.base import Split, StreamParser, quoted_or_request
+from parsers.signature import Signature, hot, signature, size_bytes
 
 
 def _retract(m: re.Match[str]) -> dict[str, FieldValue]:

@@ -16,7 +16,8 @@ import re
 
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import families, gpu, http_access, kernel
-from parsers.base import Signature, Split, StreamParser, hot, json_object, signature
+from parsers.base import Split, StreamParser
+from parsers.signature import Signature, hot, json_object, signature
 
 TGI_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.OOM, r"Not enough memory to handle (?:(?P<prefill>\d+) prefill tokens|`max_total_tokens)"

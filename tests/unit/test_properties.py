@@ -18,7 +18,21 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from agent.records import Record, Server, as_dict
-from parsers import REGISTRY, base, generic, gpu, http_access, kernel, llamacpp, make_parser, sglang, tgi, vllm
+from parsers import (
+    REGISTRY,
+    base,
+    families,
+    generic,
+    gpu,
+    http_access,
+    kernel,
+    llamacpp,
+    make_parser,
+    sglang,
+    signature,
+    tgi,
+    vllm,
+)
 from parsers import redact as redact_module
 from parsers.redact import redact
 
@@ -183,13 +197,14 @@ ADVERSARIAL = [
 def _all_patterns() -> dict[str, re.Pattern[str]]:
     """Every compiled pattern the parsers hold: module constants, class pre-filters and markers, rules."""
     found: dict[str, re.Pattern[str]] = {}
-    for module in (base, generic, gpu, http_access, kernel, llamacpp, redact_module, sglang, tgi, vllm):
+    for module in (base, families, generic, gpu, http_access, kernel, llamacpp, redact_module, sglang, signature, tgi,
+                   vllm):
         for name, value in vars(module).items():
             if isinstance(value, re.Pattern):
                 found[f"{module.__name__}.{name}"] = value
             elif isinstance(value, tuple):
                 for i, item in enumerate(value):
-                    if isinstance(item, base.Signature):
+                    if isinstance(item, signature.Signature):
                         found[f"{module.__name__}.{name}[{i}]"] = item.pattern
                         if item.unless is not None:
                             found[f"{module.__name__}.{name}[{i}].unless"] = item.unless
