@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
-from agent.records import LogLine, SourceBatch
+from agent.bookkeeping import SourceBatch
+from agent.records import LogLine
 from agent.sinks.store import Store
 from agent.sources.tailer import FileTailer, TailOptions
 from tests.fake_nvml import FakeNvml, build

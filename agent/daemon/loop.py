@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from agent import __version__
+from agent.bookkeeping import CommitResult, Cursor, JournalCursor
 from agent.capacity.budget import Budget
 from agent.capacity.capacity import Capacity, capacity_of, paper_budget
 from agent.config import Config, SourceSection, shipped_rules_dir
@@ -24,16 +25,7 @@ from agent.daemon.totals import Totals
 from agent.errors import AgentError
 from agent.judge.advisor import Advisor, engine_config, knobs_of
 from agent.judge.rules import RuleError, load_rules
-from agent.records import (
-    CapacityFact,
-    CommitResult,
-    Cursor,
-    Finding,
-    JournalCursor,
-    Server,
-    ServerStats,
-    StoredRecord,
-)
+from agent.records import CapacityFact, Finding, Server, ServerStats, StoredRecord
 from agent.sinks.exporter import Snapshot, TargetState
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store, event_counters

@@ -11,19 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
+from agent.bookkeeping import Cursor, JournalCursor
 from agent.config import SourceSection
-from agent.records import (
-    CapacityFact,
-    Cursor,
-    Event,
-    GpuProcessSample,
-    GpuSample,
-    JournalCursor,
-    LogLine,
-    Record,
-    Server,
-    ServerStats,
-)
+from agent.records import CapacityFact, Event, GpuProcessSample, GpuSample, LogLine, Record, Server, ServerStats
 from agent.sources.engines import engine_name
 from agent.sources.journal import JournalSource
 from agent.sources.tailer import FileTailer

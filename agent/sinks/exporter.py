@@ -22,8 +22,9 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agent.bookkeeping import SourceStats
 from agent.capacity.capacity import Capacity
-from agent.records import EventKind, Finding, GpuProcessSample, GpuSample, ServerStats, SourceStats
+from agent.records import EventKind, Finding, GpuProcessSample, GpuSample, ServerStats
 
 Labels = tuple[str, ...]
 Totals = Mapping[tuple[str, Labels], float]

@@ -34,15 +34,9 @@ from typing import Any
 
 from sqlite_utils import Database, Migrations
 
+from agent.bookkeeping import CommitResult, Cursor, JournalCursor
 from agent.errors import StoreError
-from agent.records import (
-    CommitResult,
-    Cursor,
-    Event,
-    EventKind,
-    JournalCursor,
-    StoredRecord,
-)
+from agent.records import Event, EventKind, StoredRecord
 from agent.sinks.rows import TABLES
 from agent.sinks.schema import MIGRATIONS as SCHEMA
 from agent.sinks.schema import PRUNED

@@ -23,8 +23,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from agent.bookkeeping import CommitResult, Cursor, JournalCursor, StoreStats
 from agent.errors import StoreError
-from agent.records import CommitResult, Cursor, JournalCursor, StoredRecord, StoreStats
+from agent.records import StoredRecord
 from agent.sinks.store import Store, TotalsKey, failure_hint
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
+from agent.bookkeeping import JournalCursor, SourceBatch, SourceStats
 from agent.config import SourceSection
 from agent.errors import SourceError
-from agent.records import JournalCursor, LogLine, SourceBatch, SourceStats
+from agent.records import LogLine
 
 READ_BYTES_PER_POLL = 4 * 1024 * 1024
 

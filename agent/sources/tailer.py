@@ -44,8 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from agent.bookkeeping import Cursor, SourceBatch, SourceStats
 from agent.config import SourceSection
-from agent.records import Cursor, LogLine, SourceBatch, SourceStats
+from agent.records import LogLine
 from agent.sources.framing import Frame
 from agent.sources.lines import LineAssembler
 

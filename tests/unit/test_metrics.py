@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from agent.bookkeeping import SourceStats
 from agent.prom import exposition_samples
-from agent.records import GpuProcessSample, GpuSample, Server, ServerStats, SourceStats
+from agent.records import GpuProcessSample, GpuSample, Server, ServerStats
 from agent.sinks.exporter import MetricsServer, Snapshot, SnapshotCollector
 
 METRICS_DOC = (Path(__file__).parent.parent.parent / "docs" / "metrics.md").read_text()

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.bookkeeping import Cursor, JournalCursor
 from agent.errors import StoreError
-from agent.records import Cursor, Event, EventKind, JournalCursor, Phase, Server, Severity
+from agent.records import Event, EventKind, Phase, Server, Severity
 from agent.sinks.store import SCHEMA_VERSION, Store
 
 

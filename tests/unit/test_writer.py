@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.bookkeeping import Cursor
 from agent.errors import StoreError
-from agent.records import CapacityFact, Cursor, Event, EventKind, Phase, Server, Severity
+from agent.records import CapacityFact, Event, EventKind, Phase, Server, Severity
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
 from agent.sinks.writer import ResilientWriter
