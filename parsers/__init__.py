@@ -19,10 +19,11 @@ from datetime import timezone, tzinfo
 from typing import Protocol
 
 from agent.records import Record, Server
-from parsers.base import COMPOSE, OUTER, StreamParser, earliest
+from parsers.base import StreamParser
 from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
 from parsers.llamacpp import LlamaCppParser
+from parsers.prefix import COMPOSE, OUTER, earliest
 from parsers.sglang import SglangParser
 from parsers.tgi import TgiParser
 from parsers.vllm import VllmParser

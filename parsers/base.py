@@ -21,7 +21,7 @@ catastrophically fails the build rather than a node.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 
@@ -36,6 +36,22 @@ from agent.records import (
     ServerStats,
     Severity,
 )
+from parsers.prefix import (
+    ANSI,
+    COMPOSE,
+    CONTINUATION,
+    MONTHS,
+    OPENS_BLOCK,
+    OUTER,
+    RFC3339,
+    SYSLOG,
+    Split,
+    boring_access,
+    earliest,
+    last_segment,
+    local_at,
+    source_last,
+)
 from parsers.redact import is_request_log, opens_unclosed_quote, redact, scrub
 from parsers.signature import Signature
 
@@ -45,24 +61,6 @@ DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
 MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there (a lost closing quote)
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
-
-ANSI = re.compile(r"\x1b\[[0-9;]{0,20}[A-Za-z]")
-@dataclass
-class Split:
-    """A line cut into its prefix parts and message. `tag` names the emitting process (traceback lines
-    of different processes interleave); `key` is the whole logger prefix (same key = same record)."""
-
-    msg: str
-    ts: float | None = None
-    level: str | None = None
-    tag: str = ""
-    key: str | None = None
-
-    @property
-    def bare(self) -> bool:
-        """No prefix at all: raw stderr (a traceback line) that belongs to whichever block is open."""
-        return self.key is None and not self.tag and self.level is None
-
 
 @dataclass
 class _Block:
@@ -75,88 +73,8 @@ class _Block:
     last_line_no: int = 0
 
 
-_REFUSALS = ("429", "503", "504")  # the statuses an access line is classified for
-MONTHS = {m: i for i, m in enumerate(
-    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
-# syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
-_SYSLOG = re.compile(
-    r"[A-Z][a-z]{2} +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? \S{1,100} [^\s:]{1,100}: (?:\[ *\d+\.\d+\] )?"
-)  # `journalctl -o short-precise` adds microseconds to the second
-# `kubectl logs --prefix` / `docker logs --timestamps`: "[pod/name/container] 2025-09-14T03:11:15.5Z "
-OUTER = re.compile(
-    r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) )?"
-)
-# `docker compose logs`: "vllm-1  | " (service name, padding, bar) before whatever the container wrote
-COMPOSE = re.compile(r"[\w.-]{1,64} +\| ")
-_RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
-_CONTINUATION = re.compile(
-    r"\s|Traceback \(most recent call last\)|The above exception|During handling of the above|\^+$|$"
-    r"|[\w.]{1,120}(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b|File \""
-    r"|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`"
-    r"|Exception raised from |frame #\d|\[rank\d+\]:|terminate called|what\(\):|Process \w+[-:]|\.\.\.$"
-)
-_OPENS_BLOCK = re.compile(
-    r"Traceback \(most recent call last\)|hit an exception|encountered a fatal error|failed to start"
-    r"|output_handler failed|background task failed|encountered an error|:$"
-)
-
-
-def last_segment(text: str) -> str:
-    """What a terminal shows of a line with carriage returns (a progress bar redrawn in place, CRLF): the
-    last non-empty segment."""
-    for part in reversed(text.split("\r")):
-        if part.strip():
-            return part
-    return ""
-
-
-def quoted_or_request(head: str, msg: str) -> bool:
-    """True when a stats-looking message cannot be one: a request log, or the fields sit inside quotes
-    (an exception or a prompt quoting a stats line). `head` is what precedes the first field."""
-    return '"' in head or "'" in head or is_request_log(msg)
-
-
-def _boring_access(text: str) -> bool:
-    """An access line (uvicorn, nginx) whose status is not one we classify: the commonest boring line in a
-    busy log, settled by one `find`."""
-    i = text.find(" HTTP/1.")
-    if i < 0:
-        return False
-    j = text.find('" ', i)
-    return j >= 0 and text[j + 2:j + 5] not in _REFUSALS
-
-
-def _source_last(lines: Iterable[str], deferred: list[str]) -> Iterator[str]:
-    """The lines of an occurrence, with traceback *source* lines (`raise ValueError("No available memory …"`)
-    moved after the rest: they quote the message the exception line states, so the exception line (or the
-    logger's own line) should name the event, and supply its numbers, when there is one."""
-    for msg in lines:
-        head = msg.lstrip()[:6]
-        if head.startswith(("raise ", '"', "f\"", "f'")):
-            deferred.append(msg)
-        else:
-            yield msg
-    yield from deferred
-
-
 _UNKNOWN: float = float("nan")  # a minute not converted yet (compared by identity)
 _MINUTES_KEPT = 4096  # minutes remembered before the cache starts over
-
-
-def _local_at(year: int, month: int, day: int, hour: int, minute: int, second: int, tz: tzinfo) -> float | None:
-    try:
-        return datetime(year, month, day, hour, minute, second, tzinfo=tz).timestamp()
-    except ValueError:
-        return None
-
-
-def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, int]:
-    """The smallest offset per path among (path, offset) pairs; unknown locations are skipped."""
-    out: dict[str, int] = {}
-    for path, offset in locations:
-        if path is not None and offset is not None and offset < out.get(path, offset + 1):
-            out[path] = offset
-    return out
 
 
 class StreamParser:
@@ -211,7 +129,7 @@ class StreamParser:
         if "\r" in text:
             text = last_segment(text)
         # An access line that is not a refusal can neither carry a problem nor continue a traceback.
-        if _boring_access(text) or (not self._blocks and not self._hot(text)):
+        if boring_access(text) or (not self._blocks and not self._hot(text)):
             if self._request_lines:
                 self._in_request(self.split(text))
             elif ("'" in text or '"' in text) and is_request_log(text) and opens_unclosed_quote(text):
@@ -220,7 +138,7 @@ class StreamParser:
         syslog_ts = None
         if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
             text = text[cm.end():]
-        if text[:3] in MONTHS and (sm := _SYSLOG.match(text)) is not None:
+        if text[:3] in MONTHS and (sm := SYSLOG.match(text)) is not None:
             syslog_ts = self.yearless(MONTHS[text[:3]], int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
@@ -260,7 +178,7 @@ class StreamParser:
             self._request_lines = 1 if opens_unclosed_quote(split.msg) else 0
             return out
         self._track_phase(split.msg)
-        if split.level in ("ERROR", "CRITICAL", "E") or _OPENS_BLOCK.search(split.msg[:2000]) is not None:
+        if split.level in ("ERROR", "CRITICAL", "E") or OPENS_BLOCK.search(split.msg[:2000]) is not None:
             self._blocks[split.tag] = _Block(split, path, offset, [split.msg], self.lines_seen)
             return out
         out.extend(self.events_for(split, (split.msg,), path, offset))
@@ -404,19 +322,19 @@ class StreamParser:
         mkey = (year, month, day, hour, minute, zone)
         base = self._minutes.get(mkey, _UNKNOWN)
         if base is _UNKNOWN:
-            base = self._minute_base(mkey, _local_at(year, month, day, hour, minute, 0, zone),
-                                     _local_at(year, month, day, hour, minute, 59, zone))
+            base = self._minute_base(mkey, local_at(year, month, day, hour, minute, 0, zone),
+                                     local_at(year, month, day, hour, minute, 59, zone))
         if base is not None and 0 <= whole <= 59:
             value = base + whole + (second - whole)
         else:
-            at = _local_at(year, month, day, hour, minute, whole, zone)
+            at = local_at(year, month, day, hour, minute, whole, zone)
             value = None if at is None else at + (second - whole)
         self._ts_cache = (key, value)
         return value
 
     def rfc3339(self, text: str) -> float | None:
         """`2024-08-19T14:09:56.520+08:00` / `…Z` → epoch seconds (None when it is not one)."""
-        m = _RFC3339.match(text)
+        m = RFC3339.match(text)
         if m is None:
             return None
         zone = m.group(8)
@@ -448,7 +366,7 @@ class StreamParser:
         block = self._blocks.get(tag)
         if block is not None:
             same_record = split.key is not None and split.key == block.first.key
-            if same_record or (split.key is None and _CONTINUATION.match(split.msg) is not None):
+            if same_record or (split.key is None and CONTINUATION.match(split.msg) is not None):
                 if len(block.lines) < MAX_BLOCK_LINES:
                     block.lines.append(split.msg)
                 block.last_line_no = self.lines_seen
@@ -481,7 +399,7 @@ class StreamParser:
         through the API server) is not repeated."""
         found: dict[EventKind, Event | None] = {}
         deferred: list[str] = []
-        for msg in _source_last(lines, deferred):
+        for msg in source_last(lines, deferred):
             if is_request_log(msg):
                 continue
             for r in self.SIGNATURES:

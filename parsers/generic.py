@@ -14,7 +14,8 @@ from datetime import timedelta, timezone
 
 from agent.records import Server
 from parsers import families, gpu, http_access, kernel
-from parsers.base import MONTHS, Split, StreamParser
+from parsers.base import StreamParser
+from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
 
 _CLF_TIME = re.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)\]")

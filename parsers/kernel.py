@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, FieldValue, Phase, Server, Severity
-from parsers.base import Split, StreamParser
+from parsers.base import StreamParser
+from parsers.prefix import Split
 from parsers.signature import Signature, hot, signature
 from parsers.xid import XID_MEANINGS, xid_severity  # pure data, shared with the NVML source
 

@@ -16,7 +16,8 @@ from datetime import timezone, tzinfo
 
 from agent.records import EventKind, Phase, Record, Server, ServerStats, Severity
 from parsers import families, gpu, http_access, kernel
-from parsers.base import Split, StreamParser, quoted_or_request
+from parsers.base import StreamParser
+from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature, size_bytes
 
 LLAMACPP_SIGNATURES: tuple[Signature, ...] = (

@@ -17,7 +17,8 @@ from datetime import timezone, tzinfo
 
 from agent.records import Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import families, gpu, http_access, kernel
-from parsers.base import Split, StreamParser, quoted_or_request
+from parsers.base import StreamParser
+from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, signature, size_bytes
 
 

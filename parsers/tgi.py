@@ -16,7 +16,8 @@ import re
 
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import families, gpu, http_access, kernel
-from parsers.base import Split, StreamParser
+from parsers.base import StreamParser
+from parsers.prefix import Split
 from parsers.signature import Signature, hot, json_object, signature
 
 TGI_SIGNATURES: tuple[Signature, ...] = (

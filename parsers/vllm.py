@@ -20,7 +20,8 @@ from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import families, gpu, http_access, kernel
-from parsers.base import ANSI, Split, StreamParser, quoted_or_request
+from parsers.base import StreamParser
+from parsers.prefix import ANSI, Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature
 
 GIB = 1024**3

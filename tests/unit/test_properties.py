@@ -28,6 +28,7 @@ from parsers import (
     kernel,
     llamacpp,
     make_parser,
+    prefix,
     sglang,
     signature,
     tgi,
@@ -197,8 +198,8 @@ ADVERSARIAL = [
 def _all_patterns() -> dict[str, re.Pattern[str]]:
     """Every compiled pattern the parsers hold: module constants, class pre-filters and markers, rules."""
     found: dict[str, re.Pattern[str]] = {}
-    for module in (base, families, generic, gpu, http_access, kernel, llamacpp, redact_module, sglang, signature, tgi,
-                   vllm):
+    for module in (base, families, generic, gpu, http_access, kernel, llamacpp, prefix, redact_module, sglang,
+                   signature, tgi, vllm):
         for name, value in vars(module).items():
             if isinstance(value, re.Pattern):
                 found[f"{module.__name__}.{name}"] = value

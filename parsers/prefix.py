@@ -1,0 +1,112 @@
+"""What a log line is before its meaning: the prefixes around the message (syslog, Kubernetes, compose),
+whether it continues an open block, whether it is a boring access line, and local time to epoch seconds.
+
+Pure functions and patterns shared by parsers/base.py (the per-stream state machine) and the engine
+modules; patterns are bounded (see parsers/base.py on backtracking).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+
+from parsers.redact import is_request_log
+
+ANSI = re.compile(r"\x1b\[[0-9;]{0,20}[A-Za-z]")
+@dataclass
+class Split:
+    """A line cut into its prefix parts and message. `tag` names the emitting process (traceback lines
+    of different processes interleave); `key` is the whole logger prefix (same key = same record)."""
+
+    msg: str
+    ts: float | None = None
+    level: str | None = None
+    tag: str = ""
+    key: str | None = None
+
+    @property
+    def bare(self) -> bool:
+        """No prefix at all: raw stderr (a traceback line) that belongs to whichever block is open."""
+        return self.key is None and not self.tag and self.level is None
+
+
+REFUSALS = ("429", "503", "504")  # the statuses an access line is classified for
+MONTHS = {m: i for i, m in enumerate(
+    ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
+# syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
+SYSLOG = re.compile(
+    r"[A-Z][a-z]{2} +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? \S{1,100} [^\s:]{1,100}: (?:\[ *\d+\.\d+\] )?"
+)  # `journalctl -o short-precise` adds microseconds to the second
+# `kubectl logs --prefix` / `docker logs --timestamps`: "[pod/name/container] 2025-09-14T03:11:15.5Z "
+OUTER = re.compile(
+    r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) )?"
+)
+# `docker compose logs`: "vllm-1  | " (service name, padding, bar) before whatever the container wrote
+COMPOSE = re.compile(r"[\w.-]{1,64} +\| ")
+RFC3339 = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:?\d\d)?")
+CONTINUATION = re.compile(
+    r"\s|Traceback \(most recent call last\)|The above exception|During handling of the above|\^+$|$"
+    r"|[\w.]{1,120}(?:Error|Exception|Exit|Interrupt|Warning|Failure)\b|File \""
+    r"|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE_CUDA_DSA`"
+    r"|Exception raised from |frame #\d|\[rank\d+\]:|terminate called|what\(\):|Process \w+[-:]|\.\.\.$"
+)
+OPENS_BLOCK = re.compile(
+    r"Traceback \(most recent call last\)|hit an exception|encountered a fatal error|failed to start"
+    r"|output_handler failed|background task failed|encountered an error|:$"
+)
+
+
+def last_segment(text: str) -> str:
+    """What a terminal shows of a line with carriage returns (a progress bar redrawn in place, CRLF): the
+    last non-empty segment."""
+    for part in reversed(text.split("\r")):
+        if part.strip():
+            return part
+    return ""
+
+
+def quoted_or_request(head: str, msg: str) -> bool:
+    """True when a stats-looking message cannot be one: a request log, or the fields sit inside quotes
+    (an exception or a prompt quoting a stats line). `head` is what precedes the first field."""
+    return '"' in head or "'" in head or is_request_log(msg)
+
+
+def boring_access(text: str) -> bool:
+    """An access line (uvicorn, nginx) whose status is not one we classify: the commonest boring line in a
+    busy log, settled by one `find`."""
+    i = text.find(" HTTP/1.")
+    if i < 0:
+        return False
+    j = text.find('" ', i)
+    return j >= 0 and text[j + 2:j + 5] not in REFUSALS
+
+
+def source_last(lines: Iterable[str], deferred: list[str]) -> Iterator[str]:
+    """The lines of an occurrence, with traceback *source* lines (`raise ValueError("No available memory …"`)
+    moved after the rest: they quote the message the exception line states, so the exception line (or the
+    logger's own line) should name the event, and supply its numbers, when there is one."""
+    for msg in lines:
+        head = msg.lstrip()[:6]
+        if head.startswith(("raise ", '"', "f\"", "f'")):
+            deferred.append(msg)
+        else:
+            yield msg
+    yield from deferred
+
+
+def local_at(year: int, month: int, day: int, hour: int, minute: int, second: int, tz: tzinfo) -> float | None:
+    try:
+        return datetime(year, month, day, hour, minute, second, tzinfo=tz).timestamp()
+    except ValueError:
+        return None
+
+
+def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, int]:
+    """The smallest offset per path among (path, offset) pairs; unknown locations are skipped."""
+    out: dict[str, int] = {}
+    for path, offset in locations:
+        if path is not None and offset is not None and offset < out.get(path, offset + 1):
+            out[path] = offset
+    return out
