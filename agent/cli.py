@@ -230,6 +230,7 @@ def scan(
     """
     from agent.sources.parallel import scan_path
     from agent.sources.saved import FileScan, parse_tz, scan_into
+    from agent.views.scan_progress import progress_bar
     from agent.views.scan_text import JsonlWriter, render_text
     from agent.views.summary import SummaryBuilder
 
@@ -248,8 +249,9 @@ def scan(
             if str(path) == "-":
                 scans.append(scan_into(sys.stdin.buffer, "-", emit, as_server, time.time(), zone))
                 continue
-            scans.append(scan_path(path, emit, as_server, zone, jobs if jobs is not None else _cpus(), writer,
-                                   summary))
+            with progress_bar(str(path), _size(path), sys.stderr) as progress:  # a bar on a terminal only
+                scans.append(scan_path(path, emit, as_server, zone, jobs if jobs is not None else _cpus(), writer,
+                                       summary, progress=progress))
         except OSError as exc:
             if writer is not None:
                 writer.flush()
@@ -260,6 +262,17 @@ def scan(
         return
     assert summary is not None
     typer.echo(render_text(scans, summary.result()))
+
+
+def _size(path: Path) -> int | None:
+    """A regular file's size (None for a pipe or a device, whose size says nothing; errors are scan's to report)."""
+    import stat
+
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def _cpus() -> int:

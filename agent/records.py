@@ -160,6 +160,7 @@ class Event:
     path: str | None = None
     offset: int | None = None
     file_key: str | None = None  # the identity of the file incarnation (LogLine.file_key): with offset, the key
+    line: int | None = None  # 1-based line number of the first line in the file (`scan` sets it; the daemon does not)
 
 
 class ServerStats(NamedTuple):
@@ -188,6 +189,7 @@ class ServerStats(NamedTuple):
     path: str | None = None
     offset: int | None = None
     file_key: str | None = None
+    line: int | None = None  # as Event.line
 
 
 Record = Event | ServerStats | CapacityFact

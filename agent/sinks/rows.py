@@ -35,7 +35,7 @@ def _event_row(e: Event, now: float) -> tuple[Any, ...]:
 
 
 def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
-    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, *s[3:])
+    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, *s[3:15])  # not `line`
 
 
 def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:

@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent.records import Record, Server
-from agent.sources.saved import Emit, FileScan, feed_plain, scan_into
+from agent.sources.saved import Emit, FileScan, ended_before, feed_plain, file_newlines, no_newlines, scan_into, stamp
+from agent.views.scan_progress import Progress, counted
 from agent.views.scan_text import JsonlWriter
 from agent.views.summary import SummaryBuilder
 from parsers import REGISTRY, AutoParser, make_parser
@@ -96,6 +97,7 @@ class _Chunk:
     index: int
     start: int
     end: int
+    line: int = 1  # line number of its first line (newlines of the chunks before it, plus one)
 
 
 @dataclass
@@ -158,18 +160,20 @@ def _work(job: _Job, chunk: _Chunk) -> _Done:
     checkpoints: list[_Checkpoint] = []
     first_seen: dict[str, tuple[float | None, int] | None] = {}
     with Path(job.path).open("rb") as handle:
+        newlines = file_newlines(handle) or no_newlines
         handle.seek(chunk.start)
         if chunk.index == 0:
             parser: Any = make_parser(job.server, job.source, job.ref_time, job.tz)
             lines, offset = _skip_blank(handle, chunk.start)
             segments.append(SummaryBuilder())
-            count, _ = feed_plain(handle, parser, job.path, offset, sink, chunk.end)
+            count, _ = feed_plain(handle, parser, job.path, offset, sink, chunk.end, line=chunk.line + lines,
+                                  newlines=newlines)
             lines += count
         else:
             assert job.parser_class is not None
             parser = inner = job.parser_class(job.source, job.ref_time, job.tz)
             lines, offset = feed_plain(handle, inner, job.path, chunk.start, lambda records, server: None,
-                                       chunk.end, job.probe)
+                                       chunk.end, job.probe, chunk.line, newlines)
             watch = inner._last_incident = _FirstSeen(inner._last_incident)
             step = job.probe
             while offset < chunk.end:
@@ -179,7 +183,8 @@ def _work(job: _Job, chunk: _Chunk) -> _Done:
                 checkpoints.append(_Checkpoint(
                     offset, state_of(inner), _relative(inner._last_incident, inner.lines_seen), inner.lines_seen,
                     inner.parse_errors, out_handle.tell() if out_handle is not None else 0, len(segments) - 1))
-                count, offset = feed_plain(handle, inner, job.path, offset, sink, chunk.end, step)
+                count, offset = feed_plain(handle, inner, job.path, offset, sink, chunk.end, step,
+                                           chunk.line + lines, newlines)
                 lines += count
                 step *= 2
             first_seen = watch.first
@@ -203,6 +208,13 @@ def _skip_blank(handle: BinaryIO, offset: int) -> tuple[int, int]:
             return lines, offset
         lines += 1
         offset += len(raw)
+
+
+def _newlines_in(path: str, chunk: _Chunk) -> int:
+    """Newlines in one chunk's bytes (each worker counts its own, so later chunks know their first line)."""
+    with Path(path).open("rb") as handle:
+        count = (file_newlines(handle) or no_newlines)(chunk.start, chunk.end)
+    return count or 0
 
 
 def chunks(path: str, size: int, jobs: int, min_bytes: int) -> list[_Chunk]:
@@ -271,15 +283,17 @@ def _adopt(true: Any, done: _Done, at: _Checkpoint) -> Any | None:
 
 def scan_parallel(path: Path, emit: Emit, server: Server, ref_time: float | None, tz: tzinfo, jobs: int,
                   jsonl_out: JsonlWriter | None, summary: SummaryBuilder | None,
-                  min_bytes: int = MIN_CHUNK_BYTES, probe: int = PROBE_LINES) -> FileScan | None:
+                  min_bytes: int = MIN_CHUNK_BYTES, probe: int = PROBE_LINES,
+                  progress: Progress | None = None) -> FileScan | None:
     """Scan one plain file with `jobs` processes; None when it is not worth it (one chunk) so the caller reads
-    it with one job. Records reach `jsonl_out` or `summary` (and prefixes through `emit`)."""
+    it with one job. Records reach `jsonl_out` or `summary` (and prefixes through `emit`); `progress` is told
+    the bytes of the chunks done."""
     source = str(path)
     parts = chunks(source, path.stat().st_size, jobs, min_bytes)
     if len(parts) < 2:
         return None
     import multiprocessing  # here: a file read by one job does not pay for these imports
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
     parser_class = _settled_class(source, source, server, ref_time, tz)
     workdir = tempfile.mkdtemp(prefix="deepinfer-scan-")
@@ -288,7 +302,17 @@ def scan_parallel(path: Path, emit: Emit, server: Server, ref_time: float | None
         context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                               else None)
         with ProcessPoolExecutor(len(parts), mp_context=context) as pool:
-            done = list(pool.map(_work, [job] * len(parts), parts))
+            counts = list(pool.map(_newlines_in, [source] * (len(parts) - 1), parts[:-1]))
+            for part, before, count in zip(parts[1:], parts[:-1], counts, strict=True):
+                part.line = before.line + count
+            futures = {pool.submit(_work, job, part): part for part in parts}
+            if progress is not None:
+                read = 0
+                for future in as_completed(futures):
+                    part = futures[future]
+                    read += part.end - part.start
+                    progress(read)
+            done = [future.result() for future in futures]  # in chunk order (dicts keep it)
         return _stitch(source, parts, done, emit, jsonl_out, summary)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -310,34 +334,44 @@ def _stitch(source: str, parts: list[_Chunk], done: list[_Done], emit: Emit, jso
     true: Any = pickle.loads(done[0].parser)
     lines = done[0].lines
     with Path(source).open("rb") as handle:
+        newlines = file_newlines(handle) or no_newlines
         for part, result in zip(parts[1:], done[1:], strict=True):
             handle.seek(part.start)
             offset = part.start
+            line = part.line
             for at in result.checkpoints:
-                _, offset = feed_plain(handle, true, source, offset, emit, at.offset)
+                count, offset = feed_plain(handle, true, source, offset, emit, at.offset, line=line,
+                                           newlines=newlines)
+                line += count
                 adopted = _adopt(true, result, at)
                 if adopted is not None:
                     true = adopted
                     _take(result, at, jsonl_out, summary)
                     break
             else:  # never agreed: this chunk's records are the main process's own
-                feed_plain(handle, true, source, offset, emit, part.end)
+                feed_plain(handle, true, source, offset, emit, part.end, line=line, newlines=newlines)
             lines += result.lines
-    if records := true.flush():
-        emit(records, true.server)
+        if records := true.flush():
+            end = parts[-1].end
+            emit(stamp(records, end, ended_before(newlines, end, lines), newlines), true.server)
     return FileScan(source, "plain", true.server, lines, true.parse_errors)
 
 
 def scan_path(path: Path, emit: Emit, server: Server, tz: tzinfo, jobs: int, jsonl_out: JsonlWriter | None,
-              summary: SummaryBuilder | None, min_bytes: int = MIN_CHUNK_BYTES, probe: int = PROBE_LINES) -> FileScan:
-    """One file: in parallel when it is plain and large enough for `jobs` > 1, else with one job."""
+              summary: SummaryBuilder | None, min_bytes: int = MIN_CHUNK_BYTES, probe: int = PROBE_LINES,
+              progress: Progress | None = None) -> FileScan:
+    """One file: in parallel when it is plain and large enough for `jobs` > 1, else with one job; `progress`
+    (views/scan_progress.py) is told the bytes read."""
     ref_time = path.stat().st_mtime
     if jobs > 1 and _is_plain(path):
-        scan = scan_parallel(path, emit, server, ref_time, tz, jobs, jsonl_out, summary, min_bytes, probe)
+        scan = scan_parallel(path, emit, server, ref_time, tz, jobs, jsonl_out, summary, min_bytes, probe, progress)
         if scan is not None:
             return scan
     with path.open("rb") as handle:
-        return scan_into(handle, str(path), emit, server, ref_time, tz)
+        if progress is None:
+            return scan_into(handle, str(path), emit, server, ref_time, tz)
+        with counted(handle, progress) as reader:
+            return scan_into(reader, str(path), emit, server, ref_time, tz)
 
 
 def _is_plain(path: Path) -> bool:

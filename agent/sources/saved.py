@@ -8,8 +8,11 @@ It is a report, not a check: finding problems is the normal outcome, not an erro
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import os
 import re
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta, timezone, tzinfo
@@ -17,7 +20,7 @@ from typing import BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
-from agent.records import Record, Server
+from agent.records import Event, Record, Server, ServerStats
 from agent.sources.framing import PartialJoiner, unwrap
 from parsers import AutoParser, Parser, make_parser
 
@@ -66,6 +69,8 @@ class Unwrapper:
 
     fmt: str | None = None
     lines: int = 0
+    at: int = 0  # byte offset of the last physical line read
+    end: int = 0  # byte offset after the last line, once all are read
 
     def read(self, handle: Iterable[bytes], offset: int = 0) -> Iterator[tuple[str, float | None, int]]:
         """(text, envelope time, byte offset of the line's first piece) for each logical line, the first
@@ -73,7 +78,7 @@ class Unwrapper:
         joiner = PartialJoiner()
         for raw in handle:
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-            line_offset = offset
+            line_offset = self.at = offset
             offset += len(raw)
             self.lines += 1
             if self.fmt is None:
@@ -88,11 +93,91 @@ class Unwrapper:
             if whole is not None:
                 joined, start = whole
                 yield joined.text, joined.ts, start
+        self.end = offset
         for held, start in joiner.flush():
             yield held.text, held.ts, start
 
 
 Emit = Callable[[list[Record], Server], None]  # a line's records, and the server the stream is read as
+Newlines = Callable[[int, int], int | None]  # newlines in the file's bytes [a, b); None when they cannot be read again
+
+
+class Remembered:
+    """The lines of a stream that cannot be read again (a pipe): the starts of the last `keep` are noted, so
+    `newlines` can count back over them (the one case where a line costs more than a count)."""
+
+    def __init__(self, raws: Iterable[bytes], keep: int = 1 << 14) -> None:
+        self._raws = raws
+        self._starts: deque[int] = deque(maxlen=keep)
+
+    def __iter__(self) -> Iterator[bytes]:
+        at = 0
+        note = self._starts.append
+        raw = b""
+        for raw in self._raws:
+            note(at)
+            at += len(raw)
+            yield raw
+        if raw.endswith(b"\n"):
+            note(at)  # so the newline that ends the input counts
+
+    def newlines(self, a: int, b: int) -> int | None:
+        starts = self._starts
+        if not starts or a < starts[0]:
+            return None  # further back than noted
+        noted = list(starts)
+        return bisect.bisect_right(noted, b) - bisect.bisect_right(noted, a)
+
+
+def file_newlines(handle: BinaryIO) -> Newlines | None:
+    """`Newlines` of a file handle read again by position (None for a pipe: its bytes are gone)."""
+    try:
+        fd = handle.fileno()
+        seekable = handle.seekable()
+    except (OSError, ValueError, AttributeError):
+        seekable = False
+    if not seekable:
+        return None
+
+    def count(a: int, b: int) -> int | None:
+        n = 0
+        while a < b:
+            block = os.pread(fd, min(b - a, 1 << 20), a)
+            if not block:
+                break
+            n += block.count(b"\n")
+            a += len(block)
+        return n
+    return count
+
+
+def stamp(records: list[Record], pos: int, before: int, newlines: Newlines) -> list[Record]:
+    """The records with their 1-based `line`: `before` newlines precede byte `pos` (the start of the line just
+    read, or the end of the input); a record that starts earlier (a traceback, a joined Docker line) is
+    counted back from there by reading its bytes again — only for those, so no line costs more than a count."""
+    out: list[Record] = []
+    for r in records:
+        cls = r.__class__
+        if (cls is ServerStats or cls is Event) and r.offset is not None:  # type: ignore[union-attr]
+            at: int = r.offset  # type: ignore[union-attr]
+            back = 0 if at == pos else newlines(at, pos)
+            line = None if back is None else before + 1 - back
+            if cls is ServerStats:
+                r = ServerStats._make((*r[:-1], line))  # type: ignore[index]
+            else:  # a copy without `dataclasses.replace`'s checks (events are frequent in a storm)
+                copy = object.__new__(Event)
+                copy.__dict__.update(r.__dict__, line=line)
+                r = copy
+        out.append(r)
+    return out
+
+
+def ended_before(newlines: Newlines, end: int, lines: int) -> int:
+    """Newlines before byte `end` (the end of the input) after `lines` physical lines: one fewer when the
+    last line has none."""
+    if lines and newlines(end - 1, end) == 0:
+        return lines - 1
+    return lines
 
 
 def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server.AUTO,
@@ -105,11 +190,16 @@ def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server
     parser = make_parser(server, source, ref_time, tz)
     result = FileScan(source, "plain", server)
     path = None if source == "-" else source
+    newlines = file_newlines(handle)
+    raws: Iterator[bytes] = iter(handle)
+    if newlines is None:
+        remembered = Remembered(handle)
+        raws, newlines = iter(remembered), remembered.newlines
     lines = 0
     offset = 0
     first: bytes | None = None
     text = ""
-    for raw in handle:  # blank lines before the first one that says the format are counted, not parsed
+    for raw in raws:  # blank lines before the first one that says the format are counted, not parsed
         lines += 1
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         if text.strip():
@@ -119,16 +209,19 @@ def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server
     if first is not None:
         result.fmt = detect_format(text)
         if result.fmt == "plain":
-            count, _ = feed_plain(itertools.chain((first,), handle), parser, path, offset, emit)
+            count, offset = feed_plain(itertools.chain((first,), raws), parser, path, offset, emit, line=lines,
+                                       newlines=newlines)
             lines += count - 1
         else:
             unwrapper = Unwrapper(result.fmt)
-            for text, ts, at in unwrapper.read(itertools.chain((first,), handle), offset):
-                if records := parser.feed(text, ts, path, at):
-                    emit(records, parser.server)
+            base = lines - 1  # physical lines before the first one
+            for text, ts, at in unwrapper.read(itertools.chain((first,), raws), offset):
+                if records := parser.feed(text, ts, path, at):  # located from the physical line just read
+                    emit(stamp(records, unwrapper.at, base + unwrapper.lines - 1, newlines), parser.server)
             lines += unwrapper.lines - 1
+            offset = unwrapper.end
     if records := parser.flush():
-        emit(records, parser.server)
+        emit(stamp(records, offset, ended_before(newlines, offset, lines), newlines), parser.server)
     result.lines = lines
     result.server = parser.server
     result.parse_errors = parser.parse_errors
@@ -136,13 +229,18 @@ def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server
 
 
 def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: int, emit: Emit,
-               end: int | None = None, limit: int | None = None) -> tuple[int, int]:
-    """Feed plain lines that start at byte `offset`, stopping after the line that reaches byte `end` (a
-    line start) or after `limit` lines, so the caller may go on reading the same handle; return (lines
-    read, offset after them)."""
+               end: int | None = None, limit: int | None = None, line: int = 1,
+               newlines: Newlines | None = None) -> tuple[int, int]:
+    """Feed plain lines that start at byte `offset` (the first is line number `line` of the file), stopping
+    after the line that reaches byte `end` (a line start) or after `limit` lines, so the caller may go on
+    reading the same handle; return (lines read, offset after them). Records get their `line` (`stamp`;
+    `newlines` counts back for those that start before the line just read)."""
     if (end is not None and offset >= end) or limit == 0:
         return 0, offset
+    if newlines is None:
+        newlines = no_newlines
     feed = parser.feed
+    before = line - 2  # newlines before the line just read, less the count of lines read
     auto = parser if isinstance(parser, AutoParser) else None  # once it has settled, feed its parser directly
     count = 0
     for raw in raws:
@@ -151,12 +249,16 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
             feed = inner.feed
             auto = None
         records = feed(raw.decode("utf-8", errors="replace").rstrip("\r\n"), None, path, offset)
-        offset += len(raw)
         if records:
-            emit(records, parser.server)
+            emit(stamp(records, offset, before + count, newlines), parser.server)
+        offset += len(raw)
         if (end is not None and offset >= end) or count == limit:
             break
     return count, offset
+
+
+def no_newlines(a: int, b: int) -> int | None:
+    return None
 
 
 def scan_stream(handle: BinaryIO, source: str, server: Server = Server.AUTO, ref_time: float | None = None,

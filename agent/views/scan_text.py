@@ -41,7 +41,7 @@ def render_text(scans: list[FileScan], summary: Summary | None = None) -> str:
     if summary.notable:
         out.append("Notable events:")
         for e in summary.notable:
-            where = f"  [{e.path}:{e.offset}]" if e.path is not None else ""
+            where = f"  [{e.path}:{e.line if e.line is not None else e.offset}]" if e.path is not None else ""
             out.append(f"  {when(e.ts)}  {e.severity.value:<8} {e.kind.value:<17} {e.phase.value:<10} "
                        f"{e.message[:140]}{where}")
     return printable("\n".join(out))
@@ -73,6 +73,10 @@ def record_json(record: Record, server: Server) -> str:
     """One record as a JSON object: `type` event (with `kind`), stats, or fact (with `name`, `value`);
     stats and facts carry the server the stream was read as when they do not name one."""
     body = {k: _plain(v) for k, v in as_dict(record).items()}
+    if "line" in body:  # next to `offset`: after it come `file_key`, then `line`
+        key = body.pop("file_key")
+        body["line"] = body.pop("line")
+        body["file_key"] = key
     kind = "event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats) else "fact"
     if isinstance(record, CapacityFact | ServerStats):
         body.setdefault("server", server.value)
@@ -119,13 +123,13 @@ def _string(x: str | None) -> str:
 def _stats_json(r: ServerStats) -> str:
     """`record_json` of a load sample (most records of a busy log), written field by field: no dict, no
     enum lookups, float spellings reused (tests/unit/test_scan_stream.py checks it against `record_json`)."""
-    ts, source, server, running, waiting, swapped, kv, prompt, gen, hit, preempt, kv_tokens, path, offset, key = r
+    ts, source, server, running, waiting, swapped, kv, prompt, gen, hit, preempt, kv_tokens, path, offset, key, line = r
     return (f'{{"type": "stats", "ts": {_float(ts)}, "source": {_string(source)}, '
             f'"server": {_string(server._value_)}, "running": {_int(running)}, "waiting": {_int(waiting)}, '
             f'"swapped": {_int(swapped)}, "kv_usage_ratio": {_float(kv)}, "prompt_tps": {_float(prompt)}, '
             f'"gen_tps": {_float(gen)}, "prefix_hit_ratio": {_float(hit)}, "preemptions": {_int(preempt)}, '
             f'"kv_used_tokens": {_int(kv_tokens)}, "path": {_string(path)}, "offset": {_int(offset)}, '
-            f'"file_key": {_string(key)}}}')
+            f'"line": {_int(line)}, "file_key": {_string(key)}}}')
 
 
 class JsonlWriter:

@@ -24,7 +24,8 @@ ADAPTERS = {
     "aiohttp": {"agent/http.py", "agent/tools/sim_server.py"},  # the client; the simulator serves
     "watchdog": {"agent/sources/wake.py"},
     "jinja2": {"agent/views/report_html.py"},
-    "rich": {"agent/views/report_text.py", "agent/tools/loadtest_cli.py"},  # the report; the progress bar
+    "rich": {"agent/views/report_text.py", "agent/tools/loadtest_cli.py",  # the report; the progress bars
+             "agent/views/scan_progress.py"},
 }
 
 
