@@ -109,8 +109,12 @@ def near_fingerprint(fd: int, offset: int) -> str:
     start = max(0, offset - NEAR_BYTES)
     if offset <= 0:
         return ""
-    data = os.pread(fd, offset - start, start)
-    return f"{len(data)}:{hashlib.blake2b(data, digest_size=8).hexdigest()}"
+    return _near_hash(os.pread(fd, offset - start, start), offset)
+
+
+def _near_hash(data: bytes, offset: int) -> str:
+    """near_fingerprint of `data`, the bytes just before `offset`."""
+    return f"{len(data)}:{hashlib.blake2b(data, digest_size=8).hexdigest()}" if offset > 0 else ""
 
 
 def _near_matches(fd: int, offset: int, stored: str) -> bool:
@@ -558,6 +562,9 @@ class FileTailer:
             if length < FINGERPRINT_BYTES and size > length:
                 f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
             got = self._read(f, now, out, size)
+            if got < 0:  # truncated and written again while this poll read it: as above, at once
+                self._truncated(f, now, out)
+                return True
         except OSError:
             self._count["read_errors"] += 1
             return False
@@ -577,8 +584,17 @@ class FileTailer:
         return f.read_pos < size
 
     def _read(self, f: _File, now: float, out: _Out, size: int) -> int:
-        """Read up to this poll's byte and line budgets; return the bytes consumed."""
+        """Read up to this poll's byte and line budgets; return the bytes consumed, or -1 when the file
+        was truncated (and maybe written again past our position) between two of its reads.
+
+        `_service` checks the file before reading, but copytruncate can strike between two chunks of one
+        read: the next chunk would then come from the new bytes, under the old file key, tearing the
+        line that spans the chunk boundary. So every chunk is checked after it is read: the file must
+        still start as it did and still hold, just before the chunk, the bytes this tailer read there
+        (kept in memory, never read back, so `near` always describes what was delivered). A chunk that
+        fails is dropped; the caller finishes the old bytes from the copy."""
         got, line_limit = 0, len(out.lines) + self._line_budget
+        before = b""  # the ≤ NEAR_BYTES bytes before f.read_pos as read (checked against f.near first)
 
         def emit(frame: Frame, offset: int) -> None:
             self._deliver(f, frame, offset, out)
@@ -586,20 +602,30 @@ class FileTailer:
         def stop() -> bool:
             return len(out.lines) >= line_limit
 
+        torn = False
         while got < self._budget and f.read_pos < size and not stop():
             data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
             if not data:
                 break
+            if not got:
+                before = os.pread(f.fd, min(NEAR_BYTES, f.read_pos), f.read_pos - min(NEAR_BYTES, f.read_pos))
+                same = _near_hash(before, f.read_pos) == f.near or not f.near
+            else:
+                same = os.pread(f.fd, len(before), f.read_pos - len(before)) == before
+            if not same or not _fingerprint_matches(f.fd, f.fp):
+                torn = True
+                break
             used = f.lines.feed(data, f.read_pos, emit, stop)
             f.read_pos += used
             got += used
+            before = (before + data[:used])[-NEAR_BYTES:]
             if used < len(data):
                 break
         if got:
             f.last_growth = now
             self._count["bytes"] += got
-            f.near = near_fingerprint(f.fd, f.read_pos)
-        return got
+            f.near = _near_hash(before, f.read_pos)
+        return -1 if torn else got
 
     def _deliver(self, f: _File, frame: Frame, offset: int, out: _Out) -> None:
         out.lines.append(LogLine(self.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
@@ -752,8 +778,8 @@ class FileTailer:
 
     def _cursor_of(self, f: _File, now: float) -> Cursor:
         offset = f.committed()
-        try:
-            near = near_fingerprint(f.fd, offset)
+        try:  # at read_pos, the bytes as read (the file may have been truncated and rewritten since)
+            near = f.near if offset == f.read_pos and f.near else near_fingerprint(f.fd, offset)
         except OSError:
             near = ""
         return Cursor(self.name, f.real, f.dev, f.inode, f.fp, offset, f.key, now, near)
