@@ -219,3 +219,42 @@ def test_permission_denied_is_reported_and_retried(tmp_path: Path) -> None:
     result = subprocess.run([*prefix, sys.executable, "-c", PERMISSION_SCRIPT, str(log)], capture_output=True,
                             text=True, check=True, cwd=root)
     assert json.loads(result.stdout) == [0, False, 1, ["secret"], True]
+
+
+def test_copytruncate_between_two_reads_of_one_poll_tears_nothing(
+        tmp_path: Path, follow: FollowFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The crash test's lost-and-twice run: a poll read the first 64 KiB chunk of the live file, then
+    the writer copytruncated it and wrote it past that point again before the next chunk was read. The
+    read went on in the new bytes under the old file key (one line torn at the chunk boundary, the new
+    bytes stored twice, once more from the file's new incarnation) and the copy was resumed after them
+    (the old bytes in between lost). A read that finds the bytes before it changed must stop there and
+    leave the rest to the copy."""
+    import agent.sources.tailer as tailer
+
+    def numbered(tag: str, count: int) -> list[str]:  # 101-byte lines: a chunk boundary falls mid-line
+        return [f"{tag}-{i:05d} " + "x" * 90 for i in range(count)]
+
+    old, new = numbered("old", 1500), numbered("new", 1000)
+    log = tmp_path / "vllm.log"
+    log.write_text("".join(t + "\n" for t in old))
+    real_pread = os.pread
+    rotated: list[int] = []
+
+    def pread(fd: int, length: int, offset: int) -> bytes:
+        if offset == tailer.READ_CHUNK_BYTES and length > tailer.NEAR_BYTES and not rotated:
+            rotated.append(offset)  # logrotate's copytruncate, and the server writing on, between two reads
+            shutil.copyfile(log, tmp_path / "vllm.log.1")
+            os.truncate(log, 0)
+            with log.open("a") as out:
+                out.write("".join(t + "\n" for t in new))
+        return real_pread(fd, length, offset)
+
+    f = follow("vllm.log")
+    monkeypatch.setattr(tailer.os, "pread", pread)
+    f.step(1)
+    monkeypatch.undo()
+    assert rotated
+    f.restart()  # and a crash right after, as in that run
+    f.step(2)
+    f.step(3)
+    assert Counter(f.texts()) == Counter(old + new)
