@@ -383,7 +383,7 @@ class Store:
         return str(rows[0][0]) if rows else None
 
     def load_totals(self) -> dict[TotalsKey, float]:
-        """Every stored counter: (metric, labels) → value, to seed the in-memory counters after a restart."""
+        """Every stored counter: (metric, labels) → value, to start the in-memory counters from after a restart."""
         rows = self._query("SELECT metric, labels, value FROM totals", ())
         return {(row[0], tuple(json.loads(row[1]))): float(row[2]) for row in rows}
 
