@@ -231,9 +231,11 @@ scrape_configs:
                 return []
             return list(body["data"]["result"])
 
-        # Prometheus applies new targets on a 5 s tick: poll with a deadline, never a fixed sleep.
-        result = wait_for("Prometheus to have scraped the OOM counter",
-                          lambda: query('deepinfer_events_total{kind="oom",source="vllm/vllm"}'), timeout=30)
+        # Prometheus applies new targets on a 5 s tick and starts its TSDB first (slow on a loaded machine):
+        # poll with a generous deadline, never a fixed sleep. The zero series exists before the OOM is
+        # counted, so wait for the value, not for the series.
+        expr = 'deepinfer_events_total{kind="oom",source="vllm/vllm"} == 1'
+        result = wait_for("Prometheus to have scraped the OOM counter", lambda: query(expr), timeout=90)
         assert float(result[0]["value"][1]) == 1
         assert query('deepinfer_events_total{kind="http_429"}')[0]["value"][1] == "1"
         assert query("deepinfer_gpu_memory_total_bytes")[0]["value"][1] == "85899345920"
