@@ -22,9 +22,11 @@ import sys
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from tests.integration.test_daemon import wait_for
 
 ROOT = Path(__file__).parent.parent.parent
 SOURCE = "vllm"
@@ -40,17 +42,6 @@ def line(n: int, pad: int = 0) -> str:
 def append(path: Path, numbers: Iterable[int]) -> None:
     with path.open("a") as handle:
         handle.write("".join(line(n) + "\n" for n in numbers))
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Agent:

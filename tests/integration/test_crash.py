@@ -26,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.blackbox import ROOT, Agent, lost_and_duplicated, wait_for
+from tests.integration.blackbox import ROOT, Agent, lost_and_duplicated
+from tests.integration.test_daemon import wait_for
 
 LINES = 100_000
 EVERY = 4_000

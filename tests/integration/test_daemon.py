@@ -35,7 +35,7 @@ STATS = ("(APIServer pid=851) INFO 11-29 09:00:02 [loggers.py:116] Engine 000: A
          "Prefix cache hit rate: 0.0%")
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0) -> Any:
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
     """Poll `check` until it returns something truthy; fail naming `what` at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
