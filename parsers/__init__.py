@@ -88,7 +88,10 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"text_generation_(?:launcher|router|server)|text-generation-(?:launcher|router|server)", 3),
             (r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z +(?:INFO|WARN|ERROR|DEBUG) ", 1),
             (r"Not enough memory to handle \d+ prefill tokens|--max-batch-prefill-tokens"
-             r"|Error: (?:Shard|Webserver)[A-Z]\w+|Model is overloaded|shard-manager", 3),
+             r"|Error: (?:Shard|Webserver)[A-Z]\w+|Model is overloaded|shard-manager"
+             r"|Setting max batch total tokens to \d+|Inferred max batch total tokens"
+             r"|Default `max_batch_prefill_tokens` to",
+             3),
         ),
         Server.LLAMACPP: (
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),

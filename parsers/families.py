@@ -131,6 +131,10 @@ QUEUE_SIGNATURES: tuple[Signature, ...] = (
               Severity.WARNING, Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
     signature(EventKind.QUEUE_FULL, r"llm busy - no slots available|no slots available after \d{1,6} retries",
               Severity.WARNING, Phase.ADMISSION, lambda m: {"reason": "no_slots"}),
+    # SGLang's queue deadlines (`--queued-timeout` / SGLANG_QUEUED_TIMEOUT_MS, and the older waiting timeout),
+    # also as the 503 body a client or proxy logs: a request that waited out its queue time produced no token
+    signature(EventKind.QUEUE_FULL, r"Request (?:queue|waiting) timeout reached", Severity.WARNING, Phase.QUEUE,
+              lambda m: {"reason": "queue_timeout", "status": 503}),
 )
 
 ENGINE_DEATH_SIGNATURES: tuple[Signature, ...] = (
@@ -145,4 +149,5 @@ HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchd
              "n_batch = 1", "NoKvSlot", "kv cache slot", "available context size", "free space in the KV cache",
              "memory slot", "Free memory on device", "out of memory", "Out of memory", "allocate",
              "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
+             "timeout reached",
              "terminated", "terminating server", "Engine loop has died")

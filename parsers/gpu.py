@@ -92,6 +92,10 @@ CUDA_SIGNATURES: tuple[Signature, ...] = (
          r"|device-side assert triggered|unspecified launch failure|misaligned address|NCCL error[^\n]{0,80}"
          r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError)", Severity.ERROR, extract=_cuda_error,
          incident=True),
+    # a device-side assert as the CUDA runtime prints it, before the host raises "device-side assert triggered":
+    # `IndexKernel.cu:92: operator(): block: [0,0,0], thread: [4,0,0] Assertion `…` failed.`
+    signature(EventKind.CUDA_ERROR, r"\.cu:\d{1,6}: [^\n]{0,200}?block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] "
+         r"Assertion `", Severity.ERROR, extract=lambda m: {"error": "device-side assert"}, incident=True),
 )
 
 NCCL_SIGNATURES: tuple[Signature, ...] = (
@@ -102,8 +106,9 @@ NCCL_SIGNATURES: tuple[Signature, ...] = (
          r"|DistStoreError: Timed out|Timed out after \d{1,9} seconds waiting for clients",
          Severity.ERROR, Phase.RUNTIME, extract=_nccl, incident=True),
     # vLLM's shared-memory broadcast between ranks stalled: a rank hangs (or compiles); often precedes the above.
+    # 0.5–0.6 (and SGLang's copy) said "No available block found in 60 second."
     # The phase is the parser's: while starting it is usually compilation or warm-up, not a hang.
-    signature(EventKind.NCCL_TIMEOUT, r"No available shared memory broadcast block found in (\d{1,9}) seconds",
+    signature(EventKind.NCCL_TIMEOUT, r"No available (?:shared memory broadcast )?block found in (\d{1,9}) seconds?",
          Severity.WARNING, None, extract=lambda m: {"mechanism": "shm_broadcast",
                                                              "waited_seconds": int(m.group(1))}, incident=True),
 )
@@ -113,4 +118,5 @@ GPU_SIGNATURES: tuple[Signature, ...] = OOM_SIGNATURES + NCCL_SIGNATURES + CUDA_
 HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "NCCL", "Nccl", "nccl", "CUBLAS", "CUDNN",
              "Watchdog", "watchdog", "Barrier timed out", "illegal memory", "device-side assert",
              "launch failure", "failed to allocate", "Traceback", "Error", "error", "Exception",
-             "shared memory broadcast", "Timed out")
+             "shared memory broadcast", "No available block", "Timed out",
+             "block: [")

@@ -60,7 +60,11 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
                  r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 503\b"
                  r"|\b503 Service (?:Temporarily )?Unavailable\b",
-                 Severity.WARNING, Phase.ADMISSION, _body_503),)
+                 Severity.WARNING, Phase.ADMISSION, _body_503),
+       # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings
+       signature(EventKind.HTTP_429, r"\b429 (?:Client Error: )?Too Many Requests\b"
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 429\b|[\"']code\\?[\"']: ?429\b",
+                 Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}))
 )
 
 

@@ -30,7 +30,11 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
         r"timed out waiting for llama runner to start|error loading model|failed to load model",
          Severity.CRITICAL, Phase.STARTUP, incident=True),
     signature(EventKind.ENGINE_DEAD, r"llama (?:runner|server) process has terminated"
-         r"|llama runner process no longer running|GGML_ASSERT\(|Segmentation fault|core dumped"
+         r"|llama runner process no longer running|llama runner exited|GGML_ASSERT(?:\(|: )|Segmentation fault"
+         r"|core dumped"
+         # Ollama's patched server loop (late 2023 on): the loop ends, the engine is gone
+         r"|unexpected error in llama server update_slots - exiting main loop"
+         r"|caught (?:unknown )?exception in llama server main loop"
          r"|: Assertion [`'][^\n]{1,300}' failed\.",  # a C / libstdc++ assert: the process aborts
          Severity.CRITICAL, incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
@@ -48,12 +52,15 @@ _GOLOG = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d) ")
 _GIN = re.compile(r"\[GIN\] (\d{4})/(\d\d)/(\d\d) - (\d\d):(\d\d):(\d\d) ")
 _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "ERR": "ERROR", "WARN": "WARNING"}
 _FACTS = (
-    ("kv_cache_tokens", re.compile(r"\bn_ctx +(?:= )?(\d+)"), float),
+    # `n_ctx` at start-up is the whole cache; a slot's own (`new slot, n_ctx = 4096`, newest builds) is a
+    # request's limit, as `n_ctx_slot` is; the per-request `new prompt, n_ctx_slot = …` line is no start-up fact
+    ("kv_cache_tokens", re.compile(r"(?<!new slot, )\bn_ctx +(?:= )?(\d+)"), float),
+    ("max_model_len", re.compile(r"new slot, n_ctx += (\d+)"), float),
     ("kv_cache_tokens", re.compile(r"\bsize = +[\d.]+ MiB \( *(\d+) cells"), float),
     # newer builds and bindings: the (non-SWA) cache's cells; old builds: `llama_kv_cache_init: kv_size = N`
     ("kv_cache_tokens", re.compile(r"creating non-SWA KV cache, size = (\d+) cells|\bkv_size = (\d+)"), float),
     ("max_num_seqs", re.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
-    ("max_model_len", re.compile(r"\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
+    ("max_model_len", re.compile(r"(?<!new prompt, )\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
     ("kv_cache_dtype", re.compile(r"(?:KV self size|size) = +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
 _KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB")
@@ -71,7 +78,11 @@ _OLLAMA_SIZES = (
 # era's wording (`prompt eval time = … ms / 25 tokens (… ms per token, 33.25 tokens per second)`).
 _TG = re.compile(r"\btg(_3s)? = +(\d{1,9}(?:\.\d{1,4})?) t/s")
 _PROMPT_TPS = re.compile(r"prompt eval time *= *[\d.]+ ms / +\d+ tokens \( *[\d.]+ ms per token, +([\d.]+) "
-                         r"tokens per second")
+                         r"tokens per second"
+                         # a long prompt's progress (printed after 3 s of prefill): `prompt processing, n_tokens =
+                         # 1536, progress = 0.10, t = 3.42 s / 448.61 tokens per second`
+                         r"|prompt processing, n_tokens = +\d+, progress = [\d.]+, t = +[\d.]+ s / +([\d.]+) "
+                         r"(?:tokens per second|t/s)")
 _GEN_TPS = re.compile(r"(?<!prompt )\beval time *= *[\d.]+ ms / +\d+ (?:tokens|runs) +\( *[\d.]+ ms per token, "
                       r"+([\d.]+) tokens per second")
 _DEFER = re.compile(r"no slot is available|defer task")
@@ -96,7 +107,8 @@ class LlamaCppParser(StreamParser):
               "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
               "server is listening", "HTTP server listening", "model loaded", "loaded meta data",
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
-              "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device",
+              "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
+              "prompt processing",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
@@ -151,7 +163,7 @@ class LlamaCppParser(StreamParser):
             if t.group(1) is None and (t3 := _TG.search(msg, t.end())) is not None:
                 gen = float(t3.group(2))  # the last 3 s rate over the whole-request one
         elif (p := _PROMPT_TPS.search(msg)) is not None:
-            prompt = float(p.group(1))
+            prompt = float(p.group(1) or p.group(2))
         elif (g := _GEN_TPS.search(msg)) is not None:
             gen = float(g.group(1))
         else:
@@ -180,7 +192,8 @@ class LlamaCppParser(StreamParser):
             out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
         if (m := _WEIGHTS_MIB.search(msg)) is not None:
             out.append(self.fact(split, "weights_bytes", size_bytes(m.group(2), "MiB")))
-        if "=\"" in msg:
+        # Ollama's estimate for a CPU-only load (`offload to cpu`, `library=cpu`) sizes RAM, not the GPU's
+        if "=\"" in msg and not msg.startswith("offload to cpu") and "library=cpu" not in msg:
             for name, pattern in _OLLAMA_SIZES:
                 if (m := pattern.search(msg)) is not None:
                     out.append(self.fact(split, name, size_bytes(m.group(1), m.group(2))))

@@ -33,7 +33,10 @@ _REQUEST_MARKERS = (
     'msg="completion request"', 'msg="chat request"',
 )
 # Literals only: an alternation of plain strings is one fast scan (a leading \b would make it ~20× slower).
-_REQUEST_LOG = re.compile("|".join(re.escape(m) for m in _REQUEST_MARKERS))
+# One exception: "failed to parse response: {…}" reports an error (the body is the server's error, such as
+# TGI's "Model is overloaded"), it does not log a request's content.
+_REQUEST_LOG = re.compile("|".join(("(?<!parse )" if m.startswith("response:") else "") + re.escape(m)
+                                   for m in _REQUEST_MARKERS))
 
 _SECRET = re.compile(
     r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+|\bsk-[A-Za-z0-9_-]{8,}|\bhf_[A-Za-z0-9]{8,}"

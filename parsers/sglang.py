@@ -52,7 +52,7 @@ SGLANG_SIGNATURES: tuple[Signature, ...] = (
     *kernel.KERNEL_SIGNATURES,
     signature(EventKind.QUEUE_FULL, r"The request queue is full", Severity.WARNING, Phase.ADMISSION,
          lambda m: {"reason": "max_queued_requests", "status": 503}),
-    signature(EventKind.QUEUE_FULL, r"Request waiting timeout reached", Severity.WARNING, Phase.QUEUE,
+    signature(EventKind.QUEUE_FULL, r"Request (?:waiting|queue) timeout reached", Severity.WARNING, Phase.QUEUE,
          lambda m: {"reason": "queue_timeout", "status": 503}),
     signature(EventKind.DEADLINE_EXCEEDED, r"Request running timeout reached", Severity.WARNING, Phase.GENERATION,
          lambda m: {"reason": "running_timeout", "scope": "request"}),

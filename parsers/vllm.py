@@ -223,7 +223,10 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
          r"|Engine background task failed"
          r"|AsyncLLM output_handler failed|Background loop (?:has errored|is not running|is stopped)"
          r"|Engine iteration timed out|RPC call to \w{1,80} timed out|Engine loop is not running"
-         r"|RayActorError|The actor died unexpectedly",
+         r"|RayActorError|The actor died unexpectedly"
+         # V1's run_engine_core logs the traceback, tells the front end the engine is dead and re-raises: a
+         # traceback through that frame is the engine core dying, even when the paste lost the first line
+         r"|vllm/v1/engine/core\.py\", line \d+, in run_engine_core\b",
          Severity.CRITICAL, extract=_died, incident=True),
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
@@ -283,7 +286,7 @@ class VllmParser(StreamParser):
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
               "ERROR",  # an ERROR record opens a block whatever it says (a traceback's first frame says nothing)
-              "warmup run", "init engine")
+              "warmup run", "init engine", "run_engine_core")
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
