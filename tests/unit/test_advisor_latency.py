@@ -101,6 +101,13 @@ def test_nobody_waiting_or_a_p99_well_inside_the_deadline_is_not_too_loose() -> 
     assert "request_timeout_too_loose" not in got and "long_outputs_hold_slots" not in got
 
 
+def test_a_handful_of_long_requests_is_not_enough_to_lower_the_cap() -> None:
+    few = [*spread("e2e_latency_seconds", E2E_BOUNDS, [5, 5, 0, 5, 0]),  # 15 finished requests
+           *spread("output_tokens", TOKEN_BOUNDS, [0, 5, 5, 5, 0])]
+    got = judge([*few, *stats(24, running=13, waiting=3, kv=0.7, step=30.0)], LIMITS)
+    assert "long_outputs_hold_slots" not in got and "request_timeout_too_loose" not in got
+
+
 def test_every_request_slow_is_not_a_few_long_ones() -> None:
     slow = [*spread("e2e_latency_seconds", E2E_BOUNDS, [0, 0, 50, 50, 0]),  # p95 ≥ two thirds of 60 s
             *spread("output_tokens", TOKEN_BOUNDS, [0, 0, 0, 100, 0])]
