@@ -65,6 +65,22 @@ def from_series(series: Iterable[tuple[str, float]], total: float) -> Buckets | 
     return Buckets(bounds, tuple(counts), max(total, 0.0))
 
 
+def trim(h: Buckets) -> Buckets:
+    """The same distribution on fewer bounds: below the first bucket that holds observations only its lower
+    bound is kept (with count 0), above the bucket that reaches the total only +Inf. Lossless for
+    `quantile`, `highest`, `lowest` and `add` (a bound dropped below counts 0, one above the total), and a
+    window of a few requests keeps a few bounds of the engine's twenty or thirty."""
+    total = h.count
+    if total <= 0 or len(h.bounds) <= 2:
+        return h
+    first = next(i for i, c in enumerate(h.counts) if c > 0)
+    last = next(i for i, c in enumerate(h.counts) if c >= total)
+    keep = list(range(max(first - 1, 0), last + 1))
+    if keep[-1] != len(h.bounds) - 1:
+        keep.append(len(h.bounds) - 1)
+    return Buckets(tuple(h.bounds[i] for i in keep), tuple(h.counts[i] for i in keep), h.sum)
+
+
 def delta(before: Buckets | None, now: Buckets, restarted: bool = False) -> Buckets:
     """The observations between two cumulative readings of one series. Without a reading before (a series
     that appeared since), or after a restart, or when any count went down (a reset the process start time

@@ -162,9 +162,9 @@ class Queries:
         return [_event(row) for row in rows]
 
     def window_histograms(self, since: float, until: float, source: str, signal: str) -> list[HistogramWindow]:
-        """One engine's scraped histogram windows of one signal with `since <= at < until`, oldest first."""
+        """One engine's scraped histogram windows of one signal with `since <= ts < until`, oldest first."""
         rows = self._store.query("SELECT ts, source, server, signal, bounds, counts, sum FROM histogram_windows "
-                                 "WHERE source = ? AND signal = ? AND at >= ? AND at < ? ORDER BY at",
+                                 "WHERE source = ? AND signal = ? AND ts >= ? AND ts < ? ORDER BY ts",
                                  (source, signal, since, until))
         return [HistogramWindow(float(r[0]), r[1], Server(r[2]), r[3], (*json.loads(r[4]), math.inf),
                                 tuple(float(c) for c in json.loads(r[5])), float(r[6])) for r in rows]

@@ -46,8 +46,8 @@ def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:
 
 def _histogram_row(h: HistogramWindow, now: float) -> tuple[Any, ...]:
     finite = [b for b in h.bounds if math.isfinite(b)]
-    return (h.ts, h.ts, h.source, h.server.value, h.signal, h.count, h.sum, json.dumps(finite),
-            json.dumps(list(h.counts)))
+    return (h.ts, h.source, h.server.value, h.signal, h.count, h.sum, json.dumps(finite, separators=(",", ":")),
+            json.dumps(list(h.counts), separators=(",", ":")))
 
 
 def _gpu_row(g: GpuSample, now: float) -> tuple[Any, ...]:
@@ -100,8 +100,8 @@ TABLES: dict[type, Table] = {
         "INSERT INTO facts_latest (source, name, value, ts, at) VALUES (?3, ?4, ?5, ?2, ?1) "
         "ON CONFLICT (source, name) DO UPDATE SET value = excluded.value, ts = excluded.ts, at = excluded.at "
         "WHERE excluded.at >= facts_latest.at"),
-    HistogramWindow: Table("INSERT OR IGNORE INTO histogram_windows (at, ts, source, server, signal, count, sum, "
-                            "bounds, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _histogram_row),
+    HistogramWindow: Table("INSERT OR IGNORE INTO histogram_windows (ts, source, server, signal, count, sum, "
+                            "bounds, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _histogram_row),
     GpuSample: Table("INSERT OR IGNORE INTO gpu_samples (ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, "
                       "memory_reserved_bytes, memory_free_bytes, memory_used_bytes, utilization_gpu_ratio, "
                       "utilization_memory_ratio, temperature_celsius, power_watts, power_limit_watts) "

@@ -9,7 +9,8 @@ caller's clock (no sleeping, no thread), so the loop and the tests step it.
 What each engine's metrics mean, and how counters and histograms become increases and windows
 (baselines, restarts, data-parallel series), is agent/sources/engine_metrics.py; this module fetches,
 keeps the target's health, and turns a reading into records: counter increases into events, each
-latency or length histogram's window into a `HistogramWindow` (only when requests finished in it).
+latency or length histogram's window into a `HistogramWindow` (the scrapes of a minute added up; only
+signals whose requests finished in it).
 
 `counted()` names the event kinds the target counts exactly from the engine's own counters; the daemon
 then drops the same kinds from the log of the engine the target shares a name with, so one engine's
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from agent import http
+from agent import histograms, http
 from agent.config import ScrapeTarget
 from agent.prom import Samples, exposition_samples
 from agent.records import (
@@ -47,6 +48,7 @@ from agent.sources.engine_metrics import READERS, Deltas, Reading, first
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 << 20  # a vLLM exposition with many histograms is well under 1 MiB
+HISTOGRAM_SECONDS = 60.0  # histogram windows are stored at most this often per target and signal
 _PREFIXES = ((Server.VLLM, "vllm:"), (Server.SGLANG, "sglang:"), (Server.LLAMACPP, "llamacpp:"), (Server.TGI, "tgi_"))
 _ENABLE_HINT = {
     Server.VLLM: "vLLM serves /metrics on its API port",
@@ -112,8 +114,8 @@ class Scraper:
     """
 
     def __init__(self, url: str, *, server: Server = Server.VLLM, source: str | None = None,
-                 interval_seconds: float = 10.0, timeout_seconds: float = 2.0,
-                 max_body_bytes: int = MAX_BODY_BYTES, clock: Callable[[], float] = time.perf_counter) -> None:
+                 interval_seconds: float = 10.0, timeout_seconds: float = 2.0, max_body_bytes: int = MAX_BODY_BYTES,
+                 histogram_seconds: float = HISTOGRAM_SECONDS, clock: Callable[[], float] = time.perf_counter) -> None:
         if server in (Server.KERNEL, Server.NVML):
             raise ValueError(f"scrape needs an engine (vllm, sglang, tgi, llamacpp or auto), not {server.value}")
         self.url = url
@@ -128,6 +130,9 @@ class Scraper:
         self._detected: Server | None = None if server is Server.AUTO else server
         self._deltas = Deltas()
         self._counted: frozenset[EventKind] = frozenset()
+        self.histogram_seconds = histogram_seconds
+        self._held: dict[str, histograms.Buckets] = {}  # signal → requests since the last stored window
+        self._held_since: float | None = None
         self._start_time: float | None = None
         self._last_ok_at: float | None = None
         self._waiting = 0
@@ -273,8 +278,24 @@ class Scraper:
                 fields["status"] = status
             out.append(Event(now, self.source, server, EventKind.QUEUE_FULL, Severity.WARNING, Phase.ADMISSION,
                              f"{rejected} requests rejected at admission ({reason}) since the last scrape", fields))
-        for signal, window in sorted(r.histograms.items()):
+        out.extend(self._histogram_windows(server, r, now))
+        return out
+
+    def _histogram_windows(self, server: Server, r: Reading, now: float) -> list[HistogramWindow]:
+        """The scrapes' histogram windows, added up and stored once per `histogram_seconds` (a day of 10 s
+        scrapes would be 8,640 rows per signal and engine; the rules' windows are minutes), trimmed to the
+        buckets that hold requests; a signal without requests stores nothing."""
+        for signal, window in r.histograms.items():
             if window.count > 0:
-                out.append(HistogramWindow(now, self.source, server, signal, window.bounds, window.counts,
-                                           window.sum))
+                held = self._held.get(signal)
+                self._held[signal] = window if held is None else histograms.add([held, window]) or window
+        if self._held_since is None or now < self._held_since:
+            self._held_since = now
+        if now - self._held_since < self.histogram_seconds:
+            return []
+        out = []
+        for signal, window in sorted(self._held.items()):
+            kept = histograms.trim(window)
+            out.append(HistogramWindow(now, self.source, server, signal, kept.bounds, kept.counts, kept.sum))
+        self._held, self._held_since = {}, now
         return out

@@ -240,14 +240,14 @@ def test_the_simulators_histograms_scraped_by_the_real_path_give_latency_signals
         scraper = Scraper(sim.url + "/metrics", server=Server.VLLM, source="sim", interval_seconds=0.0)
         baseline = scraper.poll(1000.0)
         result = _run(_options(sim.url, levels=(4,), requests_per_level=8, pause_seconds=0.0, metrics_url=""))
-        after = scraper.poll(1001.0)
+        after = scraper.poll(1060.0)  # a minute after the baseline: the scrapes' windows are stored
     assert not [r for r in baseline if isinstance(r, HistogramWindow)], "the first scrape is a baseline"
     windows = {r.signal: r for r in after if isinstance(r, HistogramWindow)}
     assert set(windows) == {"e2e_latency_seconds", "ttft_seconds", "queue_time_seconds", "inference_time_seconds",
                             "prompt_tokens", "output_tokens"}
     assert all(w.count == 8 for w in windows.values())
     with Store.open(":memory:") as store:
-        store.commit(after, now=1001.0)
+        store.commit(after, now=1060.0)
         window = Window(Queries(store), "sim", 900.0, 1100.0)
 
         def value(signal: str, agg: str) -> float | None:

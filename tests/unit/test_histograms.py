@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.histograms import Buckets, add, delta, from_series, highest, lowest, quantile
+from agent.histograms import Buckets, add, delta, from_series, highest, lowest, quantile, trim
 
 INF = math.inf
 B = (0.1, 0.5, 1.0, 5.0, INF)
@@ -90,3 +90,23 @@ def test_quantiles_stay_inside_the_observed_buckets_and_windows_never_go_negativ
         assert value is None
     else:
         assert value is not None and (lowest(window) or 0.0) <= value <= (highest(window) or 0.0)
+
+
+def test_trimming_keeps_the_distribution_on_fewer_bounds() -> None:
+    bounds = (0.1, 0.5, 1.0, 5.0, 10.0, 20.0, INF)
+    x = Buckets(bounds, (0.0, 0.0, 3.0, 7.0, 7.0, 7.0, 7.0), 12.0)
+    t = trim(x)
+    assert t == Buckets((0.5, 1.0, 5.0, INF), (0.0, 3.0, 7.0, 7.0), 12.0)
+    for q in (0.0, 0.3, 0.5, 0.9, 1.0):
+        assert quantile(t, q) == pytest.approx(quantile(x, q))  # type: ignore[arg-type]
+    assert (highest(t), lowest(t)) == (highest(x), lowest(x))
+    other = Buckets(bounds, (1.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0), 30.0)
+    assert add([t, trim(other)]) == add([x, other])
+    assert trim(Buckets((1.0, INF), (0.0, 2.0), 9.0)) == Buckets((1.0, INF), (0.0, 2.0), 9.0)
+    assert trim(Buckets(bounds, (0.0,) * 7, 0.0)).bounds == bounds
+
+
+@given(counts, st.floats(0.0, 1.0))
+def test_trimming_never_changes_a_quantile(c: tuple[float, ...], q: float) -> None:
+    x = h(*c)
+    assert quantile(trim(x), q) == quantile(x, q)

@@ -55,7 +55,8 @@ DP = ('engine="0"', 'engine="1"')
 
 
 def test_the_first_scrape_is_a_baseline_and_later_ones_keep_the_window_with_dp_engines_added(engine: Engine) -> None:
-    s = Scraper(engine.url, server=Server.VLLM, source="e", interval_seconds=10.0, timeout_seconds=0.5)
+    s = Scraper(engine.url, server=Server.VLLM, source="e", interval_seconds=10.0, timeout_seconds=0.5,
+                histogram_seconds=0.0)
     engine.serve(vllm({DP[0]: [1, 4, 6, 6], DP[1]: [0, 2, 2, 2]}, {DP[0]: 30.0, DP[1]: 5.0}))
     assert windows(s.poll(T0)) == []  # history from before the agent is not replayed
     engine.serve(vllm({DP[0]: [2, 7, 10, 11], DP[1]: [0, 3, 4, 4]}, {DP[0]: 80.0, DP[1]: 20.0},
@@ -69,12 +70,13 @@ def test_the_first_scrape_is_a_baseline_and_later_ones_keep_the_window_with_dp_e
     engine.serve(vllm({DP[0]: [2, 7, 10, 11], DP[1]: [0, 3, 4, 4]}, {DP[0]: 80.0, DP[1]: 20.0}, gen=[0, 1, 5, 6]))
     records = s.poll(T0 + 20)
     assert windows(records) == [], "no request finished: no window"
-    (g,) = windows(records, "output_tokens")
-    assert g.counts == (0.0, 0.0, 2.0, 3.0)
+    (g,) = windows(records, "output_tokens")  # trimmed: below its first requests only the lower bound stays
+    assert (g.bounds, g.counts) == ((500.0, 1000.0, math.inf), (0.0, 2.0, 3.0))
 
 
 def test_a_restart_makes_the_new_counts_the_window(engine: Engine) -> None:
-    s = Scraper(engine.url, server=Server.VLLM, source="e", interval_seconds=1.0, timeout_seconds=0.5)
+    s = Scraper(engine.url, server=Server.VLLM, source="e", interval_seconds=1.0, timeout_seconds=0.5,
+                histogram_seconds=0.0)
     engine.serve(vllm({DP[0]: [10, 40, 60, 60]}, {DP[0]: 300.0}))
     s.poll(T0)
     engine.serve(vllm({DP[0]: [1, 2, 3, 3]}, {DP[0]: 12.0}))  # counts went down: a reset
@@ -88,7 +90,8 @@ def test_sglang_other_tp_ranks_are_ignored_and_tgi_durations_are_read(engine: En
     text = ("# TYPE sglang:num_running_reqs gauge\n" + "".join(f"sglang:num_running_reqs{{{t}}} 2\n" for t in tp)
             + histogram("sglang:queue_time_seconds", ["0.1", "1", "+Inf"], {tp[0]: [0, 0, 0], tp[1]: [0, 0, 0]},
                         {tp[0]: 0.0, tp[1]: 0.0}) + "\n")
-    s = Scraper(engine.url, server=Server.SGLANG, source="s", interval_seconds=1.0, timeout_seconds=0.5)
+    s = Scraper(engine.url, server=Server.SGLANG, source="s", interval_seconds=1.0, timeout_seconds=0.5,
+                histogram_seconds=0.0)
     engine.serve(text)
     s.poll(T0)
     engine.serve(text.replace('{tp_rank="0",le="+Inf"} 0', '{tp_rank="0",le="+Inf"} 4')
@@ -98,11 +101,24 @@ def test_sglang_other_tp_ranks_are_ignored_and_tgi_durations_are_read(engine: En
     assert w.counts == (0.0, 3.0, 4.0)
     tgi = ("tgi_queue_size 0\n" + histogram("tgi_request_duration", ["0.5", "2", "+Inf"], {'method="x"': [1, 1, 1]},
                                              {'method="x"': 0.2}) + "\n")
-    t = Scraper(engine.url, server=Server.TGI, source="t", interval_seconds=1.0, timeout_seconds=0.5)
+    t = Scraper(engine.url, server=Server.TGI, source="t", interval_seconds=1.0, timeout_seconds=0.5,
+                histogram_seconds=0.0)
     engine.serve(tgi)
     t.poll(T0)
     engine.serve(tgi.replace('le="2"} 1', 'le="2"} 3').replace('le="+Inf"} 1', 'le="+Inf"} 3'))
     assert windows(t.poll(T0 + 1))[0].counts == (0.0, 2.0, 2.0)
+
+
+def test_the_scrapes_of_a_minute_are_stored_as_one_window(engine: Engine) -> None:
+    s = Scraper(engine.url, server=Server.VLLM, source="e", interval_seconds=10.0, timeout_seconds=0.5)
+    engine.serve(vllm({DP[0]: [0, 0, 0, 0]}, {DP[0]: 0.0}))
+    s.poll(T0)  # the baseline starts the minute
+    stored: list[HistogramWindow] = []
+    for i in range(1, 7):
+        engine.serve(vllm({DP[0]: [i, 2 * i, 2 * i, 2 * i]}, {DP[0]: 3.0 * i}))  # 2 requests per scrape
+        stored += windows(s.poll(T0 + 10 * i))
+    (w,) = stored
+    assert (w.ts, w.bounds, w.counts, w.sum) == (T0 + 60, (1.0, 5.0, math.inf), (6.0, 12.0, 12.0), 18.0)
 
 
 def test_histogram_windows_round_trip_through_the_store() -> None:
