@@ -74,7 +74,7 @@ def check(
     """Validate a config file: print every problem (file:line: field: expected …) or a one-line summary,
     and warn about sources that cannot be read now (exit 0: the files may appear later)."""
     from agent.config import load_config
-    from agent.sources.tailer import pattern_problems, store_files
+    from agent.sources.patterns import pattern_problems, store_files
 
     try:
         cfg = load_config(config)

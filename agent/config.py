@@ -13,12 +13,12 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.defaults import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH  # the CLI's default, kept light
 from agent.errors import ConfigError
 from agent.records import KvDtype, Server, WeightsDtype
+from agent.yamldoc import YamlDoc, YamlReadError, read_yaml
 
 DEFAULT_METRICS_PORT = 9842  # not used by dcgm-exporter (9400–9402), node_exporter (9100) or the engines
 
@@ -238,17 +238,14 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _scrape_names(self) -> Config:
-        """A scrape target named like a log source's engine joins it (docs/sources.md); a glob's engines are
-        `<name>/<identity>`, so a target named after the glob itself would silently be an engine of its own."""
+        """A target named like a log source's engine joins it (docs/sources.md); a glob's are `<name>/<file>`."""
         globs = {s.source_name() for s in self.sources if s.path and any(c in s.path for c in "*?[")}
         names = [t.target_name() for t in self.scrape]
         for i, name in enumerate(names):
-            if name in names[:i]:
-                raise ValueError(f"scrape[{i}]: the name {name!r} is taken by an earlier target: one engine has "
-                                 "one /metrics")
-            if name in globs:
-                raise ValueError(f"scrape[{i}]: {name!r} names a glob source, whose engines are '{name}/<file>': "
-                                 f"name the target after one of them to join its log")
+            if name in names[:i] or name in globs:
+                raise ValueError(f"scrape[{i}]: the name {name!r} is taken by an earlier target" if name in names[:i]
+                                 else f"scrape[{i}]: {name!r} names a glob source, whose engines are '{name}/<file>': "
+                                 "name the target after one of them to join its log")
         return self
 
     def summary(self) -> str:
@@ -269,40 +266,12 @@ def shipped_rules_dir() -> Path:
 
 # --- loading -----------------------------------------------------------------------------------------
 
-def _line_index(node: yaml.Node, path: tuple[str | int, ...], out: dict[tuple[str | int, ...], int]) -> None:
-    """Map every field path of a composed YAML document to its 1-based line number."""
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            k = key.value if isinstance(key, yaml.ScalarNode) else str(key.value)
-            field_path = (*path, k)
-            _line_index(value, field_path, out)
-            out[field_path] = key.start_mark.line + 1  # a field's line is its key's, not its value's
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _line_index(item, (*path, i), out)
-
-
-def _read_yaml(path: Path) -> tuple[Any, dict[tuple[str | int, ...], int]]:
+def _read_yaml(path: Path) -> YamlDoc:
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ConfigError(str(path), [f"{path}: file not found"]) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), [f"{path}: cannot read: {exc}"]) from exc
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(str(path), [f"{where}: YAML syntax error: {exc.problem}"]) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), [f"{path}: YAML error: {exc}"]) from exc
-    lines: dict[tuple[str | int, ...], int] = {}
-    if node is not None:
-        _line_index(node, (), lines)
-    return data, lines
+        return read_yaml(path)
+    except YamlReadError as exc:
+        where = f"{path}:{exc.line}:{exc.column}" if exc.line else str(path)
+        raise ConfigError(str(path), [f"{where}: {exc.problem}"]) from exc
 
 
 def _describe(error: Any, model: type[BaseModel]) -> str:
@@ -355,17 +324,16 @@ def _vllm_settings(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _merge_vllm(data: dict[str, Any], path: Path, lines: dict[tuple[str | int, ...], int],
-                problems: list[str]) -> dict[str, Any]:
+def _merge_vllm(data: dict[str, Any], path: Path, doc: YamlDoc, problems: list[str]) -> dict[str, Any]:
     """Fold `vllm_config:` / `vllm:` into `server:`, reporting any disagreement with `server:`."""
     sources: list[tuple[str, dict[str, Any]]] = []
     if data.get("vllm_config") is not None:
         vpath = Path(str(data["vllm_config"]))
         vpath = vpath if vpath.is_absolute() else path.parent / vpath
         try:
-            vraw, _ = _read_yaml(vpath)
+            vraw = _read_yaml(vpath).data
         except ConfigError as exc:
-            problems.extend(f"{path}:{lines.get(('vllm_config',), '?')}: vllm_config: {p}" for p in exc.problems)
+            problems.extend(f"{path}:{doc.line_of(('vllm_config',))}: vllm_config: {p}" for p in exc.problems)
             vraw = {}
         if not isinstance(vraw, dict):
             problems.append(f"{vpath}: expected a mapping of vLLM options (a `vllm serve --config` file)")
@@ -382,7 +350,7 @@ def _merge_vllm(data: dict[str, Any], path: Path, lines: dict[tuple[str | int, .
                 data = {**data, "served_model": str(value)}
                 continue
             if field in server and server[field] != value and str(server[field]) != str(value):
-                line = lines.get(("server", field), "?")
+                line = doc.line_of(("server", field))
                 problems.append(f"{path}:{line}: server.{field}: {server[field]!r} disagrees with {origin} "
                                 f"({value!r}); set it in one place")
             server.setdefault(field, value)
@@ -391,7 +359,8 @@ def _merge_vllm(data: dict[str, Any], path: Path, lines: dict[tuple[str | int, .
 
 def load_config(path: Path) -> Config:
     """Parse and validate `path`; raise ConfigError listing every problem, each with file, field and line."""
-    data, lines = _read_yaml(path)
+    doc = _read_yaml(path)
+    data = doc.data
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -399,14 +368,14 @@ def load_config(path: Path) -> Config:
                                       f"got {type(data).__name__}"])
     problems: list[tuple[int, str]] = []
     merge_problems: list[str] = []
-    data = _merge_vllm(data, path, lines, merge_problems)
+    data = _merge_vllm(data, path, doc, merge_problems)
     config: Config | None = None
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
         for error in exc.errors():
             loc = tuple(error["loc"])
-            line = next((lines[loc[:i]] for i in range(len(loc), 0, -1) if loc[:i] in lines), 0)
+            line = doc.line_of(loc) if loc else 0
             field = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in loc).replace(".[", "[")
             where = f"{path}:{line}" if line else str(path)
             problems.append((line, f"{where}: {field or '(top level)'}: {_describe(error, Config)}"))

@@ -33,9 +33,10 @@ from agent.sinks.store import Store, event_counters
 from agent.sinks.writer import ResilientWriter
 from agent.sources.journal import JournalSource
 from agent.sources.nvml import GpuPoller
+from agent.sources.patterns import store_files
 from agent.sources.scrape import Scraper
 from agent.sources.tailer import FileTailer
-from agent.sources.wake import Waker, store_files
+from agent.sources.wake import Waker
 
 log = logging.getLogger("deepinfer.pipeline")
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -33,6 +32,7 @@ from pydantic import (
 from agent.errors import AgentError
 from agent.judge.builtins import BUILTINS
 from agent.records import Direction, EventKind, Knob, Phase, Severity
+from agent.yamldoc import YamlDoc, YamlReadError, read_yaml
 
 # Signal name → what it is (docs/rules.md repeats this table). `events.<kind>` is one per EventKind.
 SIGNALS: dict[str, str] = {
@@ -259,23 +259,6 @@ class RuleSet:
     origin: dict[str, str] = field(default_factory=dict)
 
 
-def _line_of(node: Any, loc: Sequence[Any]) -> int:
-    """The 1-based line of `loc` inside a composed YAML node (the deepest part found)."""
-    line = node.start_mark.line + 1 if node is not None else 0
-    for part in loc:
-        if isinstance(node, yaml.MappingNode) and isinstance(part, str):
-            hit = next(((k, v) for k, v in node.value if getattr(k, "value", None) == part), None)
-            if hit is None:
-                break
-            line, node = hit[0].start_mark.line + 1, hit[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            continue  # pydantic's union tags ('Condition', 'Group') are not in the document
-    return line
-
-
 def _known_fields(parent: tuple[Any, ...]) -> list[str]:
     """The field names valid where an unknown one was found (`parent` is its location inside a rule)."""
     tags = [p for p in parent if p in ("Condition", "Group")]
@@ -289,13 +272,13 @@ def _known_fields(parent: tuple[Any, ...]) -> list[str]:
     return [f.alias or name for name, f in model.model_fields.items()]
 
 
-def _problem(path: Path, node: Any, data: Any, error: Any) -> str:
+def _problem(path: Path, doc: YamlDoc, error: Any) -> str:
     loc: tuple[Any, ...] = tuple(error["loc"])
-    line = _line_of(node, loc)
+    line = doc.line_of(loc)
     rule = "-"
     if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
         try:
-            rule = str(data["rules"][loc[1]].get("name", f"rules[{loc[1]}]"))
+            rule = str(doc.data["rules"][loc[1]].get("name", f"rules[{loc[1]}]"))
         except (KeyError, IndexError, TypeError, AttributeError):
             rule = f"rules[{loc[1]}]"
         loc = loc[2:]
@@ -309,7 +292,7 @@ def _problem(path: Path, node: Any, data: Any, error: Any) -> str:
     for field_name in ("message", "action.of"):
         if msg.startswith(f"{field_name} names"):
             where = field_name
-            line = _line_of(node, (*tuple(error["loc"]), *field_name.split(".")))
+            line = doc.line_of((*tuple(error["loc"]), *field_name.split(".")))
     where = where or "(rule)"
     if error["type"] == "extra_forbidden":
         msg = f"unknown field (expected one of: {', '.join(_known_fields(loc[:-1]))})"
@@ -323,14 +306,10 @@ def _problem(path: Path, node: Any, data: Any, error: Any) -> str:
 def load_file(path: Path) -> list[Rule]:
     """Parse and validate one rule file; RuleError lists every problem, one line each."""
     try:
-        text = path.read_text(encoding="utf-8")
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except OSError as exc:
-        raise RuleError([f"{path}: cannot read: {exc.strerror or exc}"]) from exc
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        raise RuleError([f"{path}:{mark.line + 1 if mark else 0}: -: YAML syntax error: {exc.problem}"]) from exc
+        doc = read_yaml(path)
+    except YamlReadError as exc:
+        raise RuleError([f"{path}:{exc.line}: -: {exc.problem}" if exc.line else f"{path}: {exc.problem}"]) from exc
+    data = doc.data
     if not isinstance(data, dict):
         raise RuleError([f"{path}:1: -: (file): expected a mapping with a `rules:` list"])
     try:
@@ -339,7 +318,7 @@ def load_file(path: Path) -> list[Rule]:
         seen: list[str] = []
         for error in exc.errors():
             # A union member's errors repeat for Condition and Group: keep the ones naming the field.
-            text = _problem(path, node, data, error)
+            text = _problem(path, doc, error)
             if text not in seen:
                 seen.append(text)
         raise RuleError(seen) from exc

@@ -27,76 +27,20 @@ from __future__ import annotations
 import ctypes
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pynvml
 
 from agent.records import Event, EventKind, GpuProcessSample, GpuSample, Phase, Server, Severity
-from parsers.xid import xid_meaning, xid_severity
+from agent.sources import nvml_model as policy
+from agent.sources.nvml_model import SOURCE, Backoff, Gpu, NvmlPoll, xid_event
 
 log = logging.getLogger(__name__)
 
-SOURCE = "nvml"
-
-# Cause and fix for each way NVML can fail to start; the key is pynvml's error value.
-_INIT_HINTS: dict[int, str] = {
-    pynvml.NVML_ERROR_LIBRARY_NOT_FOUND: (
-        "NVML library libnvidia-ml.so.1 not found: is the NVIDIA driver installed? Install the driver "
-        "(nvidia-smi must work), or in a container run with the NVIDIA Container Toolkit (--gpus all)"
-    ),
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED: (
-        "NVIDIA kernel driver not loaded: check with nvidia-smi; load it with modprobe nvidia, or "
-        "reboot after a driver install"
-    ),
-    pynvml.NVML_ERROR_NO_PERMISSION: (
-        "no permission to open the GPU devices (/dev/nvidiactl, /dev/nvidia*): run the agent as a user "
-        "allowed to use them; under systemd use DevicePolicy=closed with DeviceAllow=/dev/nvidiactl rw "
-        "and DeviceAllow=/dev/nvidia0 rw (one line per GPU), never PrivateDevices=yes"
-    ),
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH: (
-        "the NVML library and the loaded kernel driver differ in version (a driver upgrade without a "
-        "reboot): reboot, or unload and reload the nvidia kernel modules"
-    ),
-    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND: (
-        "the NVML library is too old for nvidia-ml-py (nvmlInitWithFlags missing): upgrade the NVIDIA driver"
-    ),
-}
-_AFTER_HINT = "GPU metrics are off, everything else keeps running; NVML init is retried with back-off"
-
-# Errors meaning "this driver or GPU cannot do this call": asking again before a re-init is pointless.
-_UNSUPPORTED = frozenset({
-    pynvml.NVML_ERROR_NOT_SUPPORTED,
-    pynvml.NVML_ERROR_FUNCTION_NOT_FOUND,
-    pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
-})
-# Errors meaning the library's state is gone (driver unloaded or replaced under a running agent):
-# nothing works until NVML is shut down and started again.
-_RESTART = frozenset({
-    pynvml.NVML_ERROR_UNINITIALIZED,
-    pynvml.NVML_ERROR_DRIVER_NOT_LOADED,
-    pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
-})
-
-
-@dataclass(frozen=True)
-class NvmlPoll:
-    """What one poll saw: a sample per answering GPU, its compute processes, and new events."""
-
-    gpus: tuple[GpuSample, ...] = ()
-    processes: tuple[GpuProcessSample, ...] = ()
-    events: tuple[Event, ...] = ()
-
-
-@dataclass(frozen=True)
-class _Gpu:
-    """What does not change while NVML is up: the handle and the identity of one GPU."""
-
-    index: int
-    handle: Any
-    uuid: str
-    name: str
-    pci_bus_id: str | None
+# The policy tables, resolved to this pynvml's error values.
+_INIT_HINTS: dict[int, str] = {getattr(pynvml, name): hint for name, hint in policy.INIT_HINTS.items()}
+_UNSUPPORTED = frozenset(getattr(pynvml, name) for name in policy.UNSUPPORTED)
+_RESTART = frozenset(getattr(pynvml, name) for name in policy.RESTART)
 
 
 class _RestartError(Exception):
@@ -108,29 +52,12 @@ class _RestartError(Exception):
         self.detail = detail
 
 
-class _GpuLostError(Exception):
+class GpuLostError(Exception):
     """Raised inside a poll when a call on a GPU said `GpuIsLost`; caught by the per-GPU loop."""
 
     def __init__(self, call: str) -> None:
         super().__init__(call)
         self.call = call
-
-
-class _Backoff:
-    """Exponential back-off on the caller's clock: due at once, then after initial, 2×, 4× … up to maximum."""
-
-    def __init__(self, initial_s: float, maximum_s: float) -> None:
-        self._initial_s = initial_s
-        self._maximum_s = maximum_s
-        self._delay_s = initial_s
-        self._next_at = float("-inf")
-
-    def due(self, now: float) -> bool:
-        return now >= self._next_at
-
-    def failed(self, now: float) -> None:
-        self._next_at = now + self._delay_s
-        self._delay_s = min(self._delay_s * 2, self._maximum_s)
 
 
 def _address(handle: Any) -> int:
@@ -158,10 +85,10 @@ class GpuPoller:
         self._library_path = library_path
         self._retry = (retry_initial_s, retry_max_s)
         self._max_events = max_events_per_poll
-        self._init_backoff = _Backoff(*self._retry)
+        self._init_backoff = Backoff(*self._retry)
         self._initialized = False
-        self._gpus: dict[int, _Gpu] = {}
-        self._lost: dict[int, _Backoff] = {}
+        self._gpus: dict[int, Gpu] = {}
+        self._lost: dict[int, Backoff] = {}
         self._event_set: Any = None
         self._unsupported: set[tuple[str, int]] = set()
         self._failing: set[tuple[str, int]] = set()
@@ -225,7 +152,7 @@ class GpuPoller:
             try:
                 gpus.append(self._sample(gpu, now))
                 processes.extend(self._processes(gpu, now))
-            except _GpuLostError as lost:
+            except GpuLostError as lost:
                 events.append(self._mark_lost(gpu, lost.call, now))
         events.extend(self._drain_events(now))
         return NvmlPoll(tuple(gpus), tuple(processes), tuple(events))
@@ -243,14 +170,14 @@ class GpuPoller:
         self._lost.clear()
         self._unsupported.clear()
         self._failing.clear()
-        self._init_backoff = _Backoff(*self._retry)
+        self._init_backoff = Backoff(*self._retry)
 
     # -- the choke-point -------------------------------------------------------------------------
 
-    def _call(self, call: str, gpu: _Gpu | None, fn: Callable[..., Any], *args: Any) -> Any:
+    def _call(self, call: str, gpu: Gpu | None, fn: Callable[..., Any], *args: Any) -> Any:
         """Call into NVML; every `NVMLError` becomes policy here (see the module docstring).
 
-        Returns None for a failed call. Raises `_GpuLostError` when a GPU-scoped call said the GPU is gone,
+        Returns None for a failed call. Raises `GpuLostError` when a GPU-scoped call said the GPU is gone,
         and `_RestartError` when a call on a started NVML says the library must start again.
         """
         key = (call, gpu.index if gpu is not None else -1)
@@ -261,7 +188,7 @@ class GpuPoller:
         except pynvml.NVMLError as err:
             self._count(call, gpu, err)
             if err.value == pynvml.NVML_ERROR_GPU_IS_LOST and gpu is not None:
-                raise _GpuLostError(call) from err
+                raise GpuLostError(call) from err
             if err.value in _RESTART and self._initialized:
                 raise _RestartError(int(err.value), f"{call}: {err}") from err
             if err.value in _UNSUPPORTED:
@@ -276,7 +203,7 @@ class GpuPoller:
             log.info("NVML %s works again on %s", call, _where(gpu))
         return result
 
-    def _count(self, call: str, gpu: _Gpu | None, err: Exception) -> None:
+    def _count(self, call: str, gpu: Gpu | None, err: Exception) -> None:
         self._errors[call] = self._errors.get(call, 0) + 1
         self._last_error = f"{call}: {err}" if gpu is None else f"{call} on GPU {gpu.index}: {err}"
 
@@ -321,7 +248,7 @@ class GpuPoller:
         hint = _INIT_HINTS.get(code, "") if code is not None else ""
         if not hint:
             hint = f"NVML init failed ({detail}): check that nvidia-smi works"
-        hint = f"{hint}. {_AFTER_HINT}."
+        hint = f"{hint}. {policy.AFTER_HINT}."
         if hint != self._hint:
             log.error("%s [%s]", hint, detail)
         self._hint = hint
@@ -329,17 +256,17 @@ class GpuPoller:
 
     def _open(self, index: int, now: float, events: list[Event]) -> None:
         """Add GPU `index`; a lost one is kept (and re-probed later), one that fails otherwise is skipped."""
-        placeholder = _Gpu(index, handle=None, uuid="", name="", pci_bus_id=None)
+        placeholder = Gpu(index, handle=None, uuid="", name="", pci_bus_id=None)
         try:
             gpu = self._identity(placeholder)
-        except _GpuLostError as lost:
+        except GpuLostError as lost:
             self._gpus[index] = placeholder
             events.append(self._mark_lost(placeholder, lost.call, now))
             return
         if gpu is not None:
             self._gpus[index] = gpu
 
-    def _identity(self, gpu: _Gpu) -> _Gpu | None:
+    def _identity(self, gpu: Gpu) -> Gpu | None:
         """Handle, UUID, name and PCI bus id, registered for Xid events; None when there is no handle."""
         handle = self._call("nvmlDeviceGetHandleByIndex", gpu, pynvml.nvmlDeviceGetHandleByIndex, gpu.index)
         if handle is None:
@@ -347,7 +274,7 @@ class GpuPoller:
         uuid = self._call("nvmlDeviceGetUUID", gpu, pynvml.nvmlDeviceGetUUID, handle)
         name = self._call("nvmlDeviceGetName", gpu, pynvml.nvmlDeviceGetName, handle)
         pci = self._call("nvmlDeviceGetPciInfo", gpu, pynvml.nvmlDeviceGetPciInfo, handle)
-        full = _Gpu(gpu.index, handle, uuid or "", name or "", pci.busId if pci is not None else None)
+        full = Gpu(gpu.index, handle, uuid or "", name or "", pci.busId if pci is not None else None)
         if self._event_set is not None:
             self._call("nvmlDeviceRegisterEvents", full, pynvml.nvmlDeviceRegisterEvents, handle,
                        pynvml.nvmlEventTypeXidCriticalError, self._event_set)
@@ -355,8 +282,8 @@ class GpuPoller:
 
     # -- lost GPUs -------------------------------------------------------------------------------
 
-    def _mark_lost(self, gpu: _Gpu, call: str, now: float) -> Event:
-        backoff = self._lost.setdefault(gpu.index, _Backoff(*self._retry))
+    def _mark_lost(self, gpu: Gpu, call: str, now: float) -> Event:
+        backoff = self._lost.setdefault(gpu.index, Backoff(*self._retry))
         backoff.failed(now)
         self._hint = (
             f"GPU {gpu.index} ({gpu.name or 'unknown'}, {gpu.uuid or 'no uuid'}) is lost (NVML {call}): it fell "
@@ -376,7 +303,7 @@ class GpuPoller:
             return False
         try:
             gpu = self._identity(self._gpus[index])
-        except _GpuLostError:
+        except GpuLostError:
             gpu = None
         if gpu is None:
             backoff.failed(now)
@@ -388,7 +315,7 @@ class GpuPoller:
 
     # -- sampling --------------------------------------------------------------------------------
 
-    def _sample(self, gpu: _Gpu, now: float) -> GpuSample:
+    def _sample(self, gpu: Gpu, now: float) -> GpuSample:
         total, reserved, free, used = self._memory(gpu)
         util = self._call("nvmlDeviceGetUtilizationRates", gpu, pynvml.nvmlDeviceGetUtilizationRates, gpu.handle)
         power_mw = self._call("nvmlDeviceGetPowerUsage", gpu, pynvml.nvmlDeviceGetPowerUsage, gpu.handle)
@@ -405,7 +332,7 @@ class GpuPoller:
             power_limit_watts=limit_mw / 1000 if limit_mw is not None else None,
         )
 
-    def _memory(self, gpu: _Gpu) -> tuple[int | None, int | None, int | None, int | None]:
+    def _memory(self, gpu: Gpu) -> tuple[int | None, int | None, int | None, int | None]:
         """(total, reserved, free, used) bytes: the v2 struct where the driver has it, else v1 (no reserved)."""
         v2 = self._call("nvmlDeviceGetMemoryInfo_v2", gpu, pynvml.nvmlDeviceGetMemoryInfo, gpu.handle,
                         pynvml.nvmlMemory_v2)
@@ -418,7 +345,7 @@ class GpuPoller:
             return None, None, None, None
         return int(v1.total), None, int(v1.free), int(v1.used)
 
-    def _temperature(self, gpu: _Gpu) -> float | None:
+    def _temperature(self, gpu: Gpu) -> float | None:
         """GPU core °C: `nvmlDeviceGetTemperatureV` (the classic call is deprecated), else the classic one."""
         value = self._call("nvmlDeviceGetTemperatureV", gpu, pynvml.nvmlDeviceGetTemperatureV, gpu.handle,
                            pynvml.NVML_TEMPERATURE_GPU)
@@ -427,7 +354,7 @@ class GpuPoller:
                                pynvml.NVML_TEMPERATURE_GPU)
         return float(value) if value is not None else None
 
-    def _processes(self, gpu: _Gpu, now: float) -> list[GpuProcessSample]:
+    def _processes(self, gpu: Gpu, now: float) -> list[GpuProcessSample]:
         procs = self._call("nvmlDeviceGetComputeRunningProcesses", gpu,
                            pynvml.nvmlDeviceGetComputeRunningProcesses, gpu.handle)
         return [
@@ -449,7 +376,7 @@ class GpuPoller:
             if data is None:
                 break
             if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
-                events.append(_xid_event(by_address.get(_address(data.device)), int(data.eventData), now))
+                events.append(xid_event(by_address.get(_address(data.device)), int(data.eventData), now))
         return events
 
 
@@ -461,21 +388,5 @@ def _wait_without_blocking(event_set: Any) -> Any:
         return None
 
 
-def _xid_event(gpu: _Gpu | None, code: int, now: float) -> Event:
-    meaning = xid_meaning(code)
-    where = f"GPU {gpu.index} ({gpu.name}, {gpu.pci_bus_id})" if gpu is not None else "unknown GPU"
-    return Event(
-        ts=now, source=SOURCE, server=Server.NVML, kind=EventKind.XID, severity=xid_severity(code),
-        phase=Phase.RUNTIME, message=f"{where} Xid {code}: {meaning or 'see NVIDIA Xid catalog'}",
-        fields={
-            "gpu": gpu.index if gpu is not None else None,
-            "uuid": gpu.uuid if gpu is not None else None,
-            "pci_bus": gpu.pci_bus_id if gpu is not None else None,
-            "xid": code,
-            "meaning": meaning,
-        },
-    )
-
-
-def _where(gpu: _Gpu | None) -> str:
+def _where(gpu: Gpu | None) -> str:
     return "the system" if gpu is None else f"GPU {gpu.index}"

@@ -52,6 +52,7 @@ from agent.sources.identity import (
     near_matches,
     rotation_base,
 )
+from agent.sources.patterns import unmatched_problems
 from agent.sources.refind import Refinder
 from agent.sources.tailstate import MAX_BYTES_PER_POLL, MAX_LINES_PER_POLL, START_MARKER, TailOptions, TailOut
 
@@ -242,7 +243,7 @@ class FileTailer(Refinder):
         return False
 
     def _pattern_problems(self, paths: Sequence[str]) -> list[str]:
-        return _unmatched_problems(self.pattern) if not paths else []
+        return unmatched_problems(self.pattern) if not paths else []
 
     # --- reading ------------------------------------------------------------------------------------------
 
@@ -382,45 +383,3 @@ class FileTailer(Refinder):
         except OSError:
             near = ""
         return Cursor(self.name, f.real, f.dev, f.inode, f.fp, offset, f.key, now, near)
-
-
-def store_files(store_path: str | Path) -> tuple[str, ...]:
-    """The agent's own database and the files SQLite keeps beside it: never a log to read."""
-    base = str(Path(store_path).expanduser())
-    return tuple(base + suffix for suffix in ("", "-wal", "-shm", "-journal"))
-
-
-def _unmatched_problems(pattern: str) -> list[str]:
-    """Why a pattern that names nothing will never name anything (a missing directory, a plain path that
-    does not exist or is a dangling symlink); a glob whose directory exists but matches nothing yet is fine."""
-    fixed = Path(pattern)
-    if not glob.has_magic(pattern):
-        return [f"{pattern}: dangling symlink" if fixed.is_symlink() else f"{pattern} does not exist"]
-    while glob.has_magic(str(fixed)):
-        fixed = fixed.parent
-    if not fixed.is_dir():
-        return [f"{fixed} " + ("is not a directory" if fixed.exists() else "does not exist")]
-    return []
-
-
-def pattern_problems(pattern: str, exclude: Collection[str] = ()) -> list[str]:
-    """What `check` warns about a file source's path before the agent runs: it does not exist, is a
-    directory, a dangling symlink, cannot be read, or names the agent's own store (never read)."""
-    pattern = str(Path(pattern).expanduser())
-    paths = sorted(glob.glob(pattern))  # noqa: PTH207 (an absolute user glob)
-    if not paths:
-        return _unmatched_problems(pattern)
-    own = {os.path.realpath(p) for p in exclude}
-    out: list[str] = []
-    for path in paths:
-        p = Path(path)
-        if os.path.realpath(p) in own:
-            out.append(f"{path} is the agent's own store: it is never read (narrow the glob)")
-        elif not p.exists():
-            out.append(f"{path}: dangling symlink")
-        elif p.is_dir():
-            if not glob.has_magic(pattern):
-                out.append(f"{path} is a directory (give a file or a glob such as {path}/*.log)")
-        elif not os.access(p, os.R_OK):
-            out.append(f"{path}: permission denied (the agent's user must be able to read it)")
-    return out

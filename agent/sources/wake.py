@@ -18,15 +18,6 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver, ObservedWatch
 
-STORE_SUFFIXES = ("", "-wal", "-shm", "-journal")  # SQLite's database and its companion files
-
-
-def store_files(db_path: str) -> set[str]:
-    """The files SQLite writes for a database at `db_path`: absolute paths, as given and with links resolved
-    (a watch reports a path under the directory as it was watched)."""
-    given, resolved = Path(db_path).absolute(), Path(db_path).resolve()
-    return {f"{base}{suffix}" for base in (given, resolved) for suffix in STORE_SUFFIXES}
-
 
 class _Signal(FileSystemEventHandler):
     """Sets the loop's event on a change, except one that only touches ignored files (the agent's own store,

@@ -27,10 +27,7 @@ from aiohttp import web
 
 from agent.errors import AgentError
 from agent.tools.sim import SIMULATED, Engine, EngineOomError, QueueFullError, SimConfig, SimRequest
-from agent.tools.sim_output import Histogram, RequestHistograms, VllmLog, num, prompt_tokens
-
-GIB = 1024**3
-VERSION = "0.11.0"
+from agent.tools.sim_output import GIB, Histogram, RequestHistograms, VllmLog, num, prompt_tokens
 
 
 @dataclass
@@ -70,10 +67,7 @@ class SimServer:
                        f"memory ({c.kv_blocks * c.block_bytes / GIB:.2f} GiB). Based on the available memory, the "
                        f"estimated maximum model length is {c.kv_cache_tokens}. Try increasing "
                        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
-            self.log.line("INFO", "api_server.py:1805", f"vLLM API server version {VERSION} ({SIMULATED})")
-            self.log.line("ERROR", "core.py:708", "EngineCore failed to start.", process="EngineCore_DP0")
-            self.log.line("ERROR", "core.py:708", f"ValueError: {message}", process="EngineCore_DP0")
-            self.log.close()
+            self.log.refused_start(message)
             raise AgentError(f"{SIMULATED} engine cannot start: {message}")
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/completions", self._completions)
@@ -90,7 +84,7 @@ class SimServer:
             if isinstance(address, tuple):
                 bound = int(address[1])
         self.url = f"http://{host}:{bound}"
-        self._startup_log(host, bound)
+        self.log.startup(self.config, host, bound)
         self._tasks = [asyncio.create_task(self._loop()), asyncio.create_task(self._stats_loop())]
         return self.url
 
@@ -103,44 +97,6 @@ class SimServer:
         if self._runner is not None:
             await self._runner.cleanup()
         self.log.close()
-
-    def _startup_log(self, host: str, port: int) -> None:
-        c, log = self.config, self.log
-        log.line("INFO", "api_server.py:1805", f"vLLM API server version {VERSION} ({SIMULATED} by deepinfer-agent "
-                 "simulate: no GPU, no model; numbers follow the paged-KV arithmetic only)")
-        args = {"model": c.model_name, "max_model_len": c.max_model_len, "max_num_seqs": c.max_num_seqs,
-                "block_size": c.block_size}
-        budget = c.budget
-        if budget is not None:
-            args["gpu_memory_utilization"] = budget.inputs.util
-        log.line("INFO", "utils.py:233", f"non-default args: {args!r}")
-        log.line("INFO", "core.py:74", f"Initializing a V1 LLM engine (v{VERSION}) with config: "
-                 f"model='{c.model_name}', max_seq_len={c.max_model_len}, kv_cache_dtype=auto",
-                 process="EngineCore_DP0")
-        if budget is not None:
-            b = budget.inputs
-            activations = budget.inputs.overhead_bytes
-            log.line("INFO", "gpu_model_runner.py:1892", f"Model loading took {budget.weights_per_gpu_bytes / GIB:.4f}"
-                     " GiB and 0.000001 seconds", process="EngineCore_DP0")
-            log.line("INFO", "worker.py:241", "Memory profiling takes 0.00 seconds\n"
-                     f"the current vLLM instance can use total_gpu_memory ({b.vram_bytes / GIB:.2f}GiB) x "
-                     f"gpu_memory_utilization ({b.util:.2f}) = {budget.memory_for_instance_bytes / GIB:.2f}GiB\n"
-                     f"model weights take {budget.weights_per_gpu_bytes / GIB:.2f}GiB; non_torch_memory takes "
-                     f"0.00GiB; PyTorch activation peak memory takes {activations / GIB:.2f}GiB; the rest of the "
-                     f"memory reserved for KV Cache is {budget.usable_kv_bytes / GIB:.2f}GiB.",
-                     process="EngineCore_DP0")
-            log.line("INFO", "gpu_worker.py:255", f"Available KV cache memory: {budget.usable_kv_bytes / GIB:.2f} GiB",
-                     process="EngineCore_DP0")
-        log.line("INFO", "kv_cache_utils.py:833", f"GPU KV cache size: {c.kv_cache_tokens:,} tokens",
-                 process="EngineCore_DP0")
-        log.line("INFO", "kv_cache_utils.py:837", f"Maximum concurrency for {c.max_model_len:,} tokens per request: "
-                 f"{c.kv_cache_tokens / c.max_model_len:.2f}x", process="EngineCore_DP0")
-        if c.oom_on_overcommit and c.overcommitted:
-            log.line("WARNING", "scheduler.py:120", f"{SIMULATED}: max_num_seqs={c.max_num_seqs} requests of "
-                     f"{c.max_model_len} tokens do not fit in {c.kv_blocks} blocks and preemption is off: "
-                     "this engine will run out of memory under load", process="EngineCore_DP0")
-        log.line("INFO", "launcher.py:29", f"Starting vLLM API server 0 on http://{host}:{port}")
-        log.line("INFO", "on.py:62", "Application startup complete.")
 
     # -- the engine loop --------------------------------------------------------------------------
 
@@ -190,24 +146,7 @@ class SimServer:
 
     def _crash(self, oom: EngineOomError) -> None:
         self.oom = oom
-        budget = self.config.budget
-        total, used = oom.total_bytes, oom.used_bytes
-        if budget is not None:  # the card as the budget describes it: weights and overhead are in use too
-            total = budget.inputs.vram_bytes
-            used += budget.weights_per_gpu_bytes + budget.inputs.overhead_bytes
-        free = max(0, min(total - used, oom.total_bytes - oom.used_bytes))
-        trace = (
-            "EngineCore encountered a fatal error.\n"
-            "Traceback (most recent call last):\n"
-            '  File "vllm/v1/engine/core.py", line 702, in run_engine_core\n'
-            "    engine_core.run_busy_loop()\n"
-            '  File "vllm/v1/worker/gpu_model_runner.py", line 1500, in execute_model\n'
-            "    self.kv_cache.allocate(num_blocks)\n"
-            f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {oom.requested_bytes / 2**20:.2f} MiB. "
-            f"GPU 0 has a total capacity of {total / GIB:.2f} GiB of which {free / 2**20:.2f} MiB is free. "
-            f"Including non-PyTorch memory, this process has {used / GIB:.2f} GiB memory in use. "
-            f"({SIMULATED}: the KV cache ran out and preemption is off)")
-        self.log.line("ERROR", "core.py:711", trace, process="EngineCore_DP0")
+        self.log.engine_oom(oom, self.config)
         self.log.line("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.")
         for request in list(self.engine.running) + list(self.engine.waiting):
             request.outcome = "engine_dead"

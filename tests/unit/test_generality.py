@@ -60,7 +60,7 @@ def test_corpus_is_large_sourced_and_new() -> None:
 
 def test_validation_split_is_a_third_spread_over_engines_and_classes() -> None:
     held = G.validation_ids()
-    ids = {ex.id for ex in EXCERPTS} - G.held_ids(G.FRESH)
+    ids = {ex.id for ex in EXCERPTS} - G.held_ids(G.FRESH) - G.held_ids(G.FRESH2)
     assert held <= ids
     assert 0.30 <= len(held) / len(ids) <= 0.40
     validation = G.split(EXCERPTS, "validation")
@@ -78,6 +78,23 @@ def test_split_meets_the_targets(which: str) -> None:
     low = {cls: (round(s.precision, 2), round(s.recall, 2)) for cls, s in report.per_class.items()
            if s.recall < RECALL_FLOOR or s.precision < PRECISION_FLOOR}
     assert not low, (low, report.misses)
+    assert report.false_alarms == []
+    assert report.field_misses == []
+
+
+# `fresh2` was collected and labelled after the second round of parser changes and scored once as it came
+# (macro-F1 0.778; misses listed in tests/data/real/README.md). It is held to that score rounded down, and to
+# no false alarm and no field mismatch, so a change that loses ground on it shows here.
+FRESH2_MACRO_F1_FLOOR = 0.77
+
+
+def test_fresh2_split_holds_its_first_score() -> None:
+    fresh2 = G.split(EXCERPTS, "fresh2")
+    assert len(fresh2) == len(G.held_ids(G.FRESH2)) >= 30
+    assert not {ex.id for ex in fresh2} & (G.held_ids(G.FRESH) | G.validation_ids())
+    assert not {ex.id for ex in G.split(EXCERPTS, "tune")} & G.held_ids(G.FRESH2)
+    report = G.score(fresh2)
+    assert report.macro_f1 >= FRESH2_MACRO_F1_FLOOR, (round(report.macro_f1, 3), report.misses)
     assert report.false_alarms == []
     assert report.field_misses == []
 
@@ -267,20 +284,25 @@ def test_a_prompt_planted_in_stats_shaped_lines_reaches_no_record(prompt: str, s
     """A request log or an exception quoting a stats, timeout or 503 line with a prompt in it: the prompt
     never reaches a record, whatever the new field-anywhere parsers make of the rest."""
     assume(sum(c.isalpha() for c in prompt) >= 3)  # digits alone are in every time stamp
-    lines = [
-        f"INFO 05-19 10:13:11 [logger.py:39] Received request x: prompt: {prompt!r}, {V1_STATS}",
-        f"ERROR 05-19 10:13:11 [x.py:1] ValueError: {V1_STATS} {prompt!r}",
-        f"`INFO 05-19 10:13:11 [loggers.py:271] {prompt!r} {V1_STATS}`",
-        f"[2025-06-18 18:11:03 TP0] {prompt!r} Prefill batch. #new-seq: 1, #queue-req: 3",
-        f"slot print_timing: id 0 | task 1 | {json.dumps({'prompt': prompt})} tg = 1.0 t/s",
-        f'{{"error":{{"code":503,"message":{json.dumps(prompt)},"type":"unavailable_error"}}}}',
-        f"TimeoutError: RPC call to execute_model timed out. {prompt!r}",
-        f"RuntimeError: Decode out of memory. Try to lower your batch size. {prompt!r}",
-    ]
+
+    def planted(p: str) -> list[str]:
+        return [
+            f"INFO 05-19 10:13:11 [logger.py:39] Received request x: prompt: {p!r}, {V1_STATS}",
+            f"ERROR 05-19 10:13:11 [x.py:1] ValueError: {V1_STATS} {p!r}",
+            f"`INFO 05-19 10:13:11 [loggers.py:271] {p!r} {V1_STATS}`",
+            f"[2025-06-18 18:11:03 TP0] {p!r} Prefill batch. #new-seq: 1, #queue-req: 3",
+            f"slot print_timing: id 0 | task 1 | {json.dumps({'prompt': p})} tg = 1.0 t/s",
+            f'{{"error":{{"code":503,"message":{json.dumps(p)},"type":"unavailable_error"}}}}',
+            f"TimeoutError: RPC call to execute_model timed out. {p!r}",
+            f"RuntimeError: Decode out of memory. Try to lower your batch size. {p!r}",
+        ]
+
+    lines = planted(prompt)
+    fixed = "\n".join(planted(""))  # a prompt that is a word of the lines themselves ("TimeoutError") proves nothing
     records = run(make_parser(server, "t", REF_TIME), lines)
     text = json.dumps([as_dict(r) for r in records], default=str, ensure_ascii=False)
     for form in {prompt, json.dumps(prompt)[1:-1], repr(prompt)[1:-1]}:
-        if form.strip() and form not in "\n".join(line.replace(form, "") for line in lines):
+        if form.strip() and form not in fixed and form not in "\n".join(line.replace(form, "") for line in lines):
             assert form not in text
 
 

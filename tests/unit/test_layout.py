@@ -19,6 +19,7 @@ MODULES = sorted(p for package in ("agent", "parsers") for p in (ROOT / package)
 # library (top-level import name) → the only modules allowed to import it
 ADAPTERS = {
     "pynvml": {"agent/sources/nvml.py"},
+    "yaml": {"agent/yamldoc.py"},
     "sqlite_utils": {"agent/sinks/store.py"},
     "prometheus_client": {"agent/sinks/exporter.py", "agent/prom.py"},
     "aiohttp": {"agent/http.py", "agent/tools/sim_server.py"},  # the client; the simulator serves

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.sources.wake import Waker, store_files
+from agent.sources.patterns import store_files
+from agent.sources.wake import Waker
 
 
 def test_store_writes_do_not_wake_but_a_log_line_does(tmp_path: Path) -> None:

@@ -1,0 +1,111 @@
+"""The NVML source without the driver: what a poll returns, a GPU's identity, the Xid event, the hint for
+each start failure, which errors mean "never ask again" or "start over", and the back-off between tries.
+
+Kept apart from `nvml.py` (the one module that imports `pynvml`, and the only one that calls the driver) so
+this part reads as tables and plain data and is tested without a driver. Errors are
+named by their pynvml constant names; `nvml.py` turns the names into the library's values, which also
+fails loudly at import if a future nvidia-ml-py renames one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agent.records import Event, EventKind, GpuProcessSample, GpuSample, Phase, Server
+from parsers.xid import xid_meaning, xid_severity
+
+SOURCE = "nvml"
+
+# Cause and fix for each way NVML can fail to start; the key is pynvml's error constant's name.
+INIT_HINTS: dict[str, str] = {
+    "NVML_ERROR_LIBRARY_NOT_FOUND": (
+        "NVML library libnvidia-ml.so.1 not found: is the NVIDIA driver installed? Install the driver "
+        "(nvidia-smi must work), or in a container run with the NVIDIA Container Toolkit (--gpus all)"
+    ),
+    "NVML_ERROR_DRIVER_NOT_LOADED": (
+        "NVIDIA kernel driver not loaded: check with nvidia-smi; load it with modprobe nvidia, or "
+        "reboot after a driver install"
+    ),
+    "NVML_ERROR_NO_PERMISSION": (
+        "no permission to open the GPU devices (/dev/nvidiactl, /dev/nvidia*): run the agent as a user "
+        "allowed to use them; under systemd use DevicePolicy=closed with DeviceAllow=/dev/nvidiactl rw "
+        "and DeviceAllow=/dev/nvidia0 rw (one line per GPU), never PrivateDevices=yes"
+    ),
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": (
+        "the NVML library and the loaded kernel driver differ in version (a driver upgrade without a "
+        "reboot): reboot, or unload and reload the nvidia kernel modules"
+    ),
+    "NVML_ERROR_FUNCTION_NOT_FOUND": (
+        "the NVML library is too old for nvidia-ml-py (nvmlInitWithFlags missing): upgrade the NVIDIA driver"
+    ),
+}
+AFTER_HINT = "GPU metrics are off, everything else keeps running; NVML init is retried with back-off"
+
+# Errors meaning "this driver or GPU cannot do this call": asking again before a re-init is pointless.
+UNSUPPORTED = frozenset({
+    "NVML_ERROR_NOT_SUPPORTED",
+    "NVML_ERROR_FUNCTION_NOT_FOUND",
+    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+})
+# Errors meaning the library's state is gone (driver unloaded or replaced under a running agent):
+# nothing works until NVML is shut down and started again.
+RESTART = frozenset({
+    "NVML_ERROR_UNINITIALIZED",
+    "NVML_ERROR_DRIVER_NOT_LOADED",
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH",
+})
+
+
+class Backoff:
+    """Exponential back-off on the caller's clock: due at once, then after initial, 2×, 4× … up to maximum."""
+
+    def __init__(self, initial_s: float, maximum_s: float) -> None:
+        self._initial_s = initial_s
+        self._maximum_s = maximum_s
+        self._delay_s = initial_s
+        self._next_at = float("-inf")
+
+    def due(self, now: float) -> bool:
+        return now >= self._next_at
+
+    def failed(self, now: float) -> None:
+        self._next_at = now + self._delay_s
+        self._delay_s = min(self._delay_s * 2, self._maximum_s)
+
+
+@dataclass(frozen=True)
+class NvmlPoll:
+    """What one poll saw: a sample per answering GPU, its compute processes, and new events."""
+
+    gpus: tuple[GpuSample, ...] = ()
+    processes: tuple[GpuProcessSample, ...] = ()
+    events: tuple[Event, ...] = ()
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """What does not change while NVML is up: the handle and the identity of one GPU."""
+
+    index: int
+    handle: Any
+    uuid: str
+    name: str
+    pci_bus_id: str | None
+
+
+def xid_event(gpu: Gpu | None, code: int, now: float) -> Event:
+    """An Xid event as NVML reported it; the meaning and severity come from the table the kernel parser uses."""
+    meaning = xid_meaning(code)
+    where = f"GPU {gpu.index} ({gpu.name}, {gpu.pci_bus_id})" if gpu is not None else "unknown GPU"
+    return Event(
+        ts=now, source=SOURCE, server=Server.NVML, kind=EventKind.XID, severity=xid_severity(code),
+        phase=Phase.RUNTIME, message=f"{where} Xid {code}: {meaning or 'see NVIDIA Xid catalog'}",
+        fields={
+            "gpu": gpu.index if gpu is not None else None,
+            "uuid": gpu.uuid if gpu is not None else None,
+            "pci_bus": gpu.pci_bus_id if gpu is not None else None,
+            "xid": code,
+            "meaning": meaning,
+        },
+    )

@@ -1,0 +1,74 @@
+"""YAML files read for validation: the data together with its node tree, so every problem names its line.
+
+The config and the rule files both need "file:line: field: expected …" errors; this is the one reader that
+keeps the line of every key and item (PyYAML's composed nodes carry their marks) and says why a file could
+not be read at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class YamlReadError(Exception):
+    """A file that could not be read or parsed; `line` and `column` are 1-based, 0 when unknown."""
+
+    def __init__(self, problem: str, line: int = 0, column: int = 0) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line
+        self.column = column
+
+
+@dataclass(frozen=True)
+class YamlDoc:
+    """A parsed document (`data`) and its composed node tree (`node`; None for an empty file)."""
+
+    data: Any
+    node: yaml.Node | None
+
+    def line_of(self, loc: Sequence[Any]) -> int:
+        """The 1-based line of the deepest part of `loc` found in the document (a field's line is its
+        key's); parts that are not in the document, such as pydantic's union tags, are skipped. 0 when the
+        document is empty."""
+        node = self.node
+        if node is None:
+            return 0
+        line = node.start_mark.line + 1
+        for part in loc:
+            if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+                hit = next(((k, v) for k, v in node.value if getattr(k, "value", None) == part), None)
+                if hit is None:
+                    break
+                line, node = hit[0].start_mark.line + 1, hit[1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+        return line
+
+
+def read_yaml(path: Path) -> YamlDoc:
+    """Read and parse one YAML file with the safe loader; YamlReadError says what stopped it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise YamlReadError("file not found") from exc
+    except OSError as exc:
+        raise YamlReadError(f"cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise YamlReadError(f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        raise YamlReadError(f"YAML syntax error: {exc.problem}", mark.line + 1 if mark else 0,
+                            mark.column + 1 if mark else 0) from exc
+    except yaml.YAMLError as exc:
+        raise YamlReadError(f"YAML error: {exc}") from exc
+    return YamlDoc(data, node)
