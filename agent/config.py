@@ -236,6 +236,18 @@ class Config(_Section):
     vllm: dict[str, Any] | None = None
     served_model: str | None = Field(None, description="the `model` of a vLLM config, used to guess a preset")
 
+    @model_validator(mode="after")
+    def _scrape_names(self) -> Config:
+        """A target named like a log source's engine joins it (docs/sources.md); a glob's are `<name>/<file>`."""
+        globs = {s.source_name() for s in self.sources if s.path and any(c in s.path for c in "*?[")}
+        names = [t.target_name() for t in self.scrape]
+        for i, name in enumerate(names):
+            if name in names[:i] or name in globs:
+                raise ValueError(f"scrape[{i}]: the name {name!r} is taken by an earlier target" if name in names[:i]
+                                 else f"scrape[{i}]: {name!r} names a glob source, whose engines are '{name}/<file>': "
+                                 "name the target after one of them to join its log")
+        return self
+
     def summary(self) -> str:
         """One line for `check`: what this config will make the agent do."""
         model = self.model.preset or (self.model.config_json and str(self.model.config_json)) or (

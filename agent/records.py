@@ -192,6 +192,39 @@ class ServerStats(NamedTuple):
     line: int | None = None  # as Event.line
 
 
+# What a scraped histogram measures, by signal name (docs/rules.md): the engines' histograms per request.
+HISTOGRAM_SIGNALS = ("ttft_seconds", "queue_time_seconds", "e2e_latency_seconds", "inference_time_seconds",
+                     "prompt_tokens", "output_tokens")
+
+
+@dataclass(frozen=True)
+class HistogramWindow:
+    """The requests one engine finished between two scrapes, as a histogram of one quantity (`signal`).
+
+    `bounds` are the bucket upper bounds, ascending, the last +Inf; `counts` the cumulative number of
+    requests at each bound *in this window* (the difference of two scrapes, agent/histograms.py);
+    `sum` the sum of their values. Seconds for `*_seconds` signals, tokens for `*_tokens`.
+    """
+
+    ts: float
+    source: str
+    server: Server
+    signal: str
+    bounds: tuple[float, ...]
+    counts: tuple[float, ...]
+    sum: float
+
+    def __post_init__(self) -> None:
+        if self.signal not in HISTOGRAM_SIGNALS:
+            raise ValueError(f"unknown histogram signal {self.signal!r}")
+        if len(self.bounds) != len(self.counts) or not self.bounds:
+            raise ValueError("a histogram needs one count per bound")
+
+    @property
+    def count(self) -> float:
+        return self.counts[-1]
+
+
 Record = Event | ServerStats | CapacityFact
 
 
@@ -364,4 +397,5 @@ class LoadStep:
 
 
 # Everything the store keeps: what parsers emit, what NVML samples, what the judge and the load test produce.
-StoredRecord = Event | ServerStats | CapacityFact | GpuSample | GpuProcessSample | Finding | LoadStep
+StoredRecord = (Event | ServerStats | CapacityFact | HistogramWindow | GpuSample | GpuProcessSample | Finding
+                | LoadStep)

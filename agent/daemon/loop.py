@@ -22,6 +22,7 @@ from agent.capacity.capacity import Capacity, capacity_of, paper_budget
 from agent.config import Config, SourceSection, shipped_rules_dir
 from agent.daemon.streams import Latest, LogStream
 from agent.daemon.totals import Totals
+from agent.daemon.witnesses import counted_once
 from agent.errors import AgentError
 from agent.judge.advisor import Advisor, engine_config, knobs_of
 from agent.judge.rules import RuleError, load_rules
@@ -172,23 +173,24 @@ class Daemon:
         return intake.more
 
     def ingest(self, now: float) -> Intake:
-        """Stage 1: read every source, parse its lines, poll NVML and the scrapers when due."""
+        """Stage 1: poll the scrapers, read and parse every source (counts: one witness, witnesses.py), NVML."""
         self._open_sources(now)
         intake = Intake()
+        for scraper in self._scrapers:  # first, so a log does not count again what its engine's scrape counts
+            intake.records.extend(scraper.poll(now))
+        scraped = {s.source: s.counted() for s in self._scrapers}
         for src in self._sources or ():
             batch = src.reader.poll(now)
-            intake.records.extend(src.feed(batch.lines))
+            intake.records.extend(counted_once(src.feed(batch.lines), scraped))
             if batch.lines:
                 src.last_line_at, src.flushed = now, False
             elif not src.flushed and now - src.last_line_at >= QUIET_FLUSH_SECONDS:
-                intake.records.extend(src.flush())
+                intake.records.extend(counted_once(src.flush(), scraped))
                 src.flushed = True
             intake.cursors.extend(src.persistable(batch.cursors))
             intake.expired.extend(batch.expired)
             intake.more = intake.more or batch.more
         intake.records.extend(self._poll_nvml(now))
-        for scraper in self._scrapers:
-            intake.records.extend(scraper.poll(now))
         return intake
 
     def commit(self, intake: Intake, now: float) -> CommitResult:

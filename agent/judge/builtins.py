@@ -90,6 +90,36 @@ def observed_plus_margin(ctx: Context) -> Result:
     return float(value), f"{ctx.of} {_fmt(observed)} × {ctx.factor:g} = {value}"
 
 
+RAISE_STEP = 1.5  # observed_p99_plus_margin without a usable observation: the configured value × this
+
+
+def latency_ms_plus_margin(ctx: Context) -> Result:
+    """A latency in the evidence (`of`, seconds: e.g. `e2e_latency_seconds_p95`) × `factor`, in ms rounded up:
+    a timeout that the requests actually seen fit in, with a margin."""
+    name = ctx.of or "e2e_latency_seconds_p99"
+    observed = ctx.evidence.get(name)
+    if observed is None:
+        return None, f"no {name} observed in the window (the engine's /metrics is not scraped)"
+    value = math.ceil(observed * 1000.0 * ctx.factor)
+    return float(value), f"{name} {observed:.3g} s × {ctx.factor:g} = {value:,} ms"
+
+
+def observed_p99_plus_margin(ctx: Context) -> Result:
+    """Raise a request timeout to what the requests that finished took: end-to-end p99 (scraped, `of` or
+    `e2e_latency_seconds_p99`) × `factor`, in ms. Without a scraped p99, or when that is not above the
+    configured value (requests the deadline cut short are missing from the engine's histogram), the
+    configured value × 1.5."""
+    value, text = latency_ms_plus_margin(ctx)
+    if value is not None and (ctx.current is None or value > ctx.current):
+        return value, text
+    if ctx.current is None:
+        return None, f"{text}; the current value is not configured" if value is not None else text
+    step = float(round(ctx.current * RAISE_STEP))
+    why = (f"{text} is not above the current {_fmt(ctx.current)} ms" if value is not None
+           else text)
+    return step, f"{why}: {_fmt(ctx.current)} × {RAISE_STEP:g} = {_fmt(step)}"
+
+
 def scale_current(ctx: Context) -> Result:
     """The configured value × `factor` (above 1 raises, below 1 lowers), rounded."""
     if ctx.current is None:
@@ -124,6 +154,8 @@ BUILTINS: dict[str, Callable[[Context], Result]] = {
     "scale_by_kv_headroom": scale_by_kv_headroom,
     "kv_holds_at_observed_length": kv_holds_at_observed_length,
     "observed_plus_margin": observed_plus_margin,
+    "observed_p99_plus_margin": observed_p99_plus_margin,
+    "latency_ms_plus_margin": latency_ms_plus_margin,
     "scale_current": scale_current,
     "engine_figure": engine_figure,
     "budget_tokens_per_request": budget_tokens_per_request,

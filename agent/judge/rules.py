@@ -44,6 +44,12 @@ SIGNALS: dict[str, str] = {
     "request_tokens": "KV tokens held per running request (kv_used_tokens, or kv_usage_ratio × the engine's "
                       "KV-cache tokens, ÷ running): the observed request length",
     "gpu_memory_used_ratio": "NVML: the fullest GPU's used ÷ total memory, per sample",
+    "ttft_seconds": "time to first token of the requests that finished (scraped histogram)",
+    "queue_time_seconds": "time requests waited before they were scheduled (scraped histogram)",
+    "e2e_latency_seconds": "end-to-end duration of the requests that finished (scraped histogram)",
+    "inference_time_seconds": "time requests spent running: prefill and decode (scraped histogram)",
+    "prompt_tokens": "prompt length of the requests that finished (scraped histogram)",
+    "output_tokens": "tokens generated per finished request (scraped histogram)",
     **{f"events.{k.value}": f"`{k.value}` events (optionally filtered by `where`; `field` aggregates a number "
                             "they carry)" for k in EventKind},
 }
@@ -59,7 +65,9 @@ REFERENCES: dict[str, str] = {
     "config.max_queue_size": "server.max_queue_size",
     "config.max_model_len": "server.max_model_len",
     "config.request_timeout_ms": "limits.request_timeout_ms",
+    "config.request_timeout_seconds": "limits.request_timeout_ms ÷ 1000 (to compare with *_seconds signals)",
     "config.queue_timeout_ms": "limits.queue_timeout_ms",
+    "config.queue_timeout_seconds": "limits.queue_timeout_ms ÷ 1000",
     "config.max_output_tokens": "limits.max_output_tokens",
     "config.max_session_tokens": "session.max_session_tokens",
     "config.gpu_memory_utilization": "server.gpu_memory_fraction (or the engine's reported value)",

@@ -4,7 +4,9 @@ A `Window` is one engine over `[since, until)`; `aggregate(condition)` returns t
 compares, or None when the window has too few samples (fewer than the rule's `min_samples`) — a rule
 never fires on no data. Series signals come from the engine's load samples (`running`, `waiting`,
 `kv_usage_ratio`, …) and NVML; `events.<kind>` count or rate occurrences (per minute), or aggregate a
-number the events carry (`field`). References (`capacity.*`, `config.*`) are single values.
+number the events carry (`field`); histogram signals (`ttft_seconds`, `e2e_latency_seconds`, …) add up
+the scraped windows and read quantiles from the buckets, with `min_samples` counting requests.
+References (`capacity.*`, `config.*`) are single values.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from agent import histograms
 from agent.capacity.capacity import Capacity
+from agent.histograms import Buckets
 from agent.judge.rules import Aggregate
-from agent.records import Event, ServerStats
+from agent.records import HISTOGRAM_SIGNALS, Event, HistogramWindow, ServerStats
 from agent.sinks.queries import Queries, percentile
 
 _STATS_FIELDS = ("running", "waiting", "swapped", "kv_usage_ratio", "preemptions")
@@ -62,7 +66,35 @@ def references(capacity: Capacity | None, config: Mapping[str, float | None]) ->
     }
     for key, value in config.items():
         out[f"config.{key}"] = value
+    for name in ("request_timeout", "queue_timeout"):
+        ms = config.get(f"{name}_ms")
+        out[f"config.{name}_seconds"] = ms / 1000.0 if ms is not None else None
     return out
+
+
+def histogram_aggregate(windows: Sequence[HistogramWindow], agg: str, window_seconds: float,
+                        min_samples: int) -> float | None:
+    """One aggregate of a scraped histogram signal over a rule's window: the windows are added bucket by
+    bucket; `count`/`sum`/`rate` are over the requests observed, quantiles are interpolated inside
+    buckets (agent/histograms.py), `max`/`min` are bucket bounds, `last` and `growth` use each scrape's
+    mean. Everything but count/sum/rate needs `min_samples` requests observed."""
+    merged = histograms.add([Buckets(w.bounds, w.counts, w.sum) for w in windows])
+    requests = merged.count if merged is not None else 0.0
+    if agg in ("count", "sum", "rate"):
+        total = requests if agg != "sum" else (merged.sum if merged is not None else 0.0)
+        return total if agg != "rate" else total / max(window_seconds / 60.0, 1e-9)
+    if merged is None or requests <= 0 or requests < min_samples:
+        return None
+    if agg in ("p50", "p95", "p99"):
+        return histograms.quantile(merged, int(agg[1:]) / 100.0)
+    if agg == "max":
+        return histograms.highest(merged)
+    if agg == "min":
+        return histograms.lowest(merged)
+    means = [w.sum / w.count for w in windows if w.count > 0]
+    if agg == "mean":
+        return merged.sum / requests
+    return aggregate(means, agg, window_seconds)  # last, growth: over each scrape's mean
 
 
 @dataclass
@@ -78,6 +110,7 @@ class Window:
     _stats: list[ServerStats] | None = None
     _events: dict[str, list[Event]] = field(default_factory=dict)
     _gpu: list[float] | None = None
+    _histograms: dict[str, list[HistogramWindow]] = field(default_factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -92,6 +125,12 @@ class Window:
         if kind not in self._events:
             self._events[kind] = self.queries.window_events(self.since, self.until, self.engine, kind)
         return self._events[kind]
+
+    def histograms(self, signal: str) -> list[HistogramWindow]:
+        """The scraped histogram windows of one signal in the window, oldest first."""
+        if signal not in self._histograms:
+            self._histograms[signal] = self.queries.window_histograms(self.since, self.until, self.engine, signal)
+        return self._histograms[signal]
 
     def series(self, signal: str) -> list[float]:
         """The values of a series signal in the window, oldest first (samples lacking it skipped)."""
@@ -130,6 +169,8 @@ class Window:
             values = [float(v) for e in events if isinstance(v := e.fields.get(cond.field), int | float)
                       and not isinstance(v, bool)]
             return aggregate(values, cond.agg, self.seconds)
+        if cond.signal in HISTOGRAM_SIGNALS:
+            return histogram_aggregate(self.histograms(cond.signal), cond.agg, self.seconds, min_samples)
         values = self.series(cond.signal)
         if cond.agg not in ("count", "sum", "rate") and len(values) < max(min_samples, 1):
             return None

@@ -20,6 +20,7 @@ from agent.records import (
     Finding,
     GpuProcessSample,
     GpuSample,
+    HistogramWindow,
     Knob,
     LoadStep,
     Phase,
@@ -159,6 +160,14 @@ class Queries:
         rows = self._store.query(f"SELECT {_EVENT_COLUMNS} FROM events WHERE at >= ? AND at < ? AND source = ? "
                                  "AND kind = ? ORDER BY at, rowid", (since, until, source, kind))
         return [_event(row) for row in rows]
+
+    def window_histograms(self, since: float, until: float, source: str, signal: str) -> list[HistogramWindow]:
+        """One engine's scraped histogram windows of one signal with `since <= ts < until`, oldest first."""
+        rows = self._store.query("SELECT ts, source, server, signal, bounds, counts, sum FROM histogram_windows "
+                                 "WHERE source = ? AND signal = ? AND ts >= ? AND ts < ? ORDER BY ts",
+                                 (source, signal, since, until))
+        return [HistogramWindow(float(r[0]), r[1], Server(r[2]), r[3], (*json.loads(r[4]), math.inf),
+                                tuple(float(c) for c in json.loads(r[5])), float(r[6])) for r in rows]
 
     def window_gpu_memory(self, since: float, until: float) -> list[tuple[float, float]]:
         """(ts, the fullest GPU's used ÷ total memory) per NVML poll in the window, oldest first."""

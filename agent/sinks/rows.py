@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -18,6 +19,7 @@ from agent.records import (
     Finding,
     GpuProcessSample,
     GpuSample,
+    HistogramWindow,
     LoadStep,
     ServerStats,
 )
@@ -40,6 +42,12 @@ def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
 
 def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:
     return (now if f.ts is None else f.ts, f.ts, f.source, f.name, f.value)
+
+
+def _histogram_row(h: HistogramWindow, now: float) -> tuple[Any, ...]:
+    finite = [b for b in h.bounds if math.isfinite(b)]
+    return (h.ts, h.source, h.server.value, h.signal, h.count, h.sum, json.dumps(finite, separators=(",", ":")),
+            json.dumps(list(h.counts), separators=(",", ":")))
 
 
 def _gpu_row(g: GpuSample, now: float) -> tuple[Any, ...]:
@@ -92,6 +100,8 @@ TABLES: dict[type, Table] = {
         "INSERT INTO facts_latest (source, name, value, ts, at) VALUES (?3, ?4, ?5, ?2, ?1) "
         "ON CONFLICT (source, name) DO UPDATE SET value = excluded.value, ts = excluded.ts, at = excluded.at "
         "WHERE excluded.at >= facts_latest.at"),
+    HistogramWindow: Table("INSERT OR IGNORE INTO histogram_windows (ts, source, server, signal, count, sum, "
+                            "bounds, counts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", _histogram_row),
     GpuSample: Table("INSERT OR IGNORE INTO gpu_samples (ts, gpu, uuid, name, pci_bus_id, memory_total_bytes, "
                       "memory_reserved_bytes, memory_free_bytes, memory_used_bytes, utilization_gpu_ratio, "
                       "utilization_memory_ratio, temperature_celsius, power_watts, power_limit_watts) "

@@ -104,7 +104,21 @@ CREATE UNIQUE INDEX server_stats_key ON server_stats (source, coalesce(file_key,
 """),
 )
 
+MIGRATIONS += (
+    # Scraped latency and length histograms: per scrape and signal, the requests that finished since the
+    # previous scrape (agent/histograms.py). `bounds` is a JSON list of the finite upper bounds, `counts`
+    # the cumulative counts at each of them and at +Inf (one more); `count` is that last one, repeated
+    # so a window's requests can be summed without reading JSON. A scrape always has a time, so `ts` is
+    # the only time column (as in gpu_samples), and the unique key serves the windows' reads.
+    ("0005_histogram_windows", """
+CREATE TABLE histogram_windows (
+    ts REAL NOT NULL, source TEXT NOT NULL, server TEXT NOT NULL, signal TEXT NOT NULL, count REAL NOT NULL,
+    sum REAL NOT NULL, bounds TEXT NOT NULL, counts TEXT NOT NULL, UNIQUE (source, signal, ts));
+CREATE INDEX histogram_windows_ts ON histogram_windows (ts);
+"""),
+)
+
 # Time-series tables retention prunes, with their time column. Cursors, totals and facts_latest are
 # never pruned (they are small and bounded by the number of files, metrics and facts).
 PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("gpu_samples", "ts"),
-          ("gpu_process_samples", "ts"), ("findings", "ts"), ("load_steps", "started"))
+          ("gpu_process_samples", "ts"), ("findings", "ts"), ("load_steps", "started"), ("histogram_windows", "ts"))

@@ -8,7 +8,7 @@ counters built from it never count a replay.
 
 Tables (docs/store.md has the full schema): `events`, `server_stats`, `capacity_facts` (history) with
 `facts_latest` (the newest value per source and name, never pruned: start-up facts are printed once),
-`gpu_samples`, `gpu_process_samples`, `totals` (restart-safe counters), `cursors` and `journal_cursors`.
+`histogram_windows`, `gpu_samples`, `gpu_process_samples`, `totals`, `cursors` and `journal_cursors`.
 Raw lines are never stored (they may hold prompts): only redacted records leave the parsers.
 
 A record from a file is keyed by the file's identity (`file_key`) and the offset of its first line,

@@ -6,15 +6,15 @@ logs can be off, and the KV usage an engine computes is exact where a log line i
 `Scraper` per configured target; `poll(now)` fetches only when the target's interval has passed on the
 caller's clock (no sleeping, no thread), so the loop and the tests step it.
 
-Counters become events by their increase since the previous scrape, summed over series: the first
-successful scrape is a baseline (history from before the agent started is not replayed); a series that
-appears later started at 0, so all of it counts; a value below the previous one, or a changed
-`process_start_time_seconds`, means the engine restarted, and the new value is the increase.
+What each engine's metrics mean, and how counters and histograms become increases and windows
+(baselines, restarts, data-parallel series), is agent/sources/engine_metrics.py; this module fetches,
+keeps the target's health, and turns a reading into records: counter increases into events, each
+latency or length histogram's window into a `HistogramWindow` (the scrapes of a minute added up; only
+signals whose requests finished in it).
 
-Several series of one gauge (vLLM data-parallel engines, SGLang DP ranks) are combined per target:
-request counts are summed, ratios take the worst (max) engine, capacity facts are one engine's (the
-first in label order: every engine of one server is configured alike). SGLang tensor- and
-pipeline-parallel ranks other than 0 are ignored, since they describe the same requests.
+`counted()` names the event kinds the target counts exactly from the engine's own counters; the daemon
+then drops the same kinds from the log of the engine the target shares a name with, so one engine's
+preemptions are not counted twice (docs/sources.md, "One engine, two witnesses").
 
 A failed scrape never raises out of `poll`: the target is down, the failure is counted and logged once
 per failure episode, and the next interval tries again. Self-metrics are plain data (`stats()`).
@@ -25,18 +25,30 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 
-from agent import http
+from agent import histograms, http
 from agent.config import ScrapeTarget
 from agent.prom import Samples, exposition_samples
-from agent.records import CapacityFact, Event, EventKind, Phase, Record, Server, ServerStats, Severity
+from agent.records import (
+    CapacityFact,
+    Event,
+    EventKind,
+    HistogramWindow,
+    Phase,
+    Record,
+    Server,
+    ServerStats,
+    Severity,
+)
+from agent.sources.engine_metrics import READERS, Deltas, Reading, first
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 << 20  # a vLLM exposition with many histograms is well under 1 MiB
+HISTOGRAM_SECONDS = 60.0  # histogram windows are stored at most this often per target and signal
 _PREFIXES = ((Server.VLLM, "vllm:"), (Server.SGLANG, "sglang:"), (Server.LLAMACPP, "llamacpp:"), (Server.TGI, "tgi_"))
 _ENABLE_HINT = {
     Server.VLLM: "vLLM serves /metrics on its API port",
@@ -44,8 +56,6 @@ _ENABLE_HINT = {
     Server.TGI: "TGI serves /metrics on its API port and on --prometheus-port (default 9000)",
     Server.LLAMACPP: "llama-server needs --metrics",
 }
-
-Labels = Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -68,21 +78,7 @@ class ScrapeStats:
     last_success_seconds: float | None = None
 
 
-@dataclass
-class _Reading:
-    """What one exposition says, before it becomes records."""
-
-    running: int | None = None
-    waiting: int | None = None
-    swapped: int | None = None
-    kv_usage_ratio: float | None = None
-    prompt_tps: float | None = None
-    gen_tps: float | None = None
-    prefix_hit_ratio: float | None = None
-    kv_used_tokens: int | None = None
-    preemptions: tuple[int, int] | None = None  # (increase since the last scrape, current total)
-    rejections: dict[str, tuple[int, int | None]] = field(default_factory=dict)  # reason → (count, status)
-    facts: dict[str, float | str] = field(default_factory=dict)
+Scraped = Record | HistogramWindow
 
 
 class _HttpStatusError(Exception):
@@ -102,63 +98,11 @@ class _ScrapeError(Exception):
     """A response that is not an error at the HTTP level but cannot be used."""
 
 
-def _primary(labels: Labels) -> bool:
-    """False for SGLang's non-zero tensor/pipeline-parallel ranks, which report the same requests again."""
-    return labels.get("tp_rank", "0") == "0" and labels.get("pp_rank", "0") == "0"
-
-
-def _label_is(name: str, value: str) -> Callable[[Labels], bool]:
-    return lambda labels: labels.get(name, "") == value
-
-
-def _values(samples: Samples, name: str) -> list[float]:
-    return [value for labels, value in samples.get(name, ()) if _primary(labels)]
-
-
-def _sum_int(samples: Samples, name: str) -> int | None:
-    values = _values(samples, name)
-    return round(sum(values)) if values else None
-
-
-def _sum(samples: Samples, name: str) -> float | None:
-    values = _values(samples, name)
-    return sum(values) if values else None
-
-
-def _max(samples: Samples, name: str) -> float | None:
-    values = _values(samples, name)
-    return max(values) if values else None
-
-
-def _mean(samples: Samples, name: str) -> float | None:
-    values = _values(samples, name)
-    return sum(values) / len(values) if values else None
-
-
-def _first(samples: Samples, name: str) -> float | None:
-    """One engine's value (the first in label order): for capacity, which every engine shares."""
-    series = sorted(((sorted(labels.items()), value) for labels, value in samples.get(name, ()) if _primary(labels)))
-    return series[0][1] if series else None
-
-
 def _detect(samples: Samples) -> Server | None:
     for server, prefix in _PREFIXES:
         if any(name.startswith(prefix) for name in samples):
             return server
     return None
-
-
-# vllm:cache_config_info label → (capacity fact, conversion). Label values are str(attribute): "None" = unset.
-_VLLM_CACHE_FACTS: dict[str, tuple[str, Callable[[str], float | str]]] = {
-    "block_size": ("block_size", int),
-    "gpu_memory_utilization": ("gpu_memory_utilization", float),
-    "num_gpu_blocks": ("gpu_blocks", int),
-    "num_cpu_blocks": ("cpu_blocks", int),
-    "cache_dtype": ("kv_cache_dtype", str),
-    "kv_cache_memory_bytes": ("kv_cache_bytes", int),
-    "kv_cache_size_tokens": ("kv_cache_tokens", int),
-    "kv_cache_max_concurrency": ("max_concurrency", float),
-}
 
 
 class Scraper:
@@ -170,8 +114,8 @@ class Scraper:
     """
 
     def __init__(self, url: str, *, server: Server = Server.VLLM, source: str | None = None,
-                 interval_seconds: float = 10.0, timeout_seconds: float = 2.0,
-                 max_body_bytes: int = MAX_BODY_BYTES, clock: Callable[[], float] = time.perf_counter) -> None:
+                 interval_seconds: float = 10.0, timeout_seconds: float = 2.0, max_body_bytes: int = MAX_BODY_BYTES,
+                 histogram_seconds: float = HISTOGRAM_SECONDS, clock: Callable[[], float] = time.perf_counter) -> None:
         if server in (Server.KERNEL, Server.NVML):
             raise ValueError(f"scrape needs an engine (vllm, sglang, tgi, llamacpp or auto), not {server.value}")
         self.url = url
@@ -184,10 +128,11 @@ class Scraper:
         # Engines are local: never send their scrape through an http_proxy from the environment.
         self._next_at = -math.inf
         self._detected: Server | None = None if server is Server.AUTO else server
-        self._counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        self._next_counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
-        self._baseline = False  # a successful scrape has been seen: counters have something to compare with
-        self._restarted = False
+        self._deltas = Deltas()
+        self._counted: frozenset[EventKind] = frozenset()
+        self.histogram_seconds = histogram_seconds
+        self._held: dict[str, histograms.Buckets] = {}  # signal → requests since the last stored window
+        self._held_since: float | None = None
         self._start_time: float | None = None
         self._last_ok_at: float | None = None
         self._waiting = 0
@@ -207,13 +152,18 @@ class Scraper:
 
     # -- state the metrics and status read -------------------------------------------------------
 
+    def counted(self) -> frozenset[EventKind]:
+        """The event kinds this target counts exactly (its last successful reading had their counters);
+        empty before the first success. Kept while the target is down: its counters catch up later."""
+        return self._counted
+
     def stats(self) -> ScrapeStats:
         return ScrapeStats(self.source, self.url, self._detected or self.server, self._up, self._scrapes,
                            self._errors, self._last_error, self._last_duration, self._last_ok_at)
 
     # -- the poll --------------------------------------------------------------------------------
 
-    def poll(self, now: float) -> list[Record]:
+    def poll(self, now: float) -> list[Scraped]:
         """Scrape when the interval has passed (at once on the first call); [] otherwise or on failure.
 
         A clock that went back by more than an interval does not stall the target: it is due again.
@@ -281,7 +231,7 @@ class Scraper:
 
     # -- exposition → records -------------------------------------------------------------------
 
-    def _records(self, samples: Samples, now: float) -> list[Record]:
+    def _records(self, samples: Samples, now: float) -> list[Scraped]:
         server: Server = self.server
         if server is Server.AUTO:
             server = _detect(samples) or Server.AUTO
@@ -292,137 +242,19 @@ class Scraper:
                                + (f" (it has {found.value} metrics: set server: {found.value})" if found else
                                   f" ({_ENABLE_HINT.get(server, 'is this an engine /metrics URL?')})"))
         self._detected = server
-        had_baseline = self._baseline
-        self._next_counters = {}
-        start = _first(samples, "process_start_time_seconds")
-        self._restarted = start is not None and self._start_time is not None and start != self._start_time
+        had_baseline = self._deltas.baseline
+        start = first(samples, "process_start_time_seconds")
+        self._deltas.begin(start is not None and self._start_time is not None and start != self._start_time)
         elapsed = now - self._last_ok_at if self._last_ok_at is not None and now > self._last_ok_at else None
-        reading = {Server.VLLM: self._vllm, Server.SGLANG: self._sglang, Server.TGI: self._tgi,
-                   Server.LLAMACPP: self._llamacpp}[server](samples, elapsed)
+        reading = READERS[server](samples, self._deltas, elapsed)
         # Only a whole successful reading moves the comparison point.
-        self._counters, self._baseline = self._next_counters, True
+        self._deltas.commit()
+        self._counted = reading.counted()
         self._start_time = start if start is not None else self._start_time
         return self._emit(server, reading, now, had_baseline)
 
-    def _increase(self, samples: Samples, name: str, where: Callable[[Labels], bool] = _primary
-                  ) -> tuple[float, float] | None:
-        """(Increase since the previous scrape, current total) of a counter summed over its series; None
-        when the exposition lacks it. See the module docstring for baselines and restarts."""
-        series = samples.get(name)
-        if series is None:
-            return None
-        increase = total = 0.0
-        for labels, value in series:
-            if not where(labels):
-                continue
-            key = (name, tuple(sorted(labels.items())))
-            self._next_counters[key] = value
-            total += value
-            before = self._counters.get(key)
-            if before is None:  # a counter never goes below 0: a negative value is garbage, not a decrease
-                increase += max(value, 0.0) if self._baseline else 0.0
-            elif self._restarted or value < before:
-                increase += max(value, 0.0)
-            else:
-                increase += value - before
-        return increase, total
-
-    def _count(self, samples: Samples, name: str, where: Callable[[Labels], bool] = _primary
-               ) -> tuple[int, int] | None:
-        result = self._increase(samples, name, where)
-        return None if result is None else (round(result[0]), round(result[1]))
-
-    def _rate(self, samples: Samples, name: str, elapsed: float | None) -> float | None:
-        result = self._increase(samples, name)
-        return None if result is None or elapsed is None else result[0] / elapsed
-
-    def _vllm(self, samples: Samples, elapsed: float | None) -> _Reading:
-        usage = _max(samples, "vllm:kv_cache_usage_perc")
-        reading = _Reading(
-            running=_sum_int(samples, "vllm:num_requests_running"),
-            waiting=_sum_int(samples, "vllm:num_requests_waiting"),
-            swapped=_sum_int(samples, "vllm:num_requests_swapped"),
-            kv_usage_ratio=usage if usage is not None else _max(samples, "vllm:gpu_cache_usage_perc"),
-            prompt_tps=self._rate(samples, "vllm:prompt_tokens", elapsed),
-            gen_tps=self._rate(samples, "vllm:generation_tokens", elapsed),
-            preemptions=self._count(samples, "vllm:num_preemptions"),
-        )
-        hits = self._increase(samples, "vllm:prefix_cache_hits")
-        queries = self._increase(samples, "vllm:prefix_cache_queries")
-        if hits is None or queries is None:  # 0.8.x spelling
-            hits = self._increase(samples, "vllm:gpu_prefix_cache_hits")
-            queries = self._increase(samples, "vllm:gpu_prefix_cache_queries")
-        if hits is not None and queries is not None:
-            reading.prefix_hit_ratio = hits[0] / queries[0] if queries[0] > 0 else None
-        else:  # V0: a gauge the engine computes itself, negative when it has nothing to say
-            rate = _max(samples, "vllm:gpu_prefix_cache_hit_rate")
-            reading.prefix_hit_ratio = rate if rate is not None and rate >= 0 else None
-        for reason in sorted({labels.get("reason", "") for labels, _ in samples.get("vllm:admission_rejections", ())}):
-            rejected = self._count(samples, "vllm:admission_rejections", _label_is("reason", reason))
-            if rejected is not None and rejected[0] > 0:
-                reading.rejections[reason or "unknown"] = (rejected[0], None)
-        configs = sorted(samples.get("vllm:cache_config_info", ()), key=lambda s: sorted(s[0].items()))
-        if configs:
-            labels = configs[0][0]
-            for label, (fact, convert) in _VLLM_CACHE_FACTS.items():
-                text = labels.get(label)
-                if text is None or text in ("None", ""):
-                    continue
-                try:
-                    reading.facts[fact] = convert(text)
-                except ValueError:
-                    continue
-        return reading
-
-    def _sglang(self, samples: Samples, elapsed: float | None) -> _Reading:
-        preemptions = self._count(samples, "sglang:num_retracted_requests")  # 0.5.23: a counter
-        if preemptions is None:
-            preemptions = self._count(samples, "sglang:total_retracted_reqs")  # 0.4.10: a cumulative gauge
-        reading = _Reading(
-            running=_sum_int(samples, "sglang:num_running_reqs"),
-            waiting=_sum_int(samples, "sglang:num_queue_reqs"),
-            kv_usage_ratio=_max(samples, "sglang:token_usage"),
-            gen_tps=_sum(samples, "sglang:gen_throughput"),
-            prefix_hit_ratio=_mean(samples, "sglang:cache_hit_rate"),
-            kv_used_tokens=_sum_int(samples, "sglang:num_used_tokens"),
-            preemptions=preemptions,
-        )
-        for metric, fact in (("sglang:max_total_num_tokens", "kv_cache_tokens"),
-                             ("sglang:context_len", "max_model_len"), ("sglang:page_size", "block_size")):
-            value = _first(samples, metric)
-            if value is not None and value > 0:
-                reading.facts[fact] = int(value)
-        return reading
-
-    def _tgi(self, samples: Samples, elapsed: float | None) -> _Reading:
-        reserved = _sum(samples, "tgi_batch_current_max_tokens")
-        capacity = _first(samples, "tgi_batch_max_total_tokens")
-        reading = _Reading(
-            running=_sum_int(samples, "tgi_batch_current_size"),
-            waiting=_sum_int(samples, "tgi_queue_size"),
-            kv_usage_ratio=reserved / capacity if reserved is not None and capacity else None,
-            kv_used_tokens=round(reserved) if reserved is not None else None,
-        )
-        if capacity:
-            reading.facts["kv_cache_tokens"] = int(capacity)
-        overloaded = self._count(samples, "tgi_request_failure", _label_is("err", "overloaded"))
-        if overloaded is not None and overloaded[0] > 0:
-            reading.rejections["max_concurrent_requests"] = (overloaded[0], 429)
-        return reading
-
-    def _llamacpp(self, samples: Samples, elapsed: float | None) -> _Reading:
-        used = _sum_int(samples, "llamacpp:kv_cache_tokens")
-        return _Reading(
-            running=_sum_int(samples, "llamacpp:requests_processing"),
-            waiting=_sum_int(samples, "llamacpp:requests_deferred"),
-            kv_usage_ratio=_max(samples, "llamacpp:kv_cache_usage_ratio"),
-            prompt_tps=_sum(samples, "llamacpp:prompt_tokens_seconds"),
-            gen_tps=_sum(samples, "llamacpp:predicted_tokens_seconds"),
-            kv_used_tokens=used,
-        )
-
-    def _emit(self, server: Server, r: _Reading, now: float, had_baseline: bool) -> list[Record]:
-        out: list[Record] = []
+    def _emit(self, server: Server, r: Reading, now: float, had_baseline: bool) -> list[Scraped]:
+        out: list[Scraped] = []
         for name, value in r.facts.items():
             if self._facts.get(name) != value:  # on the first scrape, and when the engine came back changed
                 out.append(CapacityFact(now, self.source, name, value))
@@ -446,4 +278,24 @@ class Scraper:
                 fields["status"] = status
             out.append(Event(now, self.source, server, EventKind.QUEUE_FULL, Severity.WARNING, Phase.ADMISSION,
                              f"{rejected} requests rejected at admission ({reason}) since the last scrape", fields))
+        out.extend(self._histogram_windows(server, r, now))
+        return out
+
+    def _histogram_windows(self, server: Server, r: Reading, now: float) -> list[HistogramWindow]:
+        """The scrapes' histogram windows, added up and stored once per `histogram_seconds` (a day of 10 s
+        scrapes would be 8,640 rows per signal and engine; the rules' windows are minutes), trimmed to the
+        buckets that hold requests; a signal without requests stores nothing."""
+        for signal, window in r.histograms.items():
+            if window.count > 0:
+                held = self._held.get(signal)
+                self._held[signal] = window if held is None else histograms.add([held, window]) or window
+        if self._held_since is None or now < self._held_since:
+            self._held_since = now
+        if now - self._held_since < self.histogram_seconds:
+            return []
+        out = []
+        for signal, window in sorted(self._held.items()):
+            kept = histograms.trim(window)
+            out.append(HistogramWindow(now, self.source, server, signal, kept.bounds, kept.counts, kept.sum))
+        self._held, self._held_since = {}, now
         return out

@@ -1,5 +1,6 @@
-"""What the SIMULATED engine writes: vLLM-format log lines (banner, capacity, OOM traceback), histogram
-state for its /metrics, and the prompt length it charges a request. No I/O beyond the log file it is given."""
+"""What the SIMULATED engine writes: vLLM-format log lines (banner, capacity, OOM traceback), the
+per-request histograms of its /metrics (latencies and token counts, in vLLM's names and buckets), and the
+prompt length it charges a request. No I/O beyond the log file it is given."""
 
 from __future__ import annotations
 
@@ -128,14 +129,30 @@ class VllmLog:
             self._handle = None
 
 
+def token_buckets(max_model_len: int) -> tuple[float, ...]:
+    """vLLM's buckets for its token histograms: 1, 2, 5, 10, 20, 50, … up to max_model_len."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_model_len:
+                return tuple(out)
+            out.append(float(value))
+        exponent += 1
+
+
 @dataclass
 class Histogram:
     """A Prometheus histogram's state (cumulative buckets are computed when rendered)."""
 
     buckets: tuple[float, ...] = LATENCY_BUCKETS
-    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    counts: list[int] = field(default_factory=list)
     total: float = 0.0
     n: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = self.counts or [0] * (len(self.buckets) + 1)
 
     def observe(self, value: float) -> None:
         i = next((i for i, b in enumerate(self.buckets) if value <= b), len(self.buckets))
@@ -149,3 +166,29 @@ def num(value: float) -> str:
     if value == float("inf"):
         return "+Inf"
     return repr(float(value))
+
+
+class RequestHistograms:
+    """The per-request histograms vLLM exports, observed as the simulated requests move along."""
+
+    def __init__(self, max_model_len: int) -> None:
+        self.ttft, self.queue, self.e2e, self.inference = Histogram(), Histogram(), Histogram(), Histogram()
+        self.prompt = Histogram(token_buckets(max_model_len))
+        self.generation = Histogram(token_buckets(max_model_len))
+
+    def finished(self, arrived: float, admitted: float | None, finished: float, prompt: int, generated: int) -> None:
+        self.e2e.observe(finished - arrived)
+        self.inference.observe(finished - (admitted if admitted is not None else arrived))
+        self.prompt.observe(prompt)
+        self.generation.observe(generated)
+
+    def families(self) -> list[tuple[str, str, Histogram]]:
+        """(name, help, state) in vLLM's spelling."""
+        return [("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e),
+                ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft),
+                ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+                 self.queue),
+                ("vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+                 self.inference),
+                ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", self.prompt),
+                ("vllm:request_generation_tokens", "Number of generation tokens processed.", self.generation)]

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from agent.errors import AgentError
 from agent.tools.sim import SIMULATED, Engine, EngineOomError, QueueFullError, SimConfig, SimRequest
-from agent.tools.sim_output import GIB, Histogram, VllmLog, num, prompt_tokens
+from agent.tools.sim_output import GIB, Histogram, RequestHistograms, VllmLog, num, prompt_tokens
 
 
 @dataclass
@@ -45,9 +45,7 @@ class SimServer:
         self.engine = Engine(self.config)
         self.log = VllmLog(self.log_path)
         self._labels = f'engine="0",model_name="{self.config.model_name}"'
-        self._e2e = Histogram()
-        self._ttft = Histogram()
-        self._queue = Histogram()
+        self.histograms = RequestHistograms(self.config.max_model_len)
         self._wake = asyncio.Event()
         self.crashed = asyncio.Event()
         self._waiters: dict[SimRequest, asyncio.Queue[int]] = {}
@@ -131,13 +129,14 @@ class SimServer:
             await asyncio.sleep(ahead if ahead > 0.001 else 0)
             for request in step.admitted:
                 if request.preemptions == 0:
-                    self._queue.observe((request.admitted_at or now) - request.arrived)
+                    self.histograms.queue.observe((request.admitted_at or now) - request.arrived)
             for request in step.produced:
                 queue = self._waiters.get(request)
                 if queue is not None:
                     queue.put_nowait(1)
             for request in step.finished:
-                self._e2e.observe((request.finished_at or now) - request.arrived)
+                self.histograms.finished(request.arrived, request.admitted_at, request.finished_at or now,
+                                         request.prompt_tokens, request.generated)
                 self._deliver(request)
 
     def _deliver(self, request: SimRequest) -> None:
@@ -291,7 +290,7 @@ class SimServer:
 
     def _observe(self, sim: SimRequest) -> None:
         if sim.first_token_at is not None:
-            self._ttft.observe(sim.first_token_at - sim.arrived)
+            self.histograms.ttft.observe(sim.first_token_at - sim.arrived)
 
     async def _health(self, request: web.Request) -> web.Response:
         status = 503 if self.engine.dead else 200
@@ -352,10 +351,8 @@ class SimServer:
                 'finished_reason="length",')
         counter("vllm:admission_rejections", "Requests rejected at admission.", c.rejected,
                 'reason="max_num_queued_reqs",')
-        histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self._e2e)
-        histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self._ttft)
-        histogram("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
-                  self._queue)
+        for name, help_text, h in self.histograms.families():
+            histogram(name, help_text, h)
         cfg = self.config
         info = (f'block_size="{cfg.block_size}",cache_dtype="auto",enable_prefix_caching="False",'
                 f'gpu_memory_utilization="{cfg.budget.inputs.util if cfg.budget else 0.9}",'

@@ -226,6 +226,48 @@ def test_the_scraper_reads_the_simulators_metrics() -> None:
         assert problems == [], problems  # vLLM's own names carry ':'; nothing else may be wrong
 
 
+def test_the_simulators_histograms_scraped_by_the_real_path_give_latency_signals() -> None:
+    """/metrics → Scraper (windows of the requests finished between two scrapes) → the store → the rules'
+    window aggregates: the latency and length signals the timeout rules read."""
+    from agent.judge.rules import Aggregate
+    from agent.judge.signals import Window
+    from agent.records import HistogramWindow
+    from agent.sinks.queries import Queries
+    from agent.sinks.store import Store
+
+    config = from_budget(INPUTS, speed=SPEED)
+    with simulator(config) as sim:
+        scraper = Scraper(sim.url + "/metrics", server=Server.VLLM, source="sim", interval_seconds=0.0)
+        baseline = scraper.poll(1000.0)
+        result = _run(_options(sim.url, levels=(4,), requests_per_level=8, pause_seconds=0.0, metrics_url=""))
+        after = scraper.poll(1060.0)  # a minute after the baseline: the scrapes' windows are stored
+    assert not [r for r in baseline if isinstance(r, HistogramWindow)], "the first scrape is a baseline"
+    windows = {r.signal: r for r in after if isinstance(r, HistogramWindow)}
+    assert set(windows) == {"e2e_latency_seconds", "ttft_seconds", "queue_time_seconds", "inference_time_seconds",
+                            "prompt_tokens", "output_tokens"}
+    assert all(w.count == 8 for w in windows.values())
+    with Store.open(":memory:") as store:
+        store.commit(after, now=1060.0)
+        window = Window(Queries(store), "sim", 900.0, 1100.0)
+
+        def value(signal: str, agg: str) -> float | None:
+            return window.value(Aggregate(signal=signal, agg=agg), 1)
+
+        assert value("output_tokens", "count") == 8
+        # 240 tokens each, above the highest bucket (vLLM's 1-2-5 buckets stop at max_model_len, 256 here):
+        # a rank in +Inf answers the highest finite bound, 200, a floor; the mean is exact
+        assert windows["output_tokens"].counts[-2:] == (0.0, 8.0)
+        assert value("output_tokens", "p50") == 200.0 and value("output_tokens", "max") == 200.0
+        prompt_p95 = value("prompt_tokens", "p95")
+        assert prompt_p95 is not None and 10 < prompt_p95 <= 20  # 16 tokens each
+        assert value("output_tokens", "mean") == pytest.approx(OUTPUT) and value("prompt_tokens", "mean") == PROMPT
+        e2e_p99, ttft_p50 = value("e2e_latency_seconds", "p99"), value("ttft_seconds", "p50")
+        assert e2e_p99 is not None and ttft_p50 is not None and 0 < ttft_p50 < e2e_p99
+        client_max = max(s.latency_p99_seconds or 0.0 for s in result.steps)
+        assert value("e2e_latency_seconds", "mean") == pytest.approx(
+            windows["e2e_latency_seconds"].sum / 8) and windows["e2e_latency_seconds"].sum / 8 <= client_max
+
+
 def test_simulate_command_prints_a_simulated_banner_and_serves() -> None:
     started = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "agent", "simulate", "--port", "0", "--duration", "10",

@@ -22,7 +22,17 @@ from hypothesis import strategies as st
 
 from agent.config import ScrapeTarget, load_config
 from agent.errors import ConfigError
-from agent.records import CapacityFact, Event, EventKind, Phase, Record, Server, ServerStats, Severity
+from agent.records import (
+    CapacityFact,
+    Event,
+    EventKind,
+    HistogramWindow,
+    Phase,
+    Record,
+    Server,
+    ServerStats,
+    Severity,
+)
 from agent.sources.scrape import Scraper
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "scrape"
@@ -454,7 +464,9 @@ def test_poll_never_raises_and_counts_are_never_negative(shared_engine: Engine, 
         records = s.poll(T0 + i)
         assert not (s.stats().last_error or "").startswith("unexpected")  # a failure is the body's, not ours
         for record in records:
-            assert isinstance(record, ServerStats | Event | CapacityFact)
+            assert isinstance(record, ServerStats | Event | CapacityFact | HistogramWindow)
+            if isinstance(record, HistogramWindow):
+                assert record.counts == tuple(sorted(record.counts)) and record.counts[0] >= 0 < record.count
             if isinstance(record, Event):
                 count = record.fields.get("count", record.fields.get("waiting"))
                 assert isinstance(count, int) and count > 0

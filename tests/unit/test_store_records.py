@@ -238,3 +238,25 @@ def test_a_store_from_before_the_daemon_tables_is_upgraded_in_place(tmp_path: Pa
     with Store.open(db) as store:
         assert store.schema_version == SCHEMA_VERSION
         assert store.commit([event(0)]).inserted == 1
+
+
+
+def test_migrations_only_ever_append_and_a_0004_store_gains_the_histogram_table(tmp_path: Path) -> None:
+    from agent.sinks.store import KNOWN_MIGRATIONS
+
+    # Shipped steps are never renamed, reordered or removed: a store records the names it has applied.
+    assert KNOWN_MIGRATIONS[:5] == ("0001_lines_and_cursors", "0002_daemon_records", "0003_findings_and_load_steps",
+                                    "0004_file_identity_keys", "0005_histogram_windows")
+    db = tmp_path / "agent.db"
+    old = Database(db)
+    MIGRATIONS.apply(old, stop_before="0005_histogram_windows")  # what the previous release left
+    old.execute("INSERT INTO events (at, ts, source, server, kind, severity, phase, message, fields) "
+                "VALUES (1, 1, 'vllm', 'vllm', 'oom', 'critical', 'runtime', 'm', '{}')")
+    old.conn.commit()
+    old.close()
+    with pytest.raises(StoreError, match="lacks 0005_histogram_windows"):
+        Store.open_readonly(db)
+    with Store.open(db) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert store.query("SELECT count(*) FROM events") == [(1,)], "rows written before stay"
+        assert store.query("SELECT count(*) FROM histogram_windows") == [(0,)]
