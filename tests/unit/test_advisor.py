@@ -98,6 +98,18 @@ def test_memory_not_full_and_queue_growing_never_recommends_lowering_concurrency
     assert "do not raise max_num_seqs" in f.message
 
 
+def test_bursts_that_wait_a_step_for_prefill_are_not_compute_bound() -> None:
+    # a closed-loop client at 4: each new burst waits a step for its prefill, the queue is empty otherwise
+    # (the demo's low load levels); the bursts grow, but a queue in a minority of samples is no saturation
+    waiting = [0, 1, 0, 0, 0, 0, 0, 3, 0, 0, 0, 6]
+    timeline = [ServerStats(NOW - (len(waiting) - i) * 1.0, E, Server.VLLM, running=4 if w == 0 else 1, waiting=w,
+                            kv_usage_ratio=0.28) for i, w in enumerate(waiting)]
+    assert "compute_bound_queue" not in judge(timeline, {"max_num_seqs": 64})
+    persistent = [ServerStats(s.ts, E, Server.VLLM, running=4, waiting=w + 2, kv_usage_ratio=0.28)
+                  for s, w in zip(timeline, waiting, strict=True)]
+    assert "compute_bound_queue" in judge(persistent, {"max_num_seqs": 64})
+
+
 def test_flat_queue_with_headroom_is_not_compute_bound() -> None:
     assert "compute_bound_queue" not in judge(stats(9, running=6, waiting=0, kv=0.45), {"max_num_seqs": 13})
 
