@@ -54,6 +54,8 @@ def replay(queries: Queries, rules: tuple[Rule, ...], config: Config | None, sin
     if span is None and (since is None or until is None):
         return Replay(since or 0.0, until or 0.0, [], {})
     start = since if since is not None else (span[0] if span else 0.0)
+    if span is not None:  # nothing can be judged before the first record: a config rule is not "on" before it
+        start = max(start, span[0])
     end = until if until is not None else (span[1] + 1.0 if span else start)
     engines = queries.engines()
     caps = capacities(queries, config, engines)

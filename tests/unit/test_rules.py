@@ -276,6 +276,28 @@ def test_advise_over_a_store_window(tmp_path: Path) -> None:
     assert bad.exit_code == 1 and "--since" in bad.output
 
 
+def test_a_config_rule_is_not_active_before_the_first_record(tmp_path: Path) -> None:
+    import time
+
+    from agent.records import Server, ServerStats
+    from agent.sinks.store import Store
+
+    now = time.time()
+    db = tmp_path / "agent.db"
+    store = Store.open(db)
+    store.commit([ServerStats(now - 300 + 10 * i, "vllm", Server.VLLM, running=4, waiting=0, kv_usage_ratio=0.3)
+                  for i in range(6)], now=now)
+    store.close()
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store: {{path: {db}}}\nmodel: {{preset: qwen2.5-7b, weights_gib: 14.2}}\n"
+                      "gpu: {vram_gib: 24, overhead_gib: 1.6}\n"
+                      "server: {gpu_memory_fraction: 0.9, max_model_len: 8192, max_num_seqs: 64}\n")
+    code, data = advise("--config", str(config), "--since", "1h")
+    found = {f["rule"]: f for f in data["findings"]}
+    assert code == 3 and "max_num_seqs_above_bound" in found, data
+    assert found["max_num_seqs_above_bound"]["since"] >= now - 300, "active from the first record, not the window"
+
+
 def excerpt(name: str) -> str:
     """The body of one labelled real excerpt (tests/data/real/excerpts.txt: `### id`, headers, blank, body)."""
     text = (ROOT / "tests" / "data" / "real" / "excerpts.txt").read_text()
