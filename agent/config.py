@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agent.config_vllm import merge_vllm
 from agent.defaults import DEFAULT_CONFIG_PATH as DEFAULT_CONFIG_PATH  # the CLI's default, kept light
 from agent.errors import ConfigError
 from agent.records import KvDtype, Server, WeightsDtype
@@ -206,17 +207,6 @@ class RulesSection(_Section):
     enabled: bool = True
 
 
-# vLLM flag names (as in `vllm serve --config` files) → server.* fields.
-VLLM_KEYS = {
-    "gpu-memory-utilization": "gpu_memory_fraction",
-    "max-num-seqs": "max_num_seqs",
-    "max-model-len": "max_model_len",
-    "kv-cache-dtype": "kv_cache_dtype",
-    "block-size": "block_size",
-    "tensor-parallel-size": "tensor_parallel_size",
-}
-
-
 class Config(_Section):
     """The whole agent configuration; every section is optional so a file states only what it knows."""
 
@@ -312,51 +302,6 @@ def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return list(current.model_fields) if current is not None else []
 
 
-def _vllm_settings(raw: dict[str, Any]) -> dict[str, Any]:
-    """Translate vLLM flag names (dashes or underscores) into server.* fields; other vLLM keys are ignored."""
-    out: dict[str, Any] = {}
-    for key, value in raw.items():
-        dashed = str(key).replace("_", "-")
-        if dashed in VLLM_KEYS:
-            out[VLLM_KEYS[dashed]] = value
-        elif dashed == "model":
-            out["__model__"] = value
-    return out
-
-
-def _merge_vllm(data: dict[str, Any], path: Path, doc: YamlDoc, problems: list[str]) -> dict[str, Any]:
-    """Fold `vllm_config:` / `vllm:` into `server:`, reporting any disagreement with `server:`."""
-    sources: list[tuple[str, dict[str, Any]]] = []
-    if data.get("vllm_config") is not None:
-        vpath = Path(str(data["vllm_config"]))
-        vpath = vpath if vpath.is_absolute() else path.parent / vpath
-        try:
-            vraw = _read_yaml(vpath).data
-        except ConfigError as exc:
-            problems.extend(f"{path}:{doc.line_of(('vllm_config',))}: vllm_config: {p}" for p in exc.problems)
-            vraw = {}
-        if not isinstance(vraw, dict):
-            problems.append(f"{vpath}: expected a mapping of vLLM options (a `vllm serve --config` file)")
-            vraw = {}
-        sources.append((str(vpath), vraw))
-    if isinstance(data.get("vllm"), dict):
-        sources.append((f"{path}: vllm", data["vllm"]))
-    if not sources:
-        return data
-    server = dict(data.get("server") or {}) if isinstance(data.get("server"), dict) else {}
-    for origin, raw in sources:
-        for field, value in _vllm_settings(raw).items():
-            if field == "__model__":
-                data = {**data, "served_model": str(value)}
-                continue
-            if field in server and server[field] != value and str(server[field]) != str(value):
-                line = doc.line_of(("server", field))
-                problems.append(f"{path}:{line}: server.{field}: {server[field]!r} disagrees with {origin} "
-                                f"({value!r}); set it in one place")
-            server.setdefault(field, value)
-    return {**data, "server": server}
-
-
 def load_config(path: Path) -> Config:
     """Parse and validate `path`; raise ConfigError listing every problem, each with file, field and line."""
     doc = _read_yaml(path)
@@ -368,7 +313,7 @@ def load_config(path: Path) -> Config:
                                       f"got {type(data).__name__}"])
     problems: list[tuple[int, str]] = []
     merge_problems: list[str] = []
-    data = _merge_vllm(data, path, doc, merge_problems)
+    data = merge_vllm(data, path, doc, merge_problems)
     config: Config | None = None
     try:
         config = Config.model_validate(data)
