@@ -14,7 +14,8 @@ from pathlib import Path
 from agent.config import DEFAULT_CONFIG_PATH, load_config
 from agent.errors import AgentError, StoreError
 from agent.sinks.queries import Queries
-from agent.sinks.store import Store, failure_hint
+from agent.sinks.store import Store
+from agent.sinks.storefile import failure_hint
 from agent.views.report_data import Report, as_json, gather, resolve_window
 
 FORMATS = ("text", "md", "html", "json")

@@ -14,7 +14,8 @@ from agent.errors import AgentError, StoreError
 from agent.prom import Samples, exposition_samples
 from agent.records import Event, Finding, GpuSample, ServerStats
 from agent.sinks.queries import Queries
-from agent.sinks.store import Store, failure_hint
+from agent.sinks.store import Store
+from agent.sinks.storefile import failure_hint
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,8 @@ Readers (`Store.open_readonly`) never block the writer and the writer never bloc
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,6 +38,7 @@ from agent.records import Event, EventKind, StoredRecord
 from agent.sinks.rows import TABLES
 from agent.sinks.schema import MIGRATIONS as SCHEMA
 from agent.sinks.schema import PRUNED
+from agent.sinks.storefile import create_store_file
 
 # sqlite-utils' Migrations records each applied step in `_sqlite_migrations` and runs it in a
 # transaction with that record; the steps themselves are SQL in schema.py.
@@ -95,53 +94,6 @@ def _labels(labels: Sequence[str]) -> str:
     return json.dumps(list(labels), separators=(",", ":"))
 
 
-# SQLite's primary result codes (the sqlite3 module names them only from Python 3.11).
-_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 5, 6, 11, 13, 26
-
-
-def failure_hint(exc: BaseException) -> str:
-    """What an operator should do about a store failure: the cause in words and the fix."""
-    cause = exc.__cause__ if isinstance(exc, StoreError) and exc.__cause__ is not None else exc
-    code = getattr(cause, "sqlite_errorcode", 0) & 0xFF  # the primary code (Python 3.11+; text otherwise)
-    text = str(cause).lower()
-    if code == _SQLITE_FULL or "full" in text:
-        return ("the disk (or the store's size cap) is full: free space on that filesystem or lower "
-                "store.retention_days / store.max_bytes")
-    if code in (_SQLITE_BUSY, _SQLITE_LOCKED) or "locked" in text:
-        return "another process holds the store's write lock: is a second agent using the same store.path?"
-    if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB) or "malformed" in text or "not a database" in text:
-        return ("the store file is corrupt: move it aside with its -wal and -shm files (the agent creates a "
-                "new one and writes what it buffered); `sqlite3 FILE .recover` may save the old data")
-    return "see the SQLite error; the agent keeps buffering and retrying"
-
-
-def _create(path: Path) -> None:
-    """Create the database file 0640 (SQLite gives its -wal and -shm the same mode) in directories made
-    0750: the store holds log excerpts, readable by the agent's group (operators running `status`), not
-    by everyone, whatever the umask. A symlink at the path (or at its -wal, -shm or -journal) is refused,
-    never followed: a planted link would make the agent write its database wherever it points."""
-    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o750)
-            directory.chmod(0o750)  # exactly 0750, as the file is exactly 0640, whatever the umask
-    for candidate in (path, *(Path(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))):
-        if candidate.is_symlink():
-            raise StoreError(f"{candidate} is a symlink: refusing to follow it (point store.path at the real file)")
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o640)
-    except FileExistsError:
-        try:  # an existing file: still no symlink (it could have been swapped in since the check above)
-            os.close(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC))
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot open without following a symlink: {exc.strerror or exc}") from exc
-        return
-    try:
-        os.fchmod(fd, 0o640)  # the umask may have taken bits away; it must not add any either
-    finally:
-        os.close(fd)
-
-
 class Store:
     """One SQLite database (a path or `:memory:`), migrated to the current schema on open.
 
@@ -172,7 +124,7 @@ class Store:
             if name == ":memory:":
                 db = Database(memory=True)
             else:
-                _create(Path(name))
+                create_store_file(Path(name))
                 db = Database(name)
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA journal_size_limit=16777216")  # keep a checkpointed WAL from staying huge

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor, StoreStats
 from agent.errors import StoreError
 from agent.records import StoredRecord
-from agent.sinks.store import Store, TotalsKey, failure_hint
+from agent.sinks.store import Store, TotalsKey
+from agent.sinks.storefile import failure_hint
 
 log = logging.getLogger(__name__)
 
