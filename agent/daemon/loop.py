@@ -4,7 +4,7 @@
 poll every log source, feed its lines to the source's parser, poll NVML and the engine scrapers when
 they are due, and commit the records together with the cursors of the bytes they came from in one
 SQLite transaction. Then the restart-safe counters move and a fresh `Snapshot` replaces the old one for
-the exporter's thread. `run_forever` repeats it, sleeping in the waker (inotify) between steps.
+the exporter's thread. `service.run_forever` repeats it, sleeping in the waker (inotify) between steps.
 """
 
 from __future__ import annotations
@@ -41,9 +41,6 @@ from agent.sources.wake import Waker
 log = logging.getLogger("deepinfer.pipeline")
 
 PRUNE_EVERY_SECONDS = 60.0
-# The shortest time between two steps when woken by writes: ≤ 10 commits a second in a storm, for at
-# most this much added latency from an append to the store and /metrics.
-MIN_STEP_SECONDS = 0.1
 # A parser holds an open traceback (and auto-detection holds its first lines) until a line shows it
 # ended; a stream that went quiet — the engine died mid-traceback — is flushed after this long.
 QUIET_FLUSH_SECONDS = 1.0
@@ -66,7 +63,7 @@ class Intake:
 
 
 class Daemon:
-    """The long-running agent. Build it, `start(now)`, then `run_once(now)` steps (or `run_forever`)."""
+    """The long-running agent. Build it, `start(now)`, then `run_once(now)` steps (or `service.run_forever`)."""
 
     def __init__(self, config: Config, *, nvml_library: str | None = None,
                  load_config: Callable[[], Config] | None = None) -> None:
@@ -377,27 +374,3 @@ def _configured(config: Config) -> dict[str, float]:
     values = {"max_num_seqs": config.server.max_num_seqs, "max_queue_size": config.server.max_queue_size,
               "max_model_len": config.server.max_model_len}
     return {k: float(v) for k, v in values.items() if v is not None}
-
-
-def run_forever(daemon: Daemon, stop: threading.Event, reload: threading.Event,
-                on_tick: Callable[[], None] | None = None) -> None:
-    """Step until `stop` is set; `reload` (SIGHUP) re-reads the config between steps."""
-    while not stop.is_set():
-        now = time.time()
-        started = time.monotonic()
-        if reload.is_set():
-            reload.clear()
-            daemon.reload(now)
-        more = daemon.run_once(now)
-        daemon.waker.watch(daemon.watch_dirs())
-        if on_tick is not None:
-            on_tick()
-        if not more and not stop.is_set():
-            daemon.waker.wait(daemon.wait_interval())
-            # A storm wakes the waker on every write; steps closer together than MIN_STEP_SECONDS would
-            # only multiply small transactions (the daemon's largest cost under load), so the rest of the
-            # step period is waited out and the lines that arrive meanwhile land in one commit.
-            rest = MIN_STEP_SECONDS - (time.monotonic() - started)
-            if rest > 0:
-                stop.wait(rest)
-    daemon.close(time.time())
