@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from agent.config import Config
-from agent.daemon.status import StatusReport
+from agent.daemon.status import LATENCY_WINDOW_SECONDS, StatusReport
 from agent.records import as_dict
 from agent.views.advice_text import finding_line
 from agent.views.units import printable, size
@@ -54,7 +54,17 @@ def to_json(report: StatusReport, config: Config, budget_max: int | None) -> dic
         "facts": report.facts, "gpus": [as_dict(g) for g in report.gpus],
         "events": [as_dict(e) for e in report.events],
         "event_totals": [{"source": s, "server": v, "kind": k, "count": n} for (s, v, k), n in report.totals.items()],
+        "latency": report.latency,
     }
+
+
+_LATENCY_LABELS = (("ttft_seconds", "TTFT"), ("queue_time_seconds", "queue"), ("e2e_latency_seconds", "e2e"))
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
 
 
 def _ago(ts: float | None, now: float) -> str:
@@ -120,6 +130,12 @@ def render(report: StatusReport, config: Config, budget_max: int | None, now: fl
                    + (f"; concurrency limits: {', '.join(limits)}" if limits else ""))
     if not report.stats:
         out.append("  no load samples yet" + (f" (budget {budget_max})" if budget_max is not None else ""))
+    for source, signals in sorted(report.latency.items()):
+        requests = max(v["requests"] or 0 for v in signals.values())
+        parts = [f"{label} p50 {_seconds(signals[name]['p50'])}, p95 {_seconds(signals[name]['p95'])}"
+                 for name, label in _LATENCY_LABELS if name in signals]
+        out.append(f"  {source:<20} latency, last {LATENCY_WINDOW_SECONDS / 60:.0f} min ({requests:,.0f} requests, "
+                   f"the engine's /metrics): {'; '.join(parts)}")
     out.append("")
     nvml_up = _live(report, "deepinfer_nvml_up")
     if not config.nvml.enabled:
