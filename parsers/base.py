@@ -115,10 +115,11 @@ class StreamParser:
         """Give one line (no newline); get the records it completes. Never raises on any input: a line
         whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`."""
         try:
-            return [scrub(r) for r in self._feed(text, ts, path, offset)]
+            out = self._feed(text, ts, path, offset)
         except (ValueError, OverflowError):
             self._parse_errors += 1
             return []
+        return [scrub(r) for r in out] if out else out  # most lines give nothing
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
@@ -256,9 +257,14 @@ class StreamParser:
         self._waiting[tag] = waiting
         if waiting == 0 or before != 0:
             return [stats]
-        return [stats, Event(stats.ts, self.source, self.server, EventKind.PENDING, Severity.INFO, Phase.QUEUE,
-                             f"queue became non-empty: {waiting} waiting, {stats.running} running",
-                             {"waiting": waiting, "running": stats.running}, stats.path, stats.offset)]
+        return [stats, self.became_pending(stats)]
+
+    def became_pending(self, stats: ServerStats) -> Event:
+        """The `pending` event of a sample whose queue has just become non-empty."""
+        waiting = stats.waiting
+        return Event(stats.ts, self.source, self.server, EventKind.PENDING, Severity.INFO, Phase.QUEUE,
+                     f"queue became non-empty: {waiting} waiting, {stats.running} running",
+                     {"waiting": waiting, "running": stats.running}, stats.path, stats.offset)
 
     def event(self, split: Split, kind: EventKind, severity: Severity, phase: Phase | None,
               fields: Mapping[str, FieldValue], path: str | None, offset: int | None,

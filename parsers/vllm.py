@@ -24,6 +24,9 @@ from parsers.base import StreamParser
 from parsers.prefix import ANSI, Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature
 
+_new_tuple = tuple.__new__
+assert len(ServerStats._fields) == 16, "_stats builds a ServerStats field by field"
+
 GIB = 1024**3
 _NUM = r"(\d[\d,]*(?:\.\d+)?)"
 _SNUM = r"(-?\d[\d,]*(?:\.\d+)?)"  # signed: V0 prints a negative KV budget when nothing is left
@@ -383,11 +386,21 @@ class VllmParser(StreamParser):
     def _stats(self, ts: float | None, tag: str, m: re.Match[str], path: str | None,
                offset: int | None) -> list[Record]:
         engine, pt, gt, running, swapped, pending, waiting, preempt, kv, hit = m.groups()
-        stats = ServerStats(ts, self.source, Server.VLLM, int(running), int(waiting or pending),
-                            int(swapped) if swapped is not None else None, float(kv) / 100, float(pt), float(gt),
-                            float(hit) / 100 if hit is not None else None,
-                            int(preempt) if preempt is not None else None, None, path, offset)
-        return self._sampled(stats, tag, engine)
+        n_waiting = int(waiting or pending)
+        # every field given, so the tuple is built without the NamedTuple's Python-level __new__
+        stats: ServerStats = _new_tuple(ServerStats, (
+            ts, self.source, Server.VLLM, int(running), n_waiting, int(swapped) if swapped is not None else None,
+            float(kv) / 100, float(pt), float(gt), float(hit) / 100 if hit is not None else None,
+            int(preempt) if preempt is not None else None, None, path, offset, None, None))
+        if preempt is not None and stats.preemptions:
+            return self._sampled(stats, tag, engine)
+        # `sample` inlined for the commonest line: the queue state of this process (and DP engine)
+        key = f"{tag} engine {engine}" if engine else tag
+        before = self._waiting.get(key, 0)
+        self._waiting[key] = n_waiting
+        if n_waiting == 0 or before != 0:
+            return [stats]
+        return [stats, self.became_pending(stats)]
 
     def _sampled(self, stats: ServerStats, tag: str, engine: str | None) -> list[Record]:
         out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)  # each DP engine has its own queue
@@ -402,17 +415,17 @@ class VllmParser(StreamParser):
         no rules. Anything unusual about its prefix (another format, a syslog prefix) takes the full path."""
         i = text.find("Avg prompt throughput: ")
         if i < 0:
-            return super()._feed(text, ts, path, offset)
+            return StreamParser._feed(self, text, ts, path, offset)
         j = text.find("INFO ")
         k = text.find("] ", j + 19) if 0 <= j < i else -1
         stamp = text[j + 5:j + 19]
         tag = text[:j].strip()
         if not (0 <= k < i and stamp[2:3] == "-" and stamp[5:6] == " " and stamp[8:9] == ":"
                 and (not tag or (tag[0] in "(\x1b" and "pid=" in tag))):
-            return super()._feed(text, ts, path, offset)
+            return StreamParser._feed(self, text, ts, path, offset)
         m = _STATS.match(text, k + 2)
         if m is None:
-            return super()._feed(text, ts, path, offset)
+            return StreamParser._feed(self, text, ts, path, offset)
         self.lines_seen += 1
         if "\x1b" in tag:
             tag = ANSI.sub("", tag)
