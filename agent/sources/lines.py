@@ -39,6 +39,12 @@ class LineAssembler:
         pos = 0
         while pos < len(data) and not stop():
             newline = data.find(b"\n", pos)
+            if newline >= 0 and not self._buf and not self._dropping and newline - pos <= self._max:
+                # the commonest case, a whole line inside this chunk with nothing held: no copy into the buffer
+                self._line(data[pos:newline], self._buf_start, False, emit)
+                pos = newline + 1
+                self._buf_start = base + pos
+                continue
             end = len(data) if newline < 0 else newline
             if not self._dropping:
                 room = self._max - len(self._buf)
