@@ -114,7 +114,10 @@ class StreamParser(Stamps):
         except (ValueError, OverflowError):
             self._parse_errors += 1
             return []
-        return [scrub(r) for r in out] if out else out  # most lines give nothing
+        if not out:
+            return out  # most lines give nothing
+        # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
+        return [r if r.__class__ is ServerStats else scrub(r) for r in out]
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
