@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 
-from agent.sources.framing import Frame, PartialJoiner, unwrap
+from agent.sources.framing import Frame, PartialJoiner, plain_frame, unwrap
 
 Emit = Callable[[Frame, int], None]  # a complete line and the file offset of its first byte
 
@@ -90,7 +90,7 @@ class LineAssembler:
             if "\ufffd" in text:
                 self._counts["invalid_utf8"] += 1
         if self._fmt == "plain":  # nothing to unwrap or re-join: a plain line is never split by a runtime
-            emit(Frame(text, truncated=True) if cut else Frame(text), offset)
+            emit(Frame(text, truncated=True) if cut else plain_frame(text), offset)
             return
         frame = unwrap(text, self._fmt)
         if frame is None:
