@@ -7,7 +7,7 @@ they arrive, so nothing here is unused.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -256,6 +256,21 @@ class LogLine:
     stream: str | None = None
     truncated: bool = False
     file_key: str = ""
+
+
+_new_object = object.__new__
+assert tuple(f.name for f in fields(LogLine)) == (
+    "source", "path", "offset", "text", "ts", "stream", "truncated", "file_key"), "log_line builds a LogLine by name"
+
+
+def log_line(source: str, path: str, offset: int, text: str, ts: float | None, stream: str | None, truncated: bool,
+             file_key: str) -> LogLine:
+    """`LogLine(…)` with every field given, without the frozen dataclass's `object.__setattr__` per field (the
+    tailer builds one per line; the result is the same object: equal, hashable, immutable)."""
+    line: LogLine = _new_object(LogLine)
+    line.__dict__.update(source=source, path=path, offset=offset, text=text, ts=ts, stream=stream,
+                         truncated=truncated, file_key=file_key)
+    return line
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone, tzinfo
+from datetime import timezone, tzinfo
 
 from agent.records import (
     CapacityFact,
@@ -43,17 +43,16 @@ from parsers.prefix import (
     MONTHS,
     OPENS_BLOCK,
     OUTER,
-    RFC3339,
     SYSLOG,
     Split,
     boring_access,
     earliest,
     last_segment,
-    local_at,
     source_last,
 )
 from parsers.redact import is_request_log, opens_unclosed_quote, redact, scrub
 from parsers.signature import Signature
+from parsers.stamps import Stamps
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
 MAX_BLOCK_LINES = 400  # a traceback longer than this is still one event; the rest is not kept
@@ -61,6 +60,7 @@ DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
 MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there (a lost closing quote)
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
+
 
 @dataclass
 class _Block:
@@ -73,11 +73,7 @@ class _Block:
     last_line_no: int = 0
 
 
-_UNKNOWN: float = float("nan")  # a minute not converted yet (compared by identity)
-_MINUTES_KEPT = 4096  # minutes remembered before the cache starts over
-
-
-class StreamParser:
+class StreamParser(Stamps):
     """One log stream of one server. Subclasses give the prefix splitter, the signatures and the ready markers.
 
     `ref_time` (epoch seconds: the envelope time, or the file's mtime) supplies the year to time
@@ -85,7 +81,6 @@ class StreamParser:
     """
 
     server: Server = Server.AUTO
-    UTC: tzinfo = timezone.utc
     HOT: re.Pattern[str] = re.compile(r"(?!)")  # literal keywords that make a line worth a look
     SIGNATURES: tuple[Signature, ...] = ()
     STARTING: re.Pattern[str] = re.compile(r"(?!)")  # a (re)start began: failures are start-up
@@ -115,10 +110,14 @@ class StreamParser:
         """Give one line (no newline); get the records it completes. Never raises on any input: a line
         whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`."""
         try:
-            return [scrub(r) for r in self._feed(text, ts, path, offset)]
+            out = self._feed(text, ts, path, offset)
         except (ValueError, OverflowError):
             self._parse_errors += 1
             return []
+        if not out:
+            return out  # most lines give nothing
+        # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
+        return [r if r.__class__ is ServerStats else scrub(r) for r in out]
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
@@ -256,9 +255,14 @@ class StreamParser:
         self._waiting[tag] = waiting
         if waiting == 0 or before != 0:
             return [stats]
-        return [stats, Event(stats.ts, self.source, self.server, EventKind.PENDING, Severity.INFO, Phase.QUEUE,
-                             f"queue became non-empty: {waiting} waiting, {stats.running} running",
-                             {"waiting": waiting, "running": stats.running}, stats.path, stats.offset)]
+        return [stats, self.became_pending(stats)]
+
+    def became_pending(self, stats: ServerStats) -> Event:
+        """The `pending` event of a sample whose queue has just become non-empty."""
+        waiting = stats.waiting
+        return Event(stats.ts, self.source, self.server, EventKind.PENDING, Severity.INFO, Phase.QUEUE,
+                     f"queue became non-empty: {waiting} waiting, {stats.running} running",
+                     {"waiting": waiting, "running": stats.running}, stats.path, stats.offset)
 
     def event(self, split: Split, kind: EventKind, severity: Severity, phase: Phase | None,
               fields: Mapping[str, FieldValue], path: str | None, offset: int | None,
@@ -267,85 +271,6 @@ class StreamParser:
         single values such as a model name)."""
         return Event(split.ts, self.source, self.server, kind, severity, phase or self.phase(),
                      redact(split.msg if message is None else message), dict(fields), path, offset)
-
-    def yearless(self, month: int, day: int, hour: int, minute: int, second: int, key: str) -> float | None:
-        """Epoch seconds of a stamp without a year: the year of `ref_time`, or the one before when the
-        stamp would otherwise lie more than a day after `ref_time` (a December line read in January).
-
-        Converted once per minute, not per line: the minute's second 0 is converted, and a second within it
-        is that plus the second, when seconds 0 and 59 agree (same offset, same year), which a DST change
-        or the year boundary inside the minute would break (that minute is then converted per line)."""
-        if self._ts_cache[0] == key:
-            return self._ts_cache[1]
-        value: float | None
-        mkey = (month, day, hour, minute)
-        base = self._minutes.get(mkey, _UNKNOWN)
-        if base is _UNKNOWN:
-            base = self._minute_base(mkey, self._yearless_at(month, day, hour, minute, 0),
-                                     self._yearless_at(month, day, hour, minute, 59))
-        if base is not None and 0 <= second <= 59:
-            value = base + second
-        else:
-            value = self._yearless_at(month, day, hour, minute, second)
-        self._ts_cache = (key, value)
-        return value
-
-    def _yearless_at(self, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
-        if self.ref_time is None:
-            return None
-        ref = datetime.fromtimestamp(self.ref_time, self.tz)
-        try:
-            moment = datetime(ref.year, month, day, hour, minute, second, tzinfo=self.tz)
-            if moment - ref > timedelta(days=1):
-                moment = moment.replace(year=ref.year - 1)
-            return moment.timestamp()
-        except ValueError:
-            return None
-
-    def _minute_base(self, mkey: tuple[object, ...], first: float | None, last: float | None) -> float | None:
-        """Remember a minute's epoch at second 0 when every second of it is that plus the second."""
-        if len(self._minutes) >= _MINUTES_KEPT:
-            self._minutes.clear()
-        base = first if first is not None and last is not None and last - first == 59 else None
-        self._minutes[mkey] = base
-        return base
-
-    def local(self, year: int, month: int, day: int, hour: int, minute: int, second: float,
-              key: str, tz: tzinfo | None = None) -> float | None:
-        """Epoch seconds of a full local stamp in `tz` (default: the parser's zone), cached per string and
-        converted once per minute (as `yearless`)."""
-        if self._ts_cache[0] == key:
-            return self._ts_cache[1]
-        zone = tz or self.tz
-        whole = int(second)
-        value: float | None
-        mkey = (year, month, day, hour, minute, zone)
-        base = self._minutes.get(mkey, _UNKNOWN)
-        if base is _UNKNOWN:
-            base = self._minute_base(mkey, local_at(year, month, day, hour, minute, 0, zone),
-                                     local_at(year, month, day, hour, minute, 59, zone))
-        if base is not None and 0 <= whole <= 59:
-            value = base + whole + (second - whole)
-        else:
-            at = local_at(year, month, day, hour, minute, whole, zone)
-            value = None if at is None else at + (second - whole)
-        self._ts_cache = (key, value)
-        return value
-
-    def rfc3339(self, text: str) -> float | None:
-        """`2024-08-19T14:09:56.520+08:00` / `…Z` → epoch seconds (None when it is not one)."""
-        m = RFC3339.match(text)
-        if m is None:
-            return None
-        zone = m.group(8)
-        tz: tzinfo = self.UTC
-        if zone and zone != "Z":
-            sign = -1 if zone[0] == "-" else 1
-            digits = zone[1:].replace(":", "")
-            tz = timezone(sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:4])))
-        fraction = float("0." + m.group(7)) if m.group(7) else 0.0
-        return self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
-                          int(m.group(6)) + fraction, text, tz)
 
     # ---- internals ----------------------------------------------------------------------------
     def _track_phase(self, msg: str) -> None:

@@ -52,8 +52,19 @@ _OPEN_QUOTE = re.compile(r"(?:^|(?<=[\s=(\[:,{]))['\"]")
 _HOLE = "\x00"
 
 
+# Every marker contains one of these words: a few `in` tests (each a fast substring search) settle most lines
+# before the alternation's scan, which tries every marker at every position (~4× dearer on an access line).
+_REQUEST_WORDS = ("request", "Request", "prompt", "response", "_token_ids", "SamplingParams", "obj=", "ReqInput(",
+                  '"messages":', '"inputs":')
+assert all(any(w in m for w in _REQUEST_WORDS) for m in _REQUEST_MARKERS), "a request marker without its word"
+
+
 def is_request_log(text: str) -> bool:
     """True for lines whose purpose is to log a request's content; they must produce no record."""
+    if not ("request" in text or "Request" in text or "prompt" in text or "response" in text
+            or "_token_ids" in text or "SamplingParams" in text or "obj=" in text or "ReqInput(" in text
+            or '"messages":' in text or '"inputs":' in text):
+        return False
     return _REQUEST_LOG.search(text) is not None
 
 

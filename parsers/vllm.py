@@ -3,9 +3,8 @@
 Formats: shared/reference/server-formats.md §1. The prefix has changed in every era (`LEVEL date
 file:line]`, then `[file:line]`, process tags `(APIServer pid=…)` written by a stdout wrapper with ANSI
 colour in 0.10–0.30 and by the formatter from 0.31); lines without a logger prefix (raw tracebacks,
-uvicorn) still carry the tag. vLLM prints sizes in GiB ("GB" in 0.4–0.7 divides by 2**30 too), so
-sizes are rebuilt as bytes and carry that rounding. Facts match anywhere in the message, so every era
-works without knowing which one it is.
+uvicorn) still carry the tag. Start-up capacity facts (sizes, engine arguments) are read by
+parsers/vllm_facts.py; they match anywhere in the message, so every era works without knowing which.
 
 What vLLM does *not* log matters as much: V1 has no preemption line (0.12+ adds `Preemptions: N` to
 the stats line, otherwise only `/metrics` knows), no request deadline, and before 0.29 no queue cap —
@@ -15,7 +14,7 @@ excess requests wait, which shows as `Waiting:` (V1) or `Pending:` (V0), never a
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
@@ -23,110 +22,10 @@ from parsers import families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import ANSI, Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature
+from parsers.vllm_facts import FACT_WORDS, GIB, line_facts
 
-GIB = 1024**3
-_NUM = r"(\d[\d,]*(?:\.\d+)?)"
-_SNUM = r"(-?\d[\d,]*(?:\.\d+)?)"  # signed: V0 prints a negative KV budget when nothing is left
-
-
-def _num(text: str) -> float:
-    return float(text.replace(",", ""))
-
-
-def _gib(text: str) -> int:
-    return round(_num(text) * GIB)
-
-
-# (fact name, pattern, converter of group 1); several facts may come from one line.
-_Conv = Callable[[str], float | str]
-_PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
-    (name, re.compile(pattern), conv)
-    for name, pattern, conv in (
-        ("kv_cache_tokens", r"\b(?:GPU|CUDA|[XNHT]PU|CPU)(?: \+ host)? KV cache size: " + _NUM + " tokens", _num),
-        ("tokens_per_request", r"Maximum concurrency for " + _NUM + r" tokens per request", _num),
-        ("max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: " + _NUM + r"x", _num),
-        ("gpu_blocks", r"# (?:GPU|cuda|CUDA|gpu) blocks: " + _NUM, _num),
-        ("cpu_blocks", r"# CPU blocks: " + _NUM, _num),
-        ("gpu_blocks", r"with initialization after num_gpu_blocks is: " + _NUM, _num),
-        ("weights_bytes", r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B", _gib),
-        ("kv_cache_bytes", r"Available KV cache memory: " + _NUM + r" ?GiB", _gib),
-        ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _SNUM + r" ?GiB", _gib),
-        # 0.6.2 – 0.6.4 V0: one `Memory profiling results: key=valueGiB …` line (space- or comma-separated).
-        ("total_gpu_memory_bytes", r"Memory profiling results:.*?\btotal_gpu_memory=" + _NUM + r" ?GiB", _gib),
-        ("peak_torch_bytes", r"Memory profiling results:.*?\bpeak_torch_memory=" + _NUM + r" ?GiB", _gib),
-        ("non_torch_bytes", r"Memory profiling results:.*?\bnon_torch_memory=" + _NUM + r" ?GiB", _gib),
-        ("kv_cache_bytes", r"Memory profiling results:.*?\bkv_cache_size=" + _SNUM + r" ?GiB", _gib),
-        ("gpu_memory_utilization", r"Memory profiling results:.*?\bgpu_memory_utilization=" + _NUM, _num),
-        # 0.21+: CUDA-graph memory estimated during profiling and taken out of the KV budget (per rank).
-        ("cuda_graph_estimate_bytes", r"Estimated CUDA graph memory: " + _NUM + r" ?GiB", _gib),
-        # Hybrid attention + Mamba models: the attention block is stretched to the Mamba page (0.11+).
-        ("hybrid_block_size", r"Setting attention block size to " + _NUM + r" tokens to ensure", _num),
-        ("dcp_world_size", r"Multiplying the GPU KV cache size by the dcp_world_size " + _NUM, _num),
-        # V0 and V1 alike: nothing was left for the KV cache (the numbers, if any, came on earlier lines).
-        ("kv_cache_bytes", r"(No) available memory for the cache blocks", lambda _: 0),
-        # 0.19+ start-up logo: `█▄█▀ █ … █  model   <name or path>` names the served model.
-        ("model", r"█  model\s+(\S+)\s*$", str),
-        ("total_gpu_memory_bytes", r"total_gpu_memory \(" + _NUM + r" ?GiB\)", _gib),
-        ("gpu_memory_utilization", r"x gpu_memory_utilization \(" + _NUM + r"\)", _num),
-        ("requested_memory_bytes", r"x gpu_memory_utilization \([\d.]+\) = " + _NUM + r" ?GiB", _gib),
-        ("weights_bytes", r"model weights take " + _NUM + r" ?GiB", _gib),
-        ("weights_bytes", r"; weights memory: " + _NUM + r" ?GiB", _gib),
-        ("non_torch_bytes", r"non_torch_memory takes " + _NUM + r" ?GiB", _gib),
-        ("non_torch_bytes", r"non-torch forward increase memory: " + _NUM + r" ?GiB", _gib),
-        ("activation_peak_bytes", r"PyTorch activation peak memory takes " + _NUM + r" ?GiB", _gib),
-        ("activation_peak_bytes", r"torch peak memory increase: " + _NUM + r" ?GiB", _gib),
-        ("non_kv_cache_bytes", r"Total non KV cache memory: " + _NUM + r" ?GiB", _gib),
-        ("cuda_graph_bytes", r"Graph capturing finished in [\d.]+ secs?, took " + _NUM + r" ?GiB", _gib),
-        ("block_size", r"Forcing kv cache block size to " + _NUM, _num),
-        ("gpu_memory_utilization", r"The current --gpu-memory-utilization=" + _NUM + r" is equivalent", _num),
-        ("max_model_len", r"max seq len \(" + _NUM + r"\)", _num),
-        ("kv_cache_tokens", r"maximum number of tokens that can be stored in KV cache \(" + _NUM + r"\)", _num),
-        ("required_kv_bytes", r"\(" + _NUM + r" GiB KV cache is needed", _gib),
-        ("kv_cache_bytes", r"larger than the available KV cache memory \(" + _NUM + r" GiB\)", _gib),
-        ("estimated_max_model_len", r"the estimated maximum model length is " + _NUM, _num),
-    )
-)
-
-# Engine arguments as they appear in the config dump (`key=value, `), `args: Namespace(key=value, …)`
-# and `non-default args: {'key': value, …}`. The config dump calls max_model_len `max_seq_len`.
-_ARG_NAMES = {
-    "max_seq_len": "max_model_len", "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs",
-    "gpu_memory_utilization": "gpu_memory_utilization", "block_size": "block_size",
-    "kv_cache_dtype": "kv_cache_dtype", "tensor_parallel_size": "tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline_parallel_size",
-    "quantization": "quantization", "model": "model", "model_tag": "model",
-}
-# A config dump pasted without its `with config:` head still opens with `model='…', speculative_config=` or
-# `model='…', tokenizer=`.
-_ARG_LINE = re.compile(r"with config: |\bargs: Namespace\(|non-default args: \{"
-                       r"|^model='[^']*', (?:speculative_config|tokenizer)=")
-_ARG = re.compile(
-    r"(?<![\w.])'?(" + "|".join(_ARG_NAMES) + r")'?(?:=|: )('[^']*'|\"[^\"]*\"|[\w.:/-]+)"
-)
-_NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "block_size", "tensor_parallel_size",
-                 "pipeline_parallel_size"}
-_FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
-               "dcp_world_size", "No available memory", "speculative_config=", "', tokenizer=", "█  model",
-               "estimated maximum", "with config: ", "args: ", "num_gpu_blocks is")
-_FACT_FILTER = hot(*_FACT_WORDS)
-
-
-def _arg_facts(line: str) -> Iterator[tuple[str, float | str]]:
-    for match in _ARG.finditer(line):
-        name = _ARG_NAMES[match.group(1)]
-        raw = match.group(2)
-        if raw.startswith(("'", '"')):
-            raw = raw[1:-1]  # a repr'd string; the quotes bound it (no escapes in names and paths worth keeping)
-        if raw in ("None", "", "null"):
-            continue
-        if name in _NUMERIC_ARGS:
-            try:
-                yield name, float(raw)
-            except ValueError:
-                continue
-        else:
-            yield name, raw
-
+_new_tuple = tuple.__new__
+assert len(ServerStats._fields) == 16, "_stats builds a ServerStats field by field"
 
 # Facts that only come once the engine has sized its KV cache: a start-up line after one of these begins
 # another start-up (a restart, or a second run appended to the same file).
@@ -280,7 +179,7 @@ class VllmParser(StreamParser):
                           r"|Initial profiling/warmup run|init engine \(profile")
     READY = re.compile(r"Application startup complete|Starting vLLM API server|Avg prompt throughput")
     STATS_WORD = "prompt throughput: "
-    HOT = hot(_PREEMPT_WORD, *_FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
+    HOT = hot(_PREEMPT_WORD, *FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
               *families.HOT_WORDS,
               "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
@@ -372,25 +271,26 @@ class VllmParser(StreamParser):
             m = _PREEMPT_V0.search(msg)
             if m is not None:
                 return [self._preempt_v0(split, m, path, offset)]
-        if _FACT_FILTER.search(msg) is None:
-            return []
-        out: list[Record] = []
-        for name, pattern, conv in _PATTERNS:
-            fm = pattern.search(msg)
-            if fm is not None:
-                out.append(self.fact(split, name, conv(fm.group(1))))
-        if _ARG_LINE.search(msg) is not None:
-            out.extend(self.fact(split, name, value) for name, value in _arg_facts(msg))
-        return out
+        return [self.fact(split, name, value) for name, value in line_facts(msg)]
 
     def _stats(self, ts: float | None, tag: str, m: re.Match[str], path: str | None,
                offset: int | None) -> list[Record]:
         engine, pt, gt, running, swapped, pending, waiting, preempt, kv, hit = m.groups()
-        stats = ServerStats(ts, self.source, Server.VLLM, int(running), int(waiting or pending),
-                            int(swapped) if swapped is not None else None, float(kv) / 100, float(pt), float(gt),
-                            float(hit) / 100 if hit is not None else None,
-                            int(preempt) if preempt is not None else None, None, path, offset)
-        return self._sampled(stats, tag, engine)
+        n_waiting = int(waiting or pending)
+        # every field given, so the tuple is built without the NamedTuple's Python-level __new__
+        stats: ServerStats = _new_tuple(ServerStats, (
+            ts, self.source, Server.VLLM, int(running), n_waiting, int(swapped) if swapped is not None else None,
+            float(kv) / 100, float(pt), float(gt), float(hit) / 100 if hit is not None else None,
+            int(preempt) if preempt is not None else None, None, path, offset, None, None))
+        if preempt is not None and stats.preemptions:
+            return self._sampled(stats, tag, engine)
+        # `sample` inlined for the commonest line: the queue state of this process (and DP engine)
+        key = f"{tag} engine {engine}" if engine else tag
+        before = self._waiting.get(key, 0)
+        self._waiting[key] = n_waiting
+        if n_waiting == 0 or before != 0:
+            return [stats]
+        return [stats, self.became_pending(stats)]
 
     def _sampled(self, stats: ServerStats, tag: str, engine: str | None) -> list[Record]:
         out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)  # each DP engine has its own queue
@@ -405,17 +305,17 @@ class VllmParser(StreamParser):
         no rules. Anything unusual about its prefix (another format, a syslog prefix) takes the full path."""
         i = text.find("Avg prompt throughput: ")
         if i < 0:
-            return super()._feed(text, ts, path, offset)
+            return StreamParser._feed(self, text, ts, path, offset)
         j = text.find("INFO ")
         k = text.find("] ", j + 19) if 0 <= j < i else -1
         stamp = text[j + 5:j + 19]
         tag = text[:j].strip()
         if not (0 <= k < i and stamp[2:3] == "-" and stamp[5:6] == " " and stamp[8:9] == ":"
                 and (not tag or (tag[0] in "(\x1b" and "pid=" in tag))):
-            return super()._feed(text, ts, path, offset)
+            return StreamParser._feed(self, text, ts, path, offset)
         m = _STATS.match(text, k + 2)
         if m is None:
-            return super()._feed(text, ts, path, offset)
+            return StreamParser._feed(self, text, ts, path, offset)
         self.lines_seen += 1
         if "\x1b" in tag:
             tag = ANSI.sub("", tag)

@@ -19,6 +19,8 @@ from agent.sources.journal import JournalSource
 from agent.sources.tailer import FileTailer
 from parsers import Parser, make_parser
 
+_new_tuple = tuple.__new__
+assert ServerStats._fields[12:] == ("path", "offset", "file_key", "line"), "`_locate` builds a ServerStats by position"
 MAX_REMEMBERED_FILES = 1000  # file incarnations whose path a stream remembers (rotations since it started)
 
 
@@ -33,17 +35,25 @@ class LogStream:
     parsers: dict[str, Parser] = field(default_factory=dict)  # engine → its parser
     paths: dict[str, str] = field(default_factory=dict)  # file_key → the path its lines were read under
     held_back: dict[str, Cursor] = field(default_factory=dict)  # file_key → true cursor not yet persisted
+    by_path: dict[str, Parser] = field(default_factory=dict)  # path → its engine's parser (`parser_for`'s memo)
 
     @property
     def name(self) -> str:
         return self.section.source_name()
 
     def parser_for(self, path: str) -> Parser:
-        """The parser of the engine `path` belongs to: the source's own, or one per file of a glob."""
+        """The parser of the engine `path` belongs to: the source's own, or one per file of a glob (asked for
+        every line, so remembered per path)."""
+        parser = self.by_path.get(path)
+        if parser is not None:
+            return parser
         engine = engine_name(self.name, self.section.path, path)
         parser = self.parsers.get(engine)
         if parser is None:
             parser = self.parsers[engine] = make_parser(self.server, engine, self.ref_time)
+        if len(self.by_path) >= MAX_REMEMBERED_FILES:
+            self.by_path.clear()
+        self.by_path[path] = parser
         return parser
 
     @property
@@ -82,7 +92,9 @@ class LogStream:
         if isinstance(record, Event) and record.path in self.paths:
             return replace(record, path=self.paths[record.path], file_key=record.path)
         if isinstance(record, ServerStats) and record.path in self.paths:
-            return record._replace(path=self.paths[record.path], file_key=record.path)
+            # `_replace(path=…, file_key=…)` by position, without its keyword machinery (one per stats line)
+            return _new_tuple(ServerStats, (*record[:12], self.paths[record.path], record.offset, record.path,
+                                            record.line))
         return record
 
     def persistable(self, fresh: Iterable[Cursor | JournalCursor]) -> list[Cursor | JournalCursor]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 
 _RFC3339 = re.compile(
@@ -28,6 +28,17 @@ class Frame:
     ts: float | None = None
     partial: bool = False
     truncated: bool = False
+
+
+_new_object = object.__new__
+assert tuple(f.name for f in fields(Frame)) == ("text", "stream", "ts", "partial", "truncated"), "plain_frame"
+
+
+def plain_frame(text: str) -> Frame:
+    """`Frame(text)` without the frozen dataclass's `object.__setattr__` per field (one per plain line read)."""
+    frame: Frame = _new_object(Frame)
+    frame.__dict__.update(text=text, stream=None, ts=None, partial=False, truncated=False)
+    return frame
 
 
 def parse_rfc3339(text: str) -> float | None:

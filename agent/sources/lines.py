@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Literal
 
-from agent.sources.framing import Frame, PartialJoiner, unwrap
+from agent.sources.framing import Frame, PartialJoiner, plain_frame, unwrap
 
 Emit = Callable[[Frame, int], None]  # a complete line and the file offset of its first byte
 
@@ -39,6 +39,12 @@ class LineAssembler:
         pos = 0
         while pos < len(data) and not stop():
             newline = data.find(b"\n", pos)
+            if newline >= 0 and not self._buf and not self._dropping and newline - pos <= self._max:
+                # the commonest case, a whole line inside this chunk with nothing held: no copy into the buffer
+                self._line(data[pos:newline], self._buf_start, False, emit)
+                pos = newline + 1
+                self._buf_start = base + pos
+                continue
             end = len(data) if newline < 0 else newline
             if not self._dropping:
                 room = self._max - len(self._buf)
@@ -84,7 +90,7 @@ class LineAssembler:
             if "\ufffd" in text:
                 self._counts["invalid_utf8"] += 1
         if self._fmt == "plain":  # nothing to unwrap or re-join: a plain line is never split by a runtime
-            emit(Frame(text, truncated=True) if cut else Frame(text), offset)
+            emit(Frame(text, truncated=True) if cut else plain_frame(text), offset)
             return
         frame = unwrap(text, self._fmt)
         if frame is None:

@@ -98,6 +98,7 @@ class Unwrapper:
             yield held.text, held.ts, start
 
 
+_new_tuple = tuple.__new__
 Emit = Callable[[list[Record], Server], None]  # a line's records, and the server the stream is read as
 Newlines = Callable[[int, int], int | None]  # newlines in the file's bytes [a, b); None when they cannot be read again
 
@@ -163,7 +164,7 @@ def stamp(records: list[Record], pos: int, before: int, newlines: Newlines) -> l
             back = 0 if at == pos else newlines(at, pos)
             line = None if back is None else before + 1 - back
             if cls is ServerStats:
-                r = ServerStats._make((*r[:-1], line))  # type: ignore[index]
+                r = _new_tuple(ServerStats, (*r[:-1], line))  # type: ignore[index]  # `_make` without its checks
             else:  # a copy without `dataclasses.replace`'s checks (events are frequent in a storm)
                 copy = object.__new__(Event)
                 copy.__dict__.update(r.__dict__, line=line)
@@ -243,16 +244,21 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
     before = line - 2  # newlines before the line just read, less the count of lines read
     auto = parser if isinstance(parser, AutoParser) else None  # once it has settled, feed its parser directly
     count = 0
+    stop_at = end if end is not None else float("inf")
     for raw in raws:
         count += 1
         if auto is not None and (inner := auto.inner) is not None:
             feed = inner.feed
             auto = None
-        records = feed(raw.decode("utf-8", errors="replace").rstrip("\r\n"), None, path, offset)
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            text = raw.decode("utf-8", "replace")
+        records = feed(text.rstrip("\r\n"), None, path, offset)
         if records:
             emit(stamp(records, offset, before + count, newlines), parser.server)
         offset += len(raw)
-        if (end is not None and offset >= end) or count == limit:
+        if offset >= stop_at or count == limit:
             break
     return count, offset
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from agent.bookkeeping import Cursor, SourceBatch, SourceStats
 from agent.config import SourceSection
-from agent.records import LogLine
+from agent.records import log_line
 from agent.sources.framing import Frame
 from agent.sources.identity import (
     FINGERPRINT_BYTES,
@@ -326,8 +326,8 @@ class FileTailer(Refinder):
         return -1 if torn else got
 
     def _deliver(self, f: TailedFile, frame: Frame, offset: int, out: TailOut) -> None:
-        out.lines.append(LogLine(self.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
-                                 f.key))
+        out.lines.append(log_line(self.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
+                                  f.key))
         self._count["lines"] += 1
         if frame.truncated:
             self._count["truncated_lines"] += 1

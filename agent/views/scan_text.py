@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import fields
 from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
-from agent.records import CapacityFact, Event, Record, Server, ServerStats, as_dict
+from agent.records import CapacityFact, Event, Record, Server, ServerStats
 from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
 from agent.views.units import fact, printable, when
@@ -69,10 +70,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _items(record: Record) -> Iterator[tuple[str, Any]]:
+    """`as_dict(record).items()` without its deep copy (records hold only scalars, and a `fields` mapping of
+    scalars, so JSON cannot tell the difference; the copy made an event cost as much as fifty samples)."""
+    if isinstance(record, ServerStats):
+        return iter(record._asdict().items())
+    names = _FIELD_NAMES.get(type(record))
+    if names is None:
+        names = _FIELD_NAMES[type(record)] = tuple(f.name for f in fields(record))
+    return ((name, getattr(record, name)) for name in names)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def record_json(record: Record, server: Server) -> str:
     """One record as a JSON object: `type` event (with `kind`), stats, or fact (with `name`, `value`);
     stats and facts carry the server the stream was read as when they do not name one."""
-    body = {k: _plain(v) for k, v in as_dict(record).items()}
+    body = {k: _plain(v) for k, v in _items(record)}
     if "line" in body:  # next to `offset`: after it come `file_key`, then `line`
         key = body.pop("file_key")
         body["line"] = body.pop("line")
@@ -88,7 +103,10 @@ _STATS_KEYS = ("type", *ServerStats._fields)
 _float_repr = float.__repr__
 _int_repr = int.__repr__
 _FLOATS: dict[float, str] = {}  # repr of recent floats: KV usage, hit rates and times repeat a lot
-_STRINGS: dict[str, str] = {}  # JSON of sources and paths
+_STRINGS: dict[str | None, str] = {}  # JSON of sources and paths (None is never a key; looking it up is fine)
+# (a float's cached spelling is looked up only for a float: 1 == 1.0, and an int is spelled `1`)
+_cached_float = _FLOATS.get
+_cached_string = _STRINGS.get
 
 
 def _float(x: float | None) -> str:
@@ -122,14 +140,25 @@ def _string(x: str | None) -> str:
 
 def _stats_json(r: ServerStats) -> str:
     """`record_json` of a load sample (most records of a busy log), written field by field: no dict, no
-    enum lookups, float spellings reused (tests/unit/test_scan_stream.py checks it against `record_json`)."""
+    enum lookups, float spellings reused (tests/unit/test_scan_stream.py checks it against `record_json`).
+    The commonest value of each field is spelled inline (a cached float, an int, a None), the rest by
+    `_float`, `_int` and `_string`, which say the same for those: a call per field was most of the cost."""
     ts, source, server, running, waiting, swapped, kv, prompt, gen, hit, preempt, kv_tokens, path, offset, key, line = r
-    return (f'{{"type": "stats", "ts": {_float(ts)}, "source": {_string(source)}, '
-            f'"server": {_string(server._value_)}, "running": {_int(running)}, "waiting": {_int(waiting)}, '
-            f'"swapped": {_int(swapped)}, "kv_usage_ratio": {_float(kv)}, "prompt_tps": {_float(prompt)}, '
-            f'"gen_tps": {_float(gen)}, "prefix_hit_ratio": {_float(hit)}, "preemptions": {_int(preempt)}, '
-            f'"kv_used_tokens": {_int(kv_tokens)}, "path": {_string(path)}, "offset": {_int(offset)}, '
-            f'"line": {_int(line)}, "file_key": {_string(key)}}}')
+    return (f'{{"type": "stats", "ts": {(ts.__class__ is float and _cached_float(ts)) or _float(ts)}, '
+            f'"source": {_cached_string(source) or _string(source)}, "server": {_string(server._value_)}, '
+            f'"running": {_int_repr(running) if running.__class__ is int else _int(running)}, '
+            f'"waiting": {_int_repr(waiting) if waiting.__class__ is int else _int(waiting)}, '
+            f'"swapped": {"null" if swapped is None else _int(swapped)}, '
+            f'"kv_usage_ratio": {(kv.__class__ is float and _cached_float(kv)) or _float(kv)}, '
+            f'"prompt_tps": {(prompt.__class__ is float and _cached_float(prompt)) or _float(prompt)}, '
+            f'"gen_tps": {(gen.__class__ is float and _cached_float(gen)) or _float(gen)}, '
+            f'"prefix_hit_ratio": {(hit.__class__ is float and _cached_float(hit)) or _float(hit)}, '
+            f'"preemptions": {"null" if preempt is None else _int(preempt)}, '
+            f'"kv_used_tokens": {"null" if kv_tokens is None else _int(kv_tokens)}, '
+            f'"path": {_cached_string(path) or _string(path)}, '
+            f'"offset": {_int_repr(offset) if offset.__class__ is int else _int(offset)}, '
+            f'"line": {_int_repr(line) if line.__class__ is int else _int(line)}, '
+            f'"file_key": {"null" if key is None else _string(key)}}}')
 
 
 class JsonlWriter:

@@ -11,7 +11,7 @@ import pytest
 
 from agent.records import CapacityFact, Event, EventKind, Record, Server, ServerStats, Severity
 from parsers import REGISTRY, AutoParser, detect, make_parser
-from parsers.redact import is_request_log, redact
+from parsers.redact import _REQUEST_MARKERS, is_request_log, redact
 from parsers.vllm import VllmParser, startup_facts
 
 from .conftest import LOGS, REF_TIME, run
@@ -141,6 +141,9 @@ def test_startup_facts_keeps_working_for_budget_from_log() -> None:
 def test_request_logs_are_dropped_and_messages_redacted() -> None:
     assert is_request_log("Received request cmpl-1: prompt: 'x', params: SamplingParams(n=1)")
     assert not is_request_log("Avg prompt throughput: 1.0 tokens/s")
+    # the word pre-check in front of the marker scan lets every marker through, wherever it sits in a line
+    for marker in _REQUEST_MARKERS:
+        assert is_request_log(marker) and is_request_log(f"INFO x {marker} y")
     assert redact("Authorization: Bearer abc.def key sk-0123456789abcdef") == "<redacted> key <redacted>"
     assert redact("ValueError: bad 'never closed prompt") == "ValueError: bad <redacted>"
     assert redact("The model's max seq len (4096)") == "The model's max seq len (4096)"

@@ -33,6 +33,7 @@ from parsers import (
     signature,
     tgi,
     vllm,
+    vllm_facts,
 )
 from parsers import redact as redact_module
 from parsers.redact import redact
@@ -199,7 +200,7 @@ def _all_patterns() -> dict[str, re.Pattern[str]]:
     """Every compiled pattern the parsers hold: module constants, class pre-filters and markers, rules."""
     found: dict[str, re.Pattern[str]] = {}
     for module in (base, families, generic, gpu, http_access, kernel, llamacpp, prefix, redact_module, sglang,
-                   signature, tgi, vllm):
+                   signature, tgi, vllm, vllm_facts):
         for name, value in vars(module).items():
             if isinstance(value, re.Pattern):
                 found[f"{module.__name__}.{name}"] = value

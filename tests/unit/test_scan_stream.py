@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.records import Event, Record, Server
+from agent.records import Event, Record, Server, ServerStats
 from agent.sources.parallel import chunks, scan_path
 from agent.sources.saved import FileScan, scan_stream
 from agent.views.scan_text import JsonlWriter, record_json, render_text
@@ -36,6 +36,24 @@ def test_fast_jsonl_encoder_writes_what_the_generic_one_does() -> None:
             writer([record], scan.server)
         writer.flush()
         assert out.getvalue() == "".join(record_json(r, scan.server) + "\n" for r in scan.records), path
+
+
+def test_fast_jsonl_encoder_on_unusual_values() -> None:
+    """Values no parser gives today still come out as `json.dumps` spells them: an int where a float is
+    usual (after the equal float was cached), -0.0, NaN, infinity, a bool, None everywhere."""
+    out = io.StringIO()
+    writer = JsonlWriter(out)
+    samples = [
+        ServerStats(1.5, "s", Server.VLLM, 1, 2, 3, 0.25, 10.0, 20.0, 0.5, 4, 5, "p", 6, "k", 7),
+        ServerStats(1, "s", Server.SGLANG, True, 0, None, 1, 10, 20, -0.0, None, None, None, 0, None, None),
+        ServerStats(float("nan"), "s", Server.VLLM, None, None, None, float("inf"), -float("inf"), 0.0, None),
+        ServerStats(None, "", Server.AUTO),
+        ServerStats(1.5, "s", Server.VLLM, 1, 2, 3, 0.25, 10.0, 20.0, 0.5, 4, 5, "p", 6, "k", 7),
+    ]
+    for sample in samples:
+        writer([sample], Server.VLLM)
+    writer.flush()
+    assert out.getvalue() == "".join(record_json(r, Server.VLLM) + "\n" for r in samples)
 
 
 def _reference_notable(records: list[Record]) -> list[Event]:
