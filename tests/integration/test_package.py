@@ -49,6 +49,9 @@ def test_installed_wheel_runs_console_script_and_module(wheel: Path, tmp_path: P
     script = subprocess.run([str(target / "bin" / "deepinfer-agent"), *args], capture_output=True, text=True,
                             check=True, cwd=tmp_path, env=env)
     assert json.loads(script.stdout)["max_concurrency"] == 13
+    helped = subprocess.run([str(target / "bin" / "deepinfer-agent"), "--help"], capture_output=True, text=True,
+                            check=True, cwd=tmp_path, env={**env, "COLUMNS": "100"})
+    assert helped.stdout.startswith("Usage: deepinfer-agent [OPTIONS] COMMAND") and "  scan " in helped.stdout
     module = subprocess.run([sys.executable, "-m", "agent", "--version"], capture_output=True, text=True,
                             check=True, cwd=tmp_path, env=env)
     assert module.stdout.startswith("deepinfer-agent ")
