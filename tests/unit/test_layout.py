@@ -23,7 +23,7 @@ ADAPTERS = {
     "sqlite_utils": {"agent/sinks/store.py"},
     "prometheus_client": {"agent/sinks/exporter.py", "agent/prom.py"},
     "aiohttp": {"agent/http.py", "agent/tools/sim_server.py"},  # the client; the simulator serves
-    "watchdog": {"agent/sources/wake.py"},
+    "inotify_simple": {"agent/sources/wake.py"},
     "jinja2": {"agent/views/report_html.py"},
     "rich": {"agent/views/report_text.py", "agent/tools/loadtest_cli.py",  # the report; the progress bars
              "agent/views/scan_progress.py"},

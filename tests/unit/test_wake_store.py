@@ -38,3 +38,40 @@ def test_store_files_name_the_companions_as_given_and_resolved(tmp_path: Path) -
     (tmp_path / "link").symlink_to(real)
     files = store_files(str(tmp_path / "link" / "a.db"))
     assert str(tmp_path / "link" / "a.db-wal") in files and str(real.resolve() / "a.db-shm") in files
+
+
+def test_wake_ends_a_wait_and_a_removed_directory_wakes_and_unwatches(tmp_path: Path) -> None:
+    import time
+
+    waker = Waker(use_inotify=True)
+    try:
+        started = time.monotonic()
+        waker.wake()
+        assert waker.wait(5) and time.monotonic() - started < 1, "wake() ends the wait at once"
+        assert not waker.wait(0.05), "one wake is consumed by one wait"
+        if not waker.inotify:
+            return
+        logs = tmp_path / "logs"
+        logs.mkdir()
+        waker.watch([str(logs)])
+        logs.rmdir()
+        assert waker.wait(5), "the watched directory went away: the loop must look"
+        waker.watch([])  # the watch is gone already; dropping it again is no error
+    finally:
+        waker.close()
+
+
+def test_many_appends_between_two_waits_are_one_wake(tmp_path: Path) -> None:
+    waker = Waker(use_inotify=True)
+    try:
+        if not waker.inotify:
+            return
+        waker.watch([str(tmp_path)])
+        with (tmp_path / "vllm.log").open("a") as handle:
+            for i in range(2000):
+                handle.write(f"line {i}\n")
+                handle.flush()
+        assert waker.wait(5)
+        assert not waker.wait(0.05), "the 2,000 appends were read as one batch, nothing is left over"
+    finally:
+        waker.close()
