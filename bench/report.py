@@ -17,8 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.records import Event, EventKind, GpuSample, Phase, Server, ServerStats, Severity, StoredRecord
+from agent.records import Event, EventKind, GpuSample, Phase, Server, ServerStats, Severity
 from agent.sinks.store import Store
+from agent.verdicts import StoredRecord
 
 T0 = 1_796_083_200.0  # 2026-12-01 00:00 UTC
 DAY = 86_400

@@ -8,22 +8,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.records import (
-    CapacityFact,
-    Direction,
-    Event,
-    EventKind,
-    Finding,
-    GpuSample,
-    Knob,
-    LoadStep,
-    Phase,
-    Server,
-    ServerStats,
-    Severity,
-    StoredRecord,
-)
+from agent.records import CapacityFact, Event, EventKind, GpuSample, Knob, Phase, Server, ServerStats, Severity
 from agent.sinks.store import Store
+from agent.verdicts import Direction, Finding, LoadStep, StoredRecord
 
 T0 = 1_796_133_600.0  # 2026-12-01 14:00:00 UTC
 ENGINE = "vllm-0"

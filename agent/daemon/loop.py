@@ -26,7 +26,7 @@ from agent.daemon.witnesses import counted_once
 from agent.errors import AgentError
 from agent.judge.advisor import Advisor, engine_config, knobs_of
 from agent.judge.rules import RuleError, load_rules
-from agent.records import CapacityFact, Finding, Server, ServerStats, StoredRecord
+from agent.records import CapacityFact, Server, ServerStats
 from agent.sinks.exporter import Snapshot, TargetState
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store, event_counters
@@ -37,6 +37,7 @@ from agent.sources.patterns import store_files
 from agent.sources.scrape import Scraper
 from agent.sources.tailer import FileTailer
 from agent.sources.wake import Waker
+from agent.verdicts import Finding, StoredRecord
 
 log = logging.getLogger("deepinfer.pipeline")
 

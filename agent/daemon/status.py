@@ -13,10 +13,11 @@ from agent import histograms, http
 from agent.config import Config
 from agent.errors import AgentError, StoreError
 from agent.prom import Samples, exposition_samples
-from agent.records import Event, Finding, GpuSample, ServerStats
+from agent.records import Event, GpuSample, ServerStats
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
 from agent.sinks.storefile import failure_hint
+from agent.verdicts import Finding
 
 
 @dataclass(frozen=True)

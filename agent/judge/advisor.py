@@ -21,8 +21,8 @@ from agent.config import Config
 from agent.judge.builtins import BUILTINS, Context
 from agent.judge.rules import Condition, Group, Rule
 from agent.judge.signals import Window, references
-from agent.records import Finding
 from agent.sinks.queries import Queries
+from agent.verdicts import Finding
 
 log = logging.getLogger("deepinfer.advisor")
 

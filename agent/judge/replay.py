@@ -15,8 +15,8 @@ from agent.capacity.capacity import Capacity, capacity_of, paper_budget
 from agent.config import Config
 from agent.judge.advisor import Advisor, engine_config, knobs_of
 from agent.judge.rules import Rule
-from agent.records import Finding
 from agent.sinks.queries import Queries
+from agent.verdicts import Finding
 
 MAX_STEPS = 2000
 

@@ -31,7 +31,8 @@ from pydantic import (
 
 from agent.errors import AgentError
 from agent.judge.builtins import BUILTINS
-from agent.records import Direction, EventKind, Knob, Phase, Severity
+from agent.records import EventKind, Knob, Phase, Severity
+from agent.verdicts import Direction
 from agent.yamldoc import YamlDoc, YamlReadError, read_yaml
 
 # Signal name → what it is (docs/rules.md repeats this table). `events.<kind>` is one per EventKind.

@@ -24,7 +24,8 @@ from prometheus_client.registry import Collector
 
 from agent.bookkeeping import SourceStats
 from agent.capacity.capacity import Capacity
-from agent.records import EventKind, Finding, GpuProcessSample, GpuSample, ServerStats
+from agent.records import EventKind, GpuProcessSample, GpuSample, ServerStats
+from agent.verdicts import Finding
 
 Labels = tuple[str, ...]
 Totals = Mapping[tuple[str, Labels], float]

@@ -14,15 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.records import (
-    Direction,
     Event,
     EventKind,
-    Finding,
     GpuProcessSample,
     GpuSample,
     HistogramWindow,
     Knob,
-    LoadStep,
     Phase,
     Server,
     ServerStats,
@@ -30,6 +27,7 @@ from agent.records import (
 )
 from agent.sinks.rows import LOAD_STEP_COLUMNS
 from agent.sinks.store import Store
+from agent.verdicts import Direction, Finding, LoadStep
 
 _EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
 _STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "

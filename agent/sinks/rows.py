@@ -13,16 +13,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from agent.records import (
-    CapacityFact,
-    Event,
-    Finding,
-    GpuProcessSample,
-    GpuSample,
-    HistogramWindow,
-    LoadStep,
-    ServerStats,
-)
+from agent.records import CapacityFact, Event, GpuProcessSample, GpuSample, HistogramWindow, ServerStats
+from agent.verdicts import Finding, LoadStep
 
 
 def _gpu_of(fields: Mapping[str, object]) -> int | None:

@@ -34,11 +34,12 @@ from sqlite_utils import Database, Migrations
 
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor
 from agent.errors import StoreError
-from agent.records import Event, EventKind, StoredRecord
+from agent.records import Event, EventKind
 from agent.sinks.rows import TABLES
 from agent.sinks.schema import MIGRATIONS as SCHEMA
 from agent.sinks.schema import PRUNED
 from agent.sinks.storefile import create_store_file
+from agent.verdicts import StoredRecord
 
 # sqlite-utils' Migrations records each applied step in `_sqlite_migrations` and runs it in a
 # transaction with that record; the steps themselves are SQL in schema.py.

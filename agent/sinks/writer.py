@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor, StoreStats
 from agent.errors import StoreError
-from agent.records import StoredRecord
 from agent.sinks.store import Store, TotalsKey
 from agent.sinks.storefile import failure_hint
+from agent.verdicts import StoredRecord
 
 log = logging.getLogger(__name__)
 

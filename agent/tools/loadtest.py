@@ -7,7 +7,7 @@ client sends its next request when the previous one is answered), with a fixed p
 differ only in concurrency. During the level the engine's `/metrics` is scraped with agent/scrape.py
 (running, waiting, KV usage, preemptions), NVML gives the GPU memory peak where a driver is present,
 and the engine log (read through the project's parsers) or the agent's store gives OOM and preemption
-events. Each level becomes one `agent.records.LoadStep`.
+events. Each level becomes one `agent.verdicts.LoadStep`.
 
 A level *breaks* when it saw an OOM, a preemption, sustained queueing (the engine never ran all the
 level's clients at once while requests waited in most samples), or any failed request (429, 503,
@@ -32,9 +32,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agent.errors import AgentError
 from agent.http import AsyncClient, HttpConnectionError, HttpTimeoutError
-from agent.records import LoadStep
 from agent.tools.loadtest_report import ERROR_CLASSES, LoadTestResult, verdict
 from agent.tools.loadtest_watch import Peaks, Watcher
+from agent.verdicts import LoadStep
 
 DEFAULT_LEVELS = (1, 2, 3, 5, 8, 12)
 REQUESTS_PER_CLIENT = 20

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent.records import LoadStep
+from agent.verdicts import LoadStep
 
 ERROR_CLASSES = ("http_429", "http_503", "http_5xx", "timeout", "connection", "other")
 

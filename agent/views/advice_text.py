@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agent.judge.replay import Advice, Replay
-from agent.records import Finding
+from agent.verdicts import Finding
 
 
 def _when(ts: float) -> str:

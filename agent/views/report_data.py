@@ -20,8 +20,8 @@ from typing import Any
 from agent.capacity.capacity import capacity_of, paper_budget
 from agent.config import Config
 from agent.errors import AgentError
-from agent.records import Finding
 from agent.sinks.queries import Queries, percentile
+from agent.verdicts import Finding
 from agent.views.report_verdict import Verdict, verdict
 
 MAX_POINTS = 2000

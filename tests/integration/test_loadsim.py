@@ -22,13 +22,14 @@ import pytest
 from agent.capacity.budget import GIB, BudgetInputs, compute
 from agent.capacity.shapes import find_preset
 from agent.errors import AgentError
-from agent.records import CapacityFact, Event, EventKind, LoadStep, Phase, Server, ServerStats
+from agent.records import CapacityFact, Event, EventKind, Phase, Server, ServerStats
 from agent.sources.saved import scan_stream
 from agent.sources.scrape import Scraper
 from agent.tools.loadtest import LoadTestOptions, run, synthetic_payload
 from agent.tools.loadtest_report import LoadTestResult
 from agent.tools.sim import SimConfig, from_budget
 from agent.tools.sim_server import SimServer
+from agent.verdicts import LoadStep
 from tests.fake_nvml import FakeNvml
 
 pytestmark = pytest.mark.integration

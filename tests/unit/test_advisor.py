@@ -11,9 +11,10 @@ import pytest
 from agent.capacity.capacity import Capacity
 from agent.judge.advisor import Advisor
 from agent.judge.rules import Rule, load_rules
-from agent.records import Direction, Event, EventKind, Finding, Knob, Phase, Server, ServerStats, Severity
+from agent.records import Event, EventKind, Knob, Phase, Server, ServerStats, Severity
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
+from agent.verdicts import Direction, Finding
 
 RULES = Path(__file__).parent.parent.parent / "rules"
 NOW = 1_800_000_000.0

@@ -12,9 +12,10 @@ import pytest
 from agent.judge.advisor import Advisor
 from agent.judge.rules import Aggregate
 from agent.judge.signals import Window, histogram_aggregate
-from agent.records import Direction, EventKind, Finding, HistogramWindow, Knob, Phase, Server, ServerStats
+from agent.records import EventKind, HistogramWindow, Knob, Phase, Server, ServerStats
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
+from agent.verdicts import Direction, Finding
 from tests.unit.test_advisor import CAP, NOW, E, events, rules, stats
 
 E2E_BOUNDS = (10.0, 20.0, 50.0, 60.0, math.inf)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.records import Event, EventKind, LoadStep, Phase, Server, Severity
+from agent.records import Event, EventKind, Phase, Server, Severity
 from agent.sinks.store import Store
 from agent.tools.loadtest import (
     LoadTestError,
@@ -22,6 +22,7 @@ from agent.tools.loadtest import (
 from agent.tools.loadtest_cli import parse_levels
 from agent.tools.loadtest_report import verdict
 from agent.tools.loadtest_watch import Watcher
+from agent.verdicts import LoadStep
 
 
 def _step(level: int, broke: bool = False, *, preempt: int = 0, oom: int = 0, errors: dict[str, int] | None = None,

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.records import Direction, Event, EventKind, Finding, Knob, LoadStep, Phase, Server, Severity
+from agent.records import Event, EventKind, Knob, Phase, Server, Severity
 from agent.sinks.queries import Queries, percentile
 from agent.sinks.store import Store
+from agent.verdicts import Direction, Finding, LoadStep
 
 
 def _event(offset: int, ts: float, kind: EventKind = EventKind.OOM, message: str = "CUDA out of memory") -> Event:
