@@ -61,7 +61,6 @@ class Backoff:
     """Exponential back-off on the caller's clock: due at once, then after initial, 2×, 4× … up to maximum."""
 
     def __init__(self, initial_s: float, maximum_s: float) -> None:
-        self._initial_s = initial_s
         self._maximum_s = maximum_s
         self._delay_s = initial_s
         self._next_at = float("-inf")

@@ -14,6 +14,7 @@ event, not 5,000 (a reader thread draining the queue as it fills turned every ap
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import time
@@ -21,6 +22,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from inotify_simple import INotify, flags
+
+log = logging.getLogger(__name__)
 
 # What changes a log directory: a file written, truncated, created, renamed in or out, deleted; the
 # directory itself deleted or moved away. IN_ATTRIB is left out (a chmod or touch changes no content).
@@ -39,12 +42,12 @@ class Waker:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self.watch_errors_total = 0
+        self._told = False  # a failure to watch is logged once: the loop polls, nothing is lost
         if use_inotify:
             try:
                 self._inotify = INotify(nonblocking=True)
-            except OSError:  # no inotify here (or the instance limit is reached): polling covers it
-                self.watch_errors_total += 1
+            except OSError as exc:  # no inotify here (or the instance limit is reached): polling covers it
+                self._polling_only(f"inotify is unavailable ({exc.strerror or exc})")
 
     @property
     def inotify(self) -> bool:
@@ -64,11 +67,17 @@ class Waker:
         for directory in wanted - set(self._dirs):
             try:
                 wd = self._inotify.add_watch(directory, _MASK)
-            except OSError:  # vanished meanwhile, or out of inotify watches: polling covers it
-                self.watch_errors_total += 1
+            except OSError as exc:  # vanished meanwhile, or out of inotify watches: polling covers it
+                self._polling_only(f"cannot watch {directory} ({exc.strerror or exc})")
                 continue
             self._dirs[directory] = wd
             self._by_wd[wd] = directory
+
+    def _polling_only(self, why: str) -> None:
+        if not self._told:
+            self._told = True
+            log.info("%s: changes are found by polling at the source's poll interval instead (if the "
+                     "watch limit was hit, raise fs.inotify.max_user_watches)", why)
 
     def wake(self) -> None:
         """End the current `wait` now (a signal asked the loop to stop or reload); safe in a signal handler."""

@@ -99,7 +99,6 @@ def record_json(record: Record, server: Server) -> str:
 
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
-_STATS_KEYS = ("type", *ServerStats._fields)
 _float_repr = float.__repr__
 _int_repr = int.__repr__
 _FLOATS: dict[float, str] = {}  # repr of recent floats: KV usage, hit rates and times repeat a lot
