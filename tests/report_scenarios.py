@@ -1,6 +1,6 @@
 """Stores that tell one incident each (OOM storm, queue pile-up, timeouts, quiet day) for `report` tests.
 
-Built with the real Store from records, as the daemon stores them; times start at T0 (2026-12-01 14:00 UTC).
+Built with the real Store from records, as the daemon stores them; times start at T0 (2025-12-01 14:00 UTC).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from agent.records import CapacityFact, Event, EventKind, GpuSample, Knob, Phase
 from agent.sinks.store import Store
 from agent.verdicts import Direction, Finding, LoadStep, StoredRecord
 
-T0 = 1_796_133_600.0  # 2026-12-01 14:00:00 UTC
+T0 = 1_764_597_600.0  # 2025-12-01 14:00:00 UTC: in the past on any day the tests run, for `--since`
 ENGINE = "vllm-0"
 GIB = 1024**3
 PLANTED = "<script>document.title='pwned'</script> CUDA out of memory | tried to allocate"
