@@ -7,6 +7,8 @@ The daemon and `scan` use three things from here:
 - `Parser.feed(text, ts, path, offset) -> list[Record]` per line (without its newline; `ts` is the
   envelope's time when there is one), and `Parser.flush() -> list[Record]` at end of stream or after a
   quiet spell (an open traceback is held until its end is seen).
+- `Parser.feed_lines(raws, path, offset, before, locate)`: the same for a batch of a plain file's raw lines,
+  records located by line number (`scan`'s path: the commonest lines are settled without per-line calls).
 - `Parser.set_reference_time(now)`: the time yearless stamps (vLLM, syslog) are placed near; a daemon
   moves it as its clock advances (the parsers never read a clock).
 - `detect(lines) -> Server | None`.
@@ -15,11 +17,12 @@ The daemon and `scan` use three things from here:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import timezone, tzinfo
 from typing import Protocol
 
 from agent.records import Record, Server
-from parsers.base import StreamParser
+from parsers.base import Locate, StreamParser
 from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
 from parsers.llamacpp import LlamaCppParser
@@ -41,6 +44,11 @@ class Parser(Protocol):
 
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
              offset: int | None = None) -> list[Record]: ...
+
+    def feed_lines(self, raws: Sequence[bytes], path: str | None, offset: int, before: int,
+                   locate: Locate) -> list[Record]:
+        """`feed` for a batch of a plain file's raw lines: their records, located (`scan`'s path)."""
+        ...
 
     def flush(self) -> list[Record]: ...
 
@@ -165,6 +173,22 @@ class AutoParser:
         if self._score >= 6 or len(self._held) >= DETECT_LINES:
             return self._settle()
         return []
+
+    def feed_lines(self, raws: Sequence[bytes], path: str | None, offset: int, before: int,
+                   locate: Locate) -> list[Record]:
+        out: list[Record] = []
+        i = 0
+        while self._inner is None and i < len(raws):  # line by line until settled, then the server's batch
+            raw = raws[i]
+            text = raw.decode("utf-8", "replace").rstrip("\r\n")
+            if records := self.feed(text, None, path, offset):
+                out += locate(records, offset, before)
+            before += 1
+            offset += len(raw)
+            i += 1
+        if self._inner is not None and i < len(raws):
+            out += self._inner.feed_lines(raws[i:] if i else raws, path, offset, before, locate)
+        return out
 
     @property
     def parse_errors(self) -> int:

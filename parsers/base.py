@@ -21,9 +21,10 @@ catastrophically fails the build rather than a node.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
+from typing import ClassVar
 
 from agent.records import (
     CapacityFact,
@@ -43,6 +44,7 @@ from parsers.prefix import (
     MONTHS,
     OPENS_BLOCK,
     OUTER,
+    REFUSALS,
     SYSLOG,
     Split,
     boring_access,
@@ -51,7 +53,7 @@ from parsers.prefix import (
     source_last,
 )
 from parsers.redact import is_request_log, opens_unclosed_quote, redact, scrub
-from parsers.signature import Signature
+from parsers.signature import Signature, SignatureIndex
 from parsers.stamps import Stamps
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
@@ -60,6 +62,8 @@ DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
 MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there (a lost closing quote)
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
+# (records, byte offset of the line just read, newlines before it) → the records with their line numbers
+Locate = Callable[[list[Record], int, int], list[Record]]
 
 
 @dataclass
@@ -83,6 +87,7 @@ class StreamParser(Stamps):
     server: Server = Server.AUTO
     HOT: re.Pattern[str] = re.compile(r"(?!)")  # literal keywords that make a line worth a look
     SIGNATURES: tuple[Signature, ...] = ()
+    _signature_index: ClassVar[SignatureIndex]  # `_index()`: set per class on first use
     STARTING: re.Pattern[str] = re.compile(r"(?!)")  # a (re)start began: failures are start-up
     READY: re.Pattern[str] = re.compile(r"(?!)")  # the server is serving
     STATS_WORD = "\x00"  # a literal only the server's periodic stats line contains (fast path)
@@ -100,7 +105,7 @@ class StreamParser(Stamps):
         self._last_incident: dict[str, tuple[float | None, int]] = {}
         self._waiting: dict[str, int] = {}
         self._ts_cache: tuple[str, float | None] = ("", None)
-        self._minutes: dict[tuple[object, ...], float | None] = {}  # minute → epoch of its second 0
+        self._minutes: dict[object, float | None] = {}  # minute → epoch of its second 0
         self._last_ts: float | None = None
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
 
@@ -183,6 +188,38 @@ class StreamParser(Stamps):
         out.extend(self.events_for(split, (split.msg,), path, offset))
         return out + self.line_records(split, path, offset)
 
+    def feed_lines(self, raws: Sequence[bytes], path: str | None, offset: int, before: int,
+                   locate: Locate) -> list[Record]:
+        """`feed` for a batch of a plain file's raw lines (newlines included), the first at byte `offset` after
+        `before` newlines: all their records, located by `locate`. The same records and state as feeding the
+        lines one by one (tests/unit/test_feed_lines.py); what it saves is the calls on the commonest line
+        of a busy log, an access line that is not a refusal, which is settled without leaving the loop."""
+        out: list[Record] = []
+        feed = self.feed
+        for raw in raws:
+            try:
+                text = raw.decode()
+            except UnicodeDecodeError:
+                text = raw.decode("utf-8", "replace")
+            text = text.rstrip("\r\n")
+            if not self._settles_access(text) and (records := feed(text, None, path, offset)):
+                out += locate(records, offset, before)
+            before += 1
+            offset += len(raw)
+        return out
+
+    def _settles_access(self, text: str) -> bool:
+        """`feed`'s first answer for an access line that is not a refusal (nothing, the line counted, a
+        request's quoted text maybe opened), given without its calls; False for any other line, and for one
+        that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
+        if self._request_lines or (i := text.find(" HTTP/1.")) < 0 or (j := text.find('" ', i)) < 0 or (
+                text[j + 2:j + 5] in REFUSALS or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text):
+            return False
+        self.lines_seen += 1
+        if is_request_log(text) and opens_unclosed_quote(text):
+            self._request_lines = 1  # a prompt with newlines: its next lines are not log records
+        return True
+
     @property
     def parse_errors(self) -> int:
         """Lines skipped because a number in them could not be one (a 5,000-digit count)."""
@@ -262,7 +299,7 @@ class StreamParser(Stamps):
         waiting = stats.waiting
         return Event(stats.ts, self.source, self.server, EventKind.PENDING, Severity.INFO, Phase.QUEUE,
                      f"queue became non-empty: {waiting} waiting, {stats.running} running",
-                     {"waiting": waiting, "running": stats.running}, stats.path, stats.offset)
+                     {"waiting": waiting, "running": stats.running}, stats.path, stats.offset, None, stats.line)
 
     def event(self, split: Split, kind: EventKind, severity: Severity, phase: Phase | None,
               fields: Mapping[str, FieldValue], path: str | None, offset: int | None,
@@ -324,11 +361,12 @@ class StreamParser(Stamps):
         through the API server) is not repeated."""
         found: dict[EventKind, Event | None] = {}
         deferred: list[str] = []
+        index = self._index()
         for msg in source_last(lines, deferred):
             if is_request_log(msg):
                 continue
-            for r in self.SIGNATURES:
-                if r.kind in found or not r.could_match(msg):
+            for r in index.candidates(msg):
+                if r.kind in found:
                     continue
                 m = r.pattern.search(msg)
                 if m is None or (r.unless is not None and r.unless.search(msg) is not None):
@@ -341,6 +379,15 @@ class StreamParser(Stamps):
                 found[r.kind] = None if repeat else self.event(split, r.kind, severity, r.phase, fields, path,
                                                                offset, msg)
         return [e for e in found.values() if e is not None]
+
+    @classmethod
+    def _index(cls) -> SignatureIndex:
+        """The index of the class's own `SIGNATURES` (built on first use, once per class)."""
+        index = cls.__dict__.get("_signature_index")
+        if index is None or index.signatures is not cls.SIGNATURES:
+            index = SignatureIndex(cls.SIGNATURES)
+            cls._signature_index = index
+        return index
 
     def _repeat(self, kind: EventKind, ts: float | None) -> bool:
         """True when the same kind of incident was reported within the window (which does not slide:

@@ -44,12 +44,20 @@ _SECRET = re.compile(
 )
 # Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
 # characters it alone can consume, so matching is linear in the line length.
-_QUOTED = re.compile(r"(?<![\w`])'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
+_QUOTED = re.compile(r"(?<![\w`])(')(?:[^'\\\n]|\\.){0,1600}'|(\")(?:[^\"\\\n]|\\.){0,1600}\"")
 _BODY = re.compile(r"\{[^{}]{0,1600}\}")
 _QUERY = re.compile(r"\?[^\s\"]+")
 # An opening quote left unmatched (its string ran past the cut): everything after it is dropped.
 _OPEN_QUOTE = re.compile(r"(?:^|(?<=[\s=(\[:,{]))['\"]")
 _HOLE = "\x00"
+_EMPTIED = "\\1\\2" + _HOLE + "\\1\\2"  # a quoted string → its quotes around a hole (one group takes part)
+# Every credential `_SECRET` finds contains one of these, in any case: an ASCII line without any of them is
+# passed over without the scan (a case-insensitive pattern tried at every position; non-ASCII text always
+# takes the scan, since case folding there reaches beyond `str.lower`).
+_SECRET_WORDS = ("bearer", "basic", "sk-", "hf", "api", "access", "auth", "token", "secret", "password")
+# A word such as a method, a route or a model name: nothing in it that `redact` would change, when it has
+# no credential word either (so most field values skip the passes).
+_PLAIN_WORD = re.compile(r"[\w./:-]{1,120}")
 
 
 # Every marker contains one of these words: a few `in` tests (each a fast substring search) settle most lines
@@ -70,18 +78,28 @@ def is_request_log(text: str) -> bool:
 
 def redact(text: str) -> str:
     """What may be kept of a message: credentials, quoted strings, bodies and query strings removed."""
+    if _PLAIN_WORD.fullmatch(text) is not None and not _may_hold_secret(text):
+        return text  # nothing any pass below would change
     # NUL is the marker of an emptied string below: one in the input must not pass for one.
     text = text[:MAX_INPUT_CHARS].replace(_HOLE, " ")
-    text = _SECRET.sub(REDACTED, text)
-    text = _QUOTED.sub(lambda m: m.group(0)[0] + _HOLE + m.group(0)[0], text)
-    text = _cut_at_unmatched_quote(text)
-    text = text.replace(_HOLE, REDACTED)
+    if _may_hold_secret(text):
+        text = _SECRET.sub(REDACTED, text)
+    if "'" in text or '"' in text:
+        text = _QUOTED.sub(_EMPTIED, text)
+        text = _cut_at_unmatched_quote(text)
+        text = text.replace(_HOLE, REDACTED)
     text = _BODY.sub("{" + REDACTED + "}", text)
     text = _QUERY.sub("?" + REDACTED, text)
     text = " ".join(text.split())
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[: MAX_MESSAGE_CHARS - 1] + "…"
     return text
+
+
+def _may_hold_secret(text: str) -> bool:
+    if not text.isascii():
+        return True
+    return any(map(text.lower().__contains__, _SECRET_WORDS))
 
 
 def _cut_at_unmatched_quote(text: str) -> str:
@@ -105,7 +123,7 @@ def route(path: str) -> str:
 
 def opens_unclosed_quote(text: str) -> bool:
     """Whether a quoted string opened on this line runs on past its end (a prompt logged over lines)."""
-    emptied = _QUOTED.sub(lambda m: m.group(0)[0] + _HOLE + m.group(0)[0], text.replace(_HOLE, " "))
+    emptied = _QUOTED.sub(_EMPTIED, text.replace(_HOLE, " "))
     return _cut_at_unmatched_quote(emptied) != emptied
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,42 @@ class Signature:
         return False
 
 
+class SignatureIndex:
+    """Which of a parser's signatures a message could match, in their order, from one scan of the message.
+
+    Asking each signature (`could_match`, ~50 of them) cost a Python call per signature per hot line,
+    most of a refusal line's cost. Here every needle of every signature is looked for at once: a zero-width
+    scan reports, at each position, the longest needle starting there; the needles that are its prefixes
+    start there too, so each reported needle stands for the signatures of all its prefixes. The answer is
+    exactly the signatures whose `could_match` is true (tests/unit/test_needles.py)."""
+
+    def __init__(self, signatures: tuple[Signature, ...]) -> None:
+        self.signatures = signatures
+        self._always = frozenset(i for i, r in enumerate(signatures) if r.needles is None)
+        owners: dict[str, set[int]] = {}
+        for i, r in enumerate(signatures):
+            for needle in r.needles or ():
+                owners.setdefault(needle, set()).add(i)
+        self._owners = {needle: frozenset(i for prefix, them in owners.items() if needle.startswith(prefix)
+                                          for i in them) for needle in owners}
+        self._scan = re.compile(f"(?=({_trie_pattern(_trie(owners), longest=True)}))") if owners else None
+        self._cache: dict[frozenset[int], tuple[Signature, ...]] = {}
+
+    def candidates(self, text: str) -> tuple[Signature, ...]:
+        found = set(self._always)
+        if self._scan is not None:
+            owners = self._owners
+            for needle in set(self._scan.findall(text)):
+                found |= owners[needle]
+        key = frozenset(found)
+        hit = self._cache.get(key)
+        if hit is None:
+            if len(self._cache) >= 1024:
+                self._cache.clear()
+            hit = self._cache[key] = tuple(self.signatures[i] for i in sorted(found))
+        return hit
+
+
 def json_object(text: str) -> dict[str, Any] | None:
     """The object of a JSON-formatted log line (TGI `--json-output`, vLLM's JSON formatter, llama.cpp
     `--log-format json`), or None when the line is not one."""
@@ -68,20 +104,31 @@ def hot(*literals: str) -> re.Pattern[str]:
     alternation: `re` tries every branch at every position, and sixty flat branches cost twice as much
     as the trie on a boring line. A literal that extends a shorter one is dropped (the shorter suffices).
     """
+    trie = _trie(literals)
+    return re.compile(_trie_pattern(trie) if trie else "(?!)")
+
+
+def _trie(literals: Iterable[str]) -> dict[str, Any]:
     trie: dict[str, Any] = {}
     for literal in literals:
         node = trie
         for ch in literal:
             node = node.setdefault(ch, {})
         node[""] = {}
-    return re.compile(_trie_pattern(trie) if trie else "(?!)")
+    return trie
 
 
-def _trie_pattern(node: dict[str, Any]) -> str:
-    if "" in node:
-        return ""  # a literal ends here: the prefix matched so far is enough
-    branches = [re.escape(ch) + _trie_pattern(child) for ch, child in sorted(node.items())]
-    return branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+def _trie_pattern(node: dict[str, Any], longest: bool = False) -> str:
+    """The trie as a pattern that matches the shortest literal at a position (enough for a pre-filter), or
+    with `longest` the longest (a literal's end is an optional, greedy, rest)."""
+    children = {ch: child for ch, child in sorted(node.items()) if ch}
+    if "" in node and (not longest or not children):
+        return ""  # a literal ends here
+    branches = [re.escape(ch) + _trie_pattern(child, longest) for ch, child in children.items()]
+    body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+    if "" in node:  # longest: a literal ends here, and longer ones go on
+        return (body if len(branches) > 1 else f"(?:{body})") + "?"
+    return body
 
 
 def signature(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,

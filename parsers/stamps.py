@@ -25,7 +25,7 @@ class Stamps:
     ref_time: float | None
     tz: tzinfo
     _ts_cache: tuple[str, float | None]  # the last stamp string and its epoch
-    _minutes: dict[tuple[object, ...], float | None]  # minute → epoch of its second 0
+    _minutes: dict[object, float | None]  # minute (its fields, or its text) → epoch of its second 0
 
     def yearless(self, month: int, day: int, hour: int, minute: int, second: int, key: str) -> float | None:
         """Epoch seconds of a stamp without a year: the year of `ref_time`, or the one before when the
@@ -49,6 +49,20 @@ class Stamps:
         self._ts_cache = (key, value)
         return value
 
+    def yearless_text(self, stamp: str) -> float | None:
+        """`yearless` of a stamp as vLLM writes it, `MM-DD HH:MM:SS`: a minute seen before costs a slice, a
+        look-up and one `int`, not five (a busy log has a new stamp on almost every line)."""
+        minutes = self._minutes
+        base = minutes.get(stamp[:11], _UNKNOWN)
+        second = int(stamp[12:14])
+        if base is not _UNKNOWN and base is not None and 0 <= second <= 59:
+            return base + second
+        mkey = (int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]))
+        value = self.yearless(*mkey, second, stamp)
+        if (known := minutes.get(mkey, _UNKNOWN)) is not _UNKNOWN:
+            minutes[stamp[:11]] = known  # None too: a minute that is not second 0 plus the second
+        return value
+
     def _yearless_at(self, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
         if self.ref_time is None:
             return None
@@ -61,7 +75,7 @@ class Stamps:
         except ValueError:
             return None
 
-    def _minute_base(self, mkey: tuple[object, ...], first: float | None, last: float | None) -> float | None:
+    def _minute_base(self, mkey: object, first: float | None, last: float | None) -> float | None:
         """Remember a minute's epoch at second 0 when every second of it is that plus the second."""
         if len(self._minutes) >= _MINUTES_KEPT:
             self._minutes.clear()

@@ -17,15 +17,12 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import timezone, tzinfo
 
-from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
+from agent.records import CapacityFact, EventKind, FieldValue, Phase, Record, Server, Severity
 from parsers import families, gpu, http_access, kernel
-from parsers.base import StreamParser
-from parsers.prefix import ANSI, Split, quoted_or_request
+from parsers.prefix import Split
 from parsers.signature import Signature, hot, json_object, signature
 from parsers.vllm_facts import FACT_WORDS, GIB, line_facts
-
-_new_tuple = tuple.__new__
-assert len(ServerStats._fields) == 16, "_stats builds a ServerStats field by field"
+from parsers.vllm_stats import VllmStats
 
 # Facts that only come once the engine has sized its KV cache: a start-up line after one of these begins
 # another start-up (a restart, or a second run appended to the same file).
@@ -136,26 +133,6 @@ _PREEMPT_V0 = re.compile(
     r"is preempted (?:by|in) PreemptionMode\.(?P<mode>RECOMPUTE|SWAP) mode because there is not enough KV cache space"
     r"(?:[^\n]{0,300}total_num_cumulative_preemption=(?P<total>\d+))?"  # the total arrived in 0.4
 )
-_STATS = re.compile(
-    r"(?:Engine (?P<engine>\d{1,4}): |\d{1,4} Engines Aggregated: )?Avg prompt throughput: (?P<pt>[\d.]+) tokens/s, "
-    r"Avg generation throughput: (?P<gt>[\d.]+) tokens/s, "
-    r"Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, Pending: (?P<pending>\d+) reqs"
-    r"|Waiting: (?P<waiting>\d+) reqs(?:, Deferred: \d+ reqs)?(?:, KV fetch: [^,]{0,60}, [^,]{0,60}, [^,]{0,60})?"
-    r"(?:, Preemptions: (?P<preempt>\d+))?), [\w+ ]{0,20}KV cache usage: (?P<kv>[\d.]+)%"
-    r"(?:, CPU KV cache usage: [\d.]+%)?(?:, Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
-)
-# `_stats` unpacks `m.groups()` positionally (cheaper than named lookups on the hottest line).
-assert tuple(_STATS.groupindex) == (
-    "engine", "pt", "gt", "running", "swapped", "pending", "waiting", "preempt", "kv", "hit"), _STATS.groupindex
-# The same line in any other shape (older eras' extra timing fields, fields added or reordered, the line glued
-# after a progress bar or quoted in backticks): `Name: value` pairs read wherever they sit after the first one.
-_FIELD = re.compile(
-    r"(Avg prompt throughput|Avg generation throughput|Running|Swapped|Pending|Waiting|Preemptions"
-    r"|GPU KV cache usage|[XNHT]PU KV cache usage|(?<!PU )KV cache usage|Prefix cache hit rate)"
-    r": ?(\d{1,12}(?:\.\d{1,6})?)"
-)
-_ENGINE_TAG = re.compile(r"Engine (\d{1,4}): $")
-_STAMP_IN = re.compile(r"(?:DEBUG|INFO|WARNING) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 _COLOUR_LEFT = re.compile(r"(?:\[?\d{1,3}(?:;\d{1,3}){0,3}m)+(?=\()")
 _PREFIX = re.compile(
     r"((?:\([^()\n]{1,80} pid=\d{1,9}[^()\n]{0,40}\) ){0,3})"
@@ -168,7 +145,7 @@ _PREFIX = re.compile(
 _PREEMPT_WORD = "is preempted "  # "by" until 0.6.0, "in" from 0.6.1
 
 
-class VllmParser(StreamParser):
+class VllmParser(VllmStats):
     """One vLLM log stream (API server and engine processes interleaved, any era)."""
 
     server = Server.VLLM
@@ -227,44 +204,6 @@ class VllmParser(StreamParser):
         return Split(record["message"], ts, level if isinstance(level, str) else None, tag,
                      f"{tag}{level}{stamp}{record.get('name')}")
 
-    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
-        m = _STATS.match(split.msg)
-        if m is not None:
-            return self._stats(split.ts, split.tag, m, path, offset)
-        return self._stats_fields(split, path, offset)
-
-    def _stats_fields(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
-        """The stats line in any other shape: its `Name: value` fields wherever they sit. Running and the KV
-        usage must be there; whatever precedes the first field (a progress bar, a backtick, a prefix the
-        splitter did not know) may supply the time and the DP engine, but not quotes or a request log."""
-        msg = split.msg
-        i = msg.find("Avg prompt throughput: ")
-        if i < 0 or i > 400 or quoted_or_request(msg[:i], msg):
-            return None
-        fields = dict(_FIELD.findall(msg, i))
-        running = fields.get("Running")
-        kv = next((v for k, v in fields.items() if k.endswith("KV cache usage")), None)
-        if running is None or kv is None:
-            return None
-        head = msg[:i]
-        ts = split.ts
-        if (sm := _STAMP_IN.search(head)) is not None and (split.level is None):
-            ts = self.yearless(int(sm.group(1)), int(sm.group(2)), int(sm.group(3)), int(sm.group(4)),
-                               int(sm.group(5)), sm.group(0)) or ts
-        em = _ENGINE_TAG.search(head)
-        waiting = fields.get("Waiting", fields.get("Pending"))
-        swapped = fields.get("Swapped")
-        preempt = fields.get("Preemptions")
-        hit = fields.get("Prefix cache hit rate")
-        pt, gt = fields.get("Avg prompt throughput"), fields.get("Avg generation throughput")
-        stats = ServerStats(ts, self.source, Server.VLLM, int(float(running)),
-                            int(float(waiting)) if waiting is not None else None,
-                            int(float(swapped)) if swapped is not None else None, float(kv) / 100,
-                            float(pt) if pt is not None else None, float(gt) if gt is not None else None,
-                            float(hit) / 100 if hit is not None else None,
-                            int(float(preempt)) if preempt is not None else None, None, path, offset)
-        return self._sampled(stats, split.tag, em.group(1) if em else None)
-
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
         if _PREEMPT_WORD in msg:
@@ -272,65 +211,6 @@ class VllmParser(StreamParser):
             if m is not None:
                 return [self._preempt_v0(split, m, path, offset)]
         return [self.fact(split, name, value) for name, value in line_facts(msg)]
-
-    def _stats(self, ts: float | None, tag: str, m: re.Match[str], path: str | None,
-               offset: int | None) -> list[Record]:
-        engine, pt, gt, running, swapped, pending, waiting, preempt, kv, hit = m.groups()
-        n_waiting = int(waiting or pending)
-        # every field given, so the tuple is built without the NamedTuple's Python-level __new__
-        stats: ServerStats = _new_tuple(ServerStats, (
-            ts, self.source, Server.VLLM, int(running), n_waiting, int(swapped) if swapped is not None else None,
-            float(kv) / 100, float(pt), float(gt), float(hit) / 100 if hit is not None else None,
-            int(preempt) if preempt is not None else None, None, path, offset, None, None))
-        if preempt is not None and stats.preemptions:
-            return self._sampled(stats, tag, engine)
-        # `sample` inlined for the commonest line: the queue state of this process (and DP engine)
-        key = f"{tag} engine {engine}" if engine else tag
-        before = self._waiting.get(key, 0)
-        self._waiting[key] = n_waiting
-        if n_waiting == 0 or before != 0:
-            return [stats]
-        return [stats, self.became_pending(stats)]
-
-    def _sampled(self, stats: ServerStats, tag: str, engine: str | None) -> list[Record]:
-        out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)  # each DP engine has its own queue
-        if stats.preemptions:
-            out.append(Event(stats.ts, self.source, Server.VLLM, EventKind.PREEMPTION, Severity.WARNING,
-                             Phase.RUNTIME, f"{stats.preemptions} preemptions in the last stats interval",
-                             {"count": stats.preemptions}, stats.path, stats.offset))
-        return out
-
-    def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
-        """The stats line is most of a busy vLLM log: found with three `find`s and one match, no split,
-        no rules. Anything unusual about its prefix (another format, a syslog prefix) takes the full path."""
-        i = text.find("Avg prompt throughput: ")
-        if i < 0:
-            return StreamParser._feed(self, text, ts, path, offset)
-        j = text.find("INFO ")
-        k = text.find("] ", j + 19) if 0 <= j < i else -1
-        stamp = text[j + 5:j + 19]
-        tag = text[:j].strip()
-        if not (0 <= k < i and stamp[2:3] == "-" and stamp[5:6] == " " and stamp[8:9] == ":"
-                and (not tag or (tag[0] in "(\x1b" and "pid=" in tag))):
-            return StreamParser._feed(self, text, ts, path, offset)
-        m = _STATS.match(text, k + 2)
-        if m is None:
-            return StreamParser._feed(self, text, ts, path, offset)
-        self.lines_seen += 1
-        if "\x1b" in tag:
-            tag = ANSI.sub("", tag)
-        if ts is None:
-            cached, ts = self._ts_cache
-            if stamp != cached:
-                ts = self.yearless(int(stamp[0:2]), int(stamp[3:5]), int(stamp[6:8]), int(stamp[9:11]),
-                                   int(stamp[12:14]), stamp)
-        self._last_ts = ts
-        self._starting = False
-        if not self._blocks:
-            return self._stats(ts, tag, m, path, offset)
-        out: list[Record] = []  # a new record: it ends its own process's open one, and stale ones
-        self._continue_block(Split("", ts, "INFO", tag, stamp), out)
-        return out + self._stats(ts, tag, m, path, offset)
 
     def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
         """V0 warns on the 1st, 51st, 101st… preemption with the running total: the increment since the

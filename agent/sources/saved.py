@@ -9,6 +9,7 @@ It is a report, not a check: finding problems is the normal outcome, not an erro
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import os
 import re
@@ -22,7 +23,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from agent.errors import AgentError
 from agent.records import Event, Record, Server, ServerStats
 from agent.sources.framing import PartialJoiner, unwrap
-from parsers import AutoParser, Parser, make_parser
+from parsers import Parser, make_parser
 
 
 @dataclass
@@ -210,8 +211,8 @@ def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server
     if first is not None:
         result.fmt = detect_format(text)
         if result.fmt == "plain":
-            count, offset = feed_plain(itertools.chain((first,), raws), parser, path, offset, emit, line=lines,
-                                       newlines=newlines)
+            count, offset = feed_plain(raws, parser, path, offset, emit, line=lines, newlines=newlines,
+                                       first=first)
             lines += count - 1
         else:
             unwrapper = Unwrapper(result.fmt)
@@ -229,36 +230,50 @@ def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server
     return result
 
 
+BATCH_BYTES = 1 << 16  # a plain file is read in batches of lines of about this many bytes (one `readlines`)
+BATCH_LINES = 512  # or of this many lines, from a source that is not a file (a pipe's remembered lines)
+
+
+def _batches(raws: Iterable[bytes]) -> Iterator[list[bytes]]:
+    readlines = getattr(raws, "readlines", None)
+    if readlines is not None:
+        while batch := readlines(BATCH_BYTES):
+            yield batch
+        return
+    lines = iter(raws)
+    while batch := list(itertools.islice(lines, BATCH_LINES)):
+        yield batch
+
+
 def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: int, emit: Emit,
                end: int | None = None, limit: int | None = None, line: int = 1,
-               newlines: Newlines | None = None) -> tuple[int, int]:
-    """Feed plain lines that start at byte `offset` (the first is line number `line` of the file), stopping
-    after the line that reaches byte `end` (a line start) or after `limit` lines, so the caller may go on
-    reading the same handle; return (lines read, offset after them). Records get their `line` (`stamp`;
-    `newlines` counts back for those that start before the line just read)."""
+               newlines: Newlines | None = None, first: bytes | None = None) -> tuple[int, int]:
+    """Feed plain lines (`first`, then those of `raws`) that start at byte `offset` (the first is line number
+    `line` of the file), stopping after the line that reaches byte `end` (a line start) or after `limit`
+    lines; return (lines read, offset after them). A file is read in batches, and when it stops inside one
+    the file is put back at the first line not read, so the caller may go on reading it. Records get their
+    `line` (`stamp`; `newlines` counts back for those that start before the line just read)."""
     if (end is not None and offset >= end) or limit == 0:
         return 0, offset
-    if newlines is None:
-        newlines = no_newlines
-    feed = parser.feed
-    before = line - 2  # newlines before the line just read, less the count of lines read
-    auto = parser if isinstance(parser, AutoParser) else None  # once it has settled, feed its parser directly
+    locate = functools.partial(stamp, newlines=newlines or no_newlines)
+    feed_lines = parser.feed_lines
     count = 0
-    stop_at = end if end is not None else float("inf")
-    for raw in raws:
-        count += 1
-        if auto is not None and (inner := auto.inner) is not None:
-            feed = inner.feed
-            auto = None
-        try:
-            text = raw.decode()
-        except UnicodeDecodeError:
-            text = raw.decode("utf-8", "replace")
-        records = feed(text.rstrip("\r\n"), None, path, offset)
-        if records:
-            emit(stamp(records, offset, before + count, newlines), parser.server)
-        offset += len(raw)
-        if offset >= stop_at or count == limit:
+    batches = _batches(raws)
+    for batch in itertools.chain(([first],), batches) if first is not None else batches:
+        take = len(batch) if limit is None else min(len(batch), limit - count)
+        part = batch if take == len(batch) else batch[:take]
+        if end is not None:  # through the line that reaches `end`
+            ends = list(itertools.accumulate(map(len, part), initial=offset))
+            take = min(take, bisect.bisect_left(ends, end, 1))
+            part = part[:take]
+        if records := feed_lines(part, path, offset, line - 1 + count, locate):
+            emit(records, parser.server)
+        count += take
+        offset += sum(map(len, part))
+        if take < len(batch):
+            raws.seek(offset)  # type: ignore[attr-defined]  # only a file is read with `end` or `limit`
+            break
+        if (end is not None and offset >= end) or count == limit:
             break
     return count, offset
 

@@ -68,3 +68,26 @@ def test_needles_hold_for_random_patterns(data: st.DataObject, pattern: str) -> 
     text = data.draw(st.from_regex(compiled))  # a string containing a match
     if needles is not None:
         assert any(n in text for n in needles), (pattern, text, needles)
+
+
+REAL_LINES = [line for path in sorted((LOGS.parent / "real").glob("*.txt"))
+              for line in path.read_text("utf-8").splitlines()]
+PARSER_CLASSES = (*REGISTRY.values(), GenericParser)
+
+
+@pytest.mark.parametrize("cls", PARSER_CLASSES, ids=lambda c: c.__name__)
+def test_the_index_names_exactly_the_signatures_that_could_match(cls: type) -> None:
+    index = cls._index()
+    for line in [*FIXTURE_LINES, *REAL_LINES]:
+        expected = tuple(r for r in cls.SIGNATURES if r.could_match(line))
+        assert index.candidates(line) == expected, line
+
+
+NEEDLE_PIECES = sorted({n for r in SIGNATURES.values() for n in r.needles or ()})
+
+
+@given(st.lists(st.one_of(st.sampled_from(NEEDLE_PIECES), st.text(max_size=6)), max_size=8).map("".join))
+def test_the_index_agrees_on_lines_made_of_needles(line: str) -> None:
+    """Needles that overlap, nest or share a start (`CUDA` in `CUDA out of memory`) are all reported."""
+    for cls in PARSER_CLASSES:
+        assert cls._index().candidates(line) == tuple(r for r in cls.SIGNATURES if r.could_match(line))

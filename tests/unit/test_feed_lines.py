@@ -1,0 +1,149 @@
+"""`feed_lines` (how `scan` reads a plain file, in batches) gives exactly what feeding each line gives: the
+same records with the same line numbers, and the same parser state after, whatever the batch size."""
+
+from __future__ import annotations
+
+import functools
+from datetime import timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.records import Record, Server
+from agent.sources.saved import stamp
+from parsers import make_parser
+from parsers.vllm_stats import _PLAIN, _STATS
+
+from .conftest import LOGS, REF_TIME
+
+_CACHES = {"_ts_cache", "_minutes"}  # how fast, not what: they may differ
+
+
+def _newlines(data: bytes) -> Any:
+    return lambda a, b: data.count(b"\n", a, b)
+
+
+def _state(parser: Any) -> dict[str, Any]:
+    inner = getattr(parser, "inner", None) or parser
+    return {k: v for k, v in vars(inner).items() if k not in _CACHES}
+
+
+def by_line(parser: Any, data: bytes) -> list[Record]:
+    """The reference: `feed` per line, located as `scan` locates records."""
+    out: list[Record] = []
+    offset = 0
+    raws = data.splitlines(keepends=True)
+    for n, raw in enumerate(raws):
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if records := parser.feed(text, None, "t.log", offset):
+            out += stamp(records, offset, n, _newlines(data))
+        offset += len(raw)
+    return out
+
+
+def in_batches(parser: Any, data: bytes, size: int) -> list[Record]:
+    out: list[Record] = []
+    offset = 0
+    raws = data.splitlines(keepends=True)
+    locate = functools.partial(stamp, newlines=_newlines(data))
+    for start in range(0, len(raws), size):
+        batch = raws[start:start + size]
+        out += parser.feed_lines(batch, "t.log", offset, start, locate)
+        offset += sum(map(len, batch))
+    return out
+
+
+def assert_same(server: Server, data: bytes, size: int, tz: Any = timezone.utc) -> None:
+    one, many = make_parser(server, "t", REF_TIME, tz), make_parser(server, "t", REF_TIME, tz)
+    expected, got = by_line(one, data), in_batches(many, data, size)
+    assert got == expected
+    assert [getattr(r, "line", None) for r in got] == [getattr(r, "line", None) for r in expected]
+    assert _state(many) == _state(one)
+    assert many.flush() == one.flush()
+
+
+LOG_FILES = sorted(LOGS.rglob("*.log"))
+REAL = sorted((LOGS.parent / "real").glob("*.txt"))
+
+
+@pytest.mark.parametrize("path", [*LOG_FILES, *REAL], ids=lambda p: p.name)
+@pytest.mark.parametrize("size", [1, 7, 400])
+def test_every_fixture_and_real_log_reads_the_same_in_batches(path: Any, size: int) -> None:
+    data = path.read_bytes()
+    assert_same(Server.AUTO, data, size)
+    if path.parent.name in {s.value for s in Server}:
+        assert_same(Server(path.parent.name), data, size)
+
+
+_TAG = "(APIServer pid=3646) "
+_V1 = ("Engine 000: Avg prompt throughput: 1675.6 tokens/s, Avg generation throughput: 1339.8 tokens/s, Running: 44 "
+       "reqs, Waiting: {w} reqs, GPU KV cache usage: 14.2%, Prefix cache hit rate: 32.3%")
+TRICKY_LINES = [
+    _TAG + "INFO 11-28 00:00:01 [loggers.py:123] " + _V1.format(w=0),
+    _TAG + "INFO 11-28 00:00:02 [loggers.py:123] " + _V1.format(w=3),  # a queue forms: a `pending` event
+    _TAG + "INFO 11-28 00:00:59 [loggers.py:123] " + _V1.format(w=0).replace("Engine 000", "Engine 001"),
+    _TAG + "INFO 11-28 00:01:60 [loggers.py:123] " + _V1.format(w=0),  # a second that is not one
+    _TAG + "INFO 11-28 00:0x:05 [loggers.py:123] " + _V1.format(w=0),  # a stamp that is not one
+    _TAG + "INFO 11-28 00:02:03 [loggers.py:123] " + _V1.format(w=0).replace("1675.6", "1.2.3"),  # a bad number
+    _TAG + "INFO 11-28 00:02:04 [loggers.py:123] " + _V1.format(w=9).replace(
+        "Waiting: 9 reqs", "Waiting: 9 reqs, Preemptions: 4"),
+    _TAG + "INFO 11-28 00:02:05 [loggers.py:123] " + _V1.format(w=0).replace(
+        "14.2%", "14.2%, CPU KV cache usage: 0.0%"),
+    _TAG + "INFO 11-28 00:02:06 [loggers.py:123] " + _V1.format(w=0).replace(", Prefix cache hit rate: 32.3%", ""),
+    "\x1b[36m(APIServer pid=3646)\x1b[0m INFO 11-28 00:02:07 [loggers.py:123] " + _V1.format(w=0),
+    "INFO 11-28 00:02:08 [metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 5.1 "
+    "tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 0.4%, CPU KV cache usage: 0.0%.",
+    "Nov 28 00:02:09 host vllm[1]: " + _TAG + "INFO 11-28 00:02:09 [loggers.py:123] " + _V1.format(w=0),
+    _TAG + 'INFO:     10.0.0.9:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK',
+    _TAG + 'INFO:     10.0.0.9:40000 - "POST /v1/chat/completions HTTP/1.1" 429 Too Many Requests',
+    _TAG + 'INFO:     10.0.0.9:40000 - "POST /v1/chat/completions HTTP/1.1" 503 Service Unavailable',
+    _TAG + 'INFO:     10.0.0.9:40000 - "GET /v1/request?prompt=\'hi HTTP/1.1" 200 OK',
+    _TAG + "INFO 11-28 00:02:10 [logger.py:39] Received request chatcmpl-1: prompt: 'line one",
+    "line two of the prompt",
+    _TAG + "ERROR 11-28 00:02:11 [core.py:710] EngineCore encountered a fatal error.",
+    _TAG + "ERROR 11-28 00:02:11 [core.py:710] Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/vllm/v1/engine/core.py", line 701, in run_engine_core',
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    "progress 50%\r" + _TAG + "INFO 11-28 00:02:12 [loggers.py:123] " + _V1.format(w=0),
+    _TAG + "INFO 11-28 00:02:13 [loggers.py:123] " + _V1.format(w=0) + " " + "x" * 70000,
+    "",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(TRICKY_LINES), max_size=40), st.sampled_from([1, 2, 5, 64]),
+       st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_vllm_stats_and_access_lanes_match_feed(lines: list[str], size: int, newline: str, latin: bool) -> None:
+    data = newline.join(lines).encode() + (b"\xe9\xff tail\n" if latin else b"")
+    assert_same(Server.VLLM, data, size)
+
+
+def test_a_minute_that_is_not_sixty_seconds_is_converted_line_by_line() -> None:
+    """The autumn DST change repeats 02:00–02:59 in Berlin; each line is still converted as `feed` does."""
+    lines = [_TAG + f"INFO 10-25 02:{m:02d}:{s:02d} [loggers.py:123] " + _V1.format(w=0)
+             for m in (59,) for s in (0, 30, 59)] + [_TAG + "INFO 10-25 03:00:00 [loggers.py:123] " + _V1.format(w=0)]
+    for size in (1, 3):
+        assert_same(Server.VLLM, "\n".join(lines).encode(), size, ZoneInfo("Europe/Berlin"))
+
+
+@pytest.mark.parametrize("line", [t for t in TRICKY_LINES if "throughput" in t])
+def test_the_plain_shape_reads_as_the_general_pattern(line: str) -> None:
+    """`_PLAIN`, tried first, gives `_STATS`'s groups on every line it matches."""
+    start = line.find("Engine ") if "Engine " in line else line.find("Avg prompt")
+    plain = _PLAIN.match(line, start)
+    if plain is not None:
+        general = _STATS.match(line, start)
+        assert general is not None and general.groups() == plain.groups()
+
+
+@given(st.tuples(*[st.from_regex(r"\d{1,5}(\.\d{1,2})?", fullmatch=True)] * 4, *[st.integers(0, 9999)] * 3))
+def test_the_plain_shape_agrees_on_any_numbers(numbers: tuple[Any, ...]) -> None:
+    pt, gt, kv, hit, engine, running, waiting = numbers
+    line = (f"Engine {engine:03d}: Avg prompt throughput: {pt} tokens/s, Avg generation throughput: {gt} tokens/s, "
+            f"Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv}%, "
+            f"Prefix cache hit rate: {hit}%")
+    plain, general = _PLAIN.match(line), _STATS.match(line)
+    assert plain is not None and general is not None and plain.groups() == general.groups()
