@@ -52,7 +52,7 @@ from parsers.prefix import (
     last_segment,
     source_last,
 )
-from parsers.redact import is_request_log, opens_unclosed_quote, redact, scrub
+from parsers.redact import is_request_log, opens_unclosed_quote, scrub
 from parsers.signature import Signature, SignatureIndex
 from parsers.stamps import Stamps
 
@@ -304,10 +304,11 @@ class StreamParser(Stamps):
     def event(self, split: Split, kind: EventKind, severity: Severity, phase: Phase | None,
               fields: Mapping[str, FieldValue], path: str | None, offset: int | None,
               message: str | None = None) -> Event:
-        """An event whose message is the redacted line: the only way free text reaches a record (facts keep
-        single values such as a model name)."""
+        """An event whose message is the line: the only way free text reaches a record (facts keep single
+        values such as a model name). It is redacted where every record leaves the parser: `feed` and
+        `flush` pass it through `scrub`."""
         return Event(split.ts, self.source, self.server, kind, severity, phase or self.phase(),
-                     redact(split.msg if message is None else message), dict(fields), path, offset)
+                     split.msg if message is None else message, dict(fields), path, offset)
 
     # ---- internals ----------------------------------------------------------------------------
     def _track_phase(self, msg: str) -> None:

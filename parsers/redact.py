@@ -32,11 +32,6 @@ _REQUEST_MARKERS = (
     "response: {\"", "request:  {\"", "response:  {\"", '"prompt":', '"messages":', '"inputs":', 'prompt="',
     'msg="completion request"', 'msg="chat request"',
 )
-# Literals only: an alternation of plain strings is one fast scan (a leading \b would make it ~20× slower).
-# One exception: "failed to parse response: {…}" reports an error (the body is the server's error, such as
-# TGI's "Model is overloaded"), it does not log a request's content.
-_REQUEST_LOG = re.compile("|".join(("(?<!parse )" if m.startswith("response:") else "") + re.escape(m)
-                                   for m in _REQUEST_MARKERS))
 
 _SECRET = re.compile(
     r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+|\bsk-[A-Za-z0-9_-]{8,}|\bhf_[A-Za-z0-9]{8,}"
@@ -44,13 +39,12 @@ _SECRET = re.compile(
 )
 # Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
 # characters it alone can consume, so matching is linear in the line length.
-_QUOTED = re.compile(r"(?<![\w`])(')(?:[^'\\\n]|\\.){0,1600}'|(\")(?:[^\"\\\n]|\\.){0,1600}\"")
+_QUOTED = re.compile(r"(?<![\w`])'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
 _BODY = re.compile(r"\{[^{}]{0,1600}\}")
 _QUERY = re.compile(r"\?[^\s\"]+")
 # An opening quote left unmatched (its string ran past the cut): everything after it is dropped.
 _OPEN_QUOTE = re.compile(r"(?:^|(?<=[\s=(\[:,{]))['\"]")
 _HOLE = "\x00"
-_EMPTIED = "\\1\\2" + _HOLE + "\\1\\2"  # a quoted string → its quotes around a hole (one group takes part)
 # Every credential `_SECRET` finds contains one of these, in any case: an ASCII line without any of them is
 # passed over without the scan (a case-insensitive pattern tried at every position; non-ASCII text always
 # takes the scan, since case folding there reaches beyond `str.lower`).
@@ -61,31 +55,54 @@ _PLAIN_WORD = re.compile(r"[\w./:-]{1,120}")
 
 
 # Every marker contains one of these words: a few `in` tests (each a fast substring search) settle most lines
-# before the alternation's scan, which tries every marker at every position (~4× dearer on an access line).
+# before any scan, which tries every marker at every position (~4× dearer on an access line).
 _REQUEST_WORDS = ("request", "Request", "prompt", "response", "_token_ids", "SamplingParams", "obj=", "ReqInput(",
                   '"messages":', '"inputs":')
 assert all(any(w in m for w in _REQUEST_WORDS) for m in _REQUEST_MARKERS), "a request marker without its word"
+# Each word with the markers that contain it, as one alternation of literals (a leading \b would make it ~20×
+# slower): a line with "Requests" in it ("429 Too Many Requests") is searched for "CompletionRequest(" alone.
+# One exception to plain literals: "failed to parse response: {…}" reports an error (the body is the server's
+# error, such as TGI's "Model is overloaded"), it does not log a request's content.
+_MARKERS_OF_WORD = tuple(
+    (word, re.compile("|".join(("(?<!parse )" if m.startswith("response:") else "") + re.escape(m)
+                               for m in _REQUEST_MARKERS if word in m)))
+    for word in _REQUEST_WORDS)
 
 
 def is_request_log(text: str) -> bool:
     """True for lines whose purpose is to log a request's content; they must produce no record."""
-    if not ("request" in text or "Request" in text or "prompt" in text or "response" in text
-            or "_token_ids" in text or "SamplingParams" in text or "obj=" in text or "ReqInput(" in text
-            or '"messages":' in text or '"inputs":' in text):
-        return False
-    return _REQUEST_LOG.search(text) is not None
+    for word, markers in _MARKERS_OF_WORD:  # noqa: SIM110 - a loop beats any() on this path
+        if word in text and markers.search(text) is not None:
+            return True
+    return False
 
 
 def redact(text: str) -> str:
-    """What may be kept of a message: credentials, quoted strings, bodies and query strings removed."""
+    """What may be kept of a message: credentials, quoted strings, bodies and query strings removed.
+
+    Two passes, as the parsers' events always had (the second catches what the first exposes: a credential
+    word left before an inserted `<redacted>`, a string the length cut left open); the second runs only
+    where it can change something — a credential word, non-ASCII text or a cut — which
+    tests/unit/test_properties.py holds to two full passes."""
     if _PLAIN_WORD.fullmatch(text) is not None and not _may_hold_secret(text):
-        return text  # nothing any pass below would change
+        return text  # nothing any pass would change
+    once = _redact_once(text)
+    if len(once) == MAX_MESSAGE_CHARS or _may_hold_secret(once):
+        return _redact_once(once)
+    return once
+
+
+def _empty(m: re.Match[str]) -> str:
+    return m.group(0)[0] + _HOLE + m.group(0)[0]
+
+
+def _redact_once(text: str) -> str:
     # NUL is the marker of an emptied string below: one in the input must not pass for one.
     text = text[:MAX_INPUT_CHARS].replace(_HOLE, " ")
     if _may_hold_secret(text):
         text = _SECRET.sub(REDACTED, text)
     if "'" in text or '"' in text:
-        text = _QUOTED.sub(_EMPTIED, text)
+        text = _QUOTED.sub(_empty, text)
         text = _cut_at_unmatched_quote(text)
         text = text.replace(_HOLE, REDACTED)
     text = _BODY.sub("{" + REDACTED + "}", text)
@@ -123,7 +140,7 @@ def route(path: str) -> str:
 
 def opens_unclosed_quote(text: str) -> bool:
     """Whether a quoted string opened on this line runs on past its end (a prompt logged over lines)."""
-    emptied = _QUOTED.sub(_EMPTIED, text.replace(_HOLE, " "))
+    emptied = _QUOTED.sub(_empty, text.replace(_HOLE, " "))
     return _cut_at_unmatched_quote(emptied) != emptied
 
 
@@ -135,8 +152,10 @@ def redact_fields(fields: Mapping[str, FieldValue]) -> dict[str, FieldValue]:
 def scrub(record: Record) -> Record:
     """The choke point every record a parser returns passes: an event's message and every text field,
     a capacity fact's text value. (Load samples carry numbers only.)"""
-    if isinstance(record, Event):
-        return replace(record, message=redact(record.message), fields=redact_fields(record.fields))
+    if isinstance(record, Event):  # a copy without `dataclasses.replace`'s checks (events come in storms)
+        copy = object.__new__(Event)
+        copy.__dict__.update(record.__dict__, message=redact(record.message), fields=redact_fields(record.fields))
+        return copy
     if isinstance(record, CapacityFact) and isinstance(record.value, str):
         return replace(record, value=redact(record.value))
     return record
