@@ -75,13 +75,14 @@ class LogStream:
         it holds back and what it emits is tied to that file incarnation, never to a name that rotation
         gives to the next file; records leave with both the path (for people) and the file key (the key)."""
         records: list[Record] = []
+        locate = self._locate
         for line in lines:
             where = line.path
             if line.file_key:
                 self.paths[line.file_key] = line.path
                 where = line.file_key
-            parser = self.parser_for(line.path)
-            records.extend(self._locate(r) for r in parser.feed(line.text, line.ts, where, line.offset))
+            if found := self.parser_for(line.path).feed(line.text, line.ts, where, line.offset):
+                records += map(locate, found)
         if len(self.paths) > MAX_REMEMBERED_FILES:
             held = set(self.held_offsets())
             recent = dict(list(self.paths.items())[-(MAX_REMEMBERED_FILES // 2):])
@@ -89,8 +90,10 @@ class LogStream:
         return records
 
     def _locate(self, record: Record) -> Record:
-        if isinstance(record, Event) and record.path in self.paths:
-            return replace(record, path=self.paths[record.path], file_key=record.path)
+        if isinstance(record, Event) and record.path in self.paths:  # a copy without `replace`'s checks (storms)
+            copy = object.__new__(Event)
+            copy.__dict__.update(record.__dict__, path=self.paths[record.path], file_key=record.path)
+            return copy
         if isinstance(record, ServerStats) and record.path in self.paths:
             # `_replace(path=…, file_key=…)` by position, without its keyword machinery (one per stats line)
             return _new_tuple(ServerStats, (*record[:12], self.paths[record.path], record.offset, record.path,
