@@ -24,7 +24,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
-from typing import ClassVar
 
 from agent.records import (
     CapacityFact,
@@ -53,7 +52,7 @@ from parsers.prefix import (
     source_last,
 )
 from parsers.redact import is_request_log, opens_unclosed_quote, scrub
-from parsers.signature import Signature, SignatureIndex
+from parsers.signature import Signature, index_of
 from parsers.stamps import Stamps
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
@@ -87,7 +86,6 @@ class StreamParser(Stamps):
     server: Server = Server.AUTO
     HOT: re.Pattern[str] = re.compile(r"(?!)")  # literal keywords that make a line worth a look
     SIGNATURES: tuple[Signature, ...] = ()
-    _signature_index: ClassVar[SignatureIndex]  # `_index()`: set per class on first use
     STARTING: re.Pattern[str] = re.compile(r"(?!)")  # a (re)start began: failures are start-up
     READY: re.Pattern[str] = re.compile(r"(?!)")  # the server is serving
     STATS_WORD = "\x00"  # a literal only the server's periodic stats line contains (fast path)
@@ -362,7 +360,7 @@ class StreamParser(Stamps):
         through the API server) is not repeated."""
         found: dict[EventKind, Event | None] = {}
         deferred: list[str] = []
-        index = self._index()
+        index = index_of(self.SIGNATURES)
         for msg in source_last(lines, deferred):
             if is_request_log(msg):
                 continue
@@ -380,15 +378,6 @@ class StreamParser(Stamps):
                 found[r.kind] = None if repeat else self.event(split, r.kind, severity, r.phase, fields, path,
                                                                offset, msg)
         return [e for e in found.values() if e is not None]
-
-    @classmethod
-    def _index(cls) -> SignatureIndex:
-        """The index of the class's own `SIGNATURES` (built on first use, once per class)."""
-        index = cls.__dict__.get("_signature_index")
-        if index is None or index.signatures is not cls.SIGNATURES:
-            index = SignatureIndex(cls.SIGNATURES)
-            cls._signature_index = index
-        return index
 
     def _repeat(self, kind: EventKind, ts: float | None) -> bool:
         """True when the same kind of incident was reported within the window (which does not slide:

@@ -87,6 +87,17 @@ class SignatureIndex:
         return hit
 
 
+_INDEXES: dict[int, SignatureIndex] = {}
+
+
+def index_of(signatures: tuple[Signature, ...]) -> SignatureIndex:
+    """The index of a parser's `SIGNATURES` (built on first use, once per tuple)."""
+    index = _INDEXES.get(id(signatures))
+    if index is None or index.signatures is not signatures:
+        index = _INDEXES[id(signatures)] = SignatureIndex(signatures)
+    return index
+
+
 def json_object(text: str) -> dict[str, Any] | None:
     """The object of a JSON-formatted log line (TGI `--json-output`, vLLM's JSON formatter, llama.cpp
     `--log-format json`), or None when the line is not one."""

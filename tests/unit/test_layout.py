@@ -64,3 +64,11 @@ def test_the_daemon_never_imports_the_tools_and_views_never_write() -> None:
         if rel.startswith("agent/views/"):
             writers = {"agent.sinks.store", "agent.sinks.writer", "agent.daemon.loop", "agent.daemon.service"}
             assert not imported & writers, f"{rel} imports a writer: {imported & writers}"
+
+
+MAX_MODULE_LINES = 400  # a module past this has taken on a second job: split it by job, not by size
+
+
+def test_every_module_stays_small() -> None:
+    big = {_rel(p): n for p in MODULES if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}"

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from parsers import REGISTRY
 from parsers.generic import GenericParser
 from parsers.needles import required_literals
+from parsers.signature import index_of
 
 from .conftest import LOGS
 
@@ -77,7 +78,7 @@ PARSER_CLASSES = (*REGISTRY.values(), GenericParser)
 
 @pytest.mark.parametrize("cls", PARSER_CLASSES, ids=lambda c: c.__name__)
 def test_the_index_names_exactly_the_signatures_that_could_match(cls: type) -> None:
-    index = cls._index()
+    index = index_of(cls.SIGNATURES)
     for line in [*FIXTURE_LINES, *REAL_LINES]:
         expected = tuple(r for r in cls.SIGNATURES if r.could_match(line))
         assert index.candidates(line) == expected, line
@@ -90,4 +91,4 @@ NEEDLE_PIECES = sorted({n for r in SIGNATURES.values() for n in r.needles or ()}
 def test_the_index_agrees_on_lines_made_of_needles(line: str) -> None:
     """Needles that overlap, nest or share a start (`CUDA` in `CUDA out of memory`) are all reported."""
     for cls in PARSER_CLASSES:
-        assert cls._index().candidates(line) == tuple(r for r in cls.SIGNATURES if r.could_match(line))
+        assert index_of(cls.SIGNATURES).candidates(line) == tuple(r for r in cls.SIGNATURES if r.could_match(line))
