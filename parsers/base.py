@@ -47,6 +47,7 @@ from parsers.prefix import (
     SYSLOG,
     Split,
     boring_access,
+    decoded,
     earliest,
     last_segment,
     source_last,
@@ -194,12 +195,7 @@ class StreamParser(Stamps):
         of a busy log, an access line that is not a refusal, which is settled without leaving the loop."""
         out: list[Record] = []
         feed = self.feed
-        for raw in raws:
-            try:
-                text = raw.decode()
-            except UnicodeDecodeError:
-                text = raw.decode("utf-8", "replace")
-            text = text.rstrip("\r\n")
+        for raw, text in zip(raws, decoded(raws), strict=True):
             if not self._settles_access(text) and (records := feed(text, None, path, offset)):
                 out += locate(records, offset, before)
             before += 1

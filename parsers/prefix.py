@@ -8,7 +8,7 @@ modules; patterns are bounded (see parsers/base.py on backtracking).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
@@ -110,3 +110,20 @@ def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, in
         if path is not None and offset is not None and offset < out.get(path, offset + 1):
             out[path] = offset
     return out
+
+
+def decoded(raws: Sequence[bytes]) -> list[str]:
+    """The text of each raw line (each ends at its newline, the last maybe not), without its line ending:
+    strict UTF-8, one decode for the batch when it is valid (the usual case), else line by line with
+    replacement characters."""
+    joined = b"".join(raws)
+    if joined.count(b"\n") == len(raws) - (not raws[-1].endswith(b"\n") if raws else 0):
+        try:
+            parts = joined.decode().split("\n")
+        except UnicodeDecodeError:
+            pass
+        else:
+            if len(parts) > len(raws):
+                parts.pop()  # the empty text after the last newline
+            return [part.rstrip("\r") for part in parts] if b"\r" in joined else parts
+    return [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in raws]

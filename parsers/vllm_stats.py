@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from agent.records import Event, EventKind, Phase, Record, Server, ServerStats, Severity
 from parsers.base import Locate, StreamParser
-from parsers.prefix import ANSI, Split, quoted_or_request
+from parsers.prefix import ANSI, Split, decoded, quoted_or_request
 from parsers.redact import scrub
 
 _new_tuple = tuple.__new__
@@ -172,12 +172,7 @@ class VllmStats(StreamParser):
         source = self.source
         vllm = Server.VLLM
         line = before
-        for raw in raws:
-            try:
-                text = raw.decode()
-            except UnicodeDecodeError:
-                text = raw.decode("utf-8", "replace")
-            text = text.rstrip("\r\n")
+        for raw, text in zip(raws, decoded(raws), strict=True):
             line += 1
             i = text.find(STATS_WORD)
             if i < 0:

@@ -31,11 +31,17 @@ def _state(parser: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(inner).items() if k not in _CACHES}
 
 
+def lines_of(data: bytes) -> list[bytes]:
+    """The raw lines as a file's `readlines` gives them: split after each newline, and only there."""
+    return [line + b"\n" for line in data.split(b"\n")[:-1]] + ([data.rsplit(b"\n", 1)[-1]] if not
+                                                                 data.endswith(b"\n") else [])
+
+
 def by_line(parser: Any, data: bytes) -> list[Record]:
     """The reference: `feed` per line, located as `scan` locates records."""
     out: list[Record] = []
     offset = 0
-    raws = data.splitlines(keepends=True)
+    raws = lines_of(data)
     for n, raw in enumerate(raws):
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if records := parser.feed(text, None, "t.log", offset):
@@ -47,7 +53,7 @@ def by_line(parser: Any, data: bytes) -> list[Record]:
 def in_batches(parser: Any, data: bytes, size: int) -> list[Record]:
     out: list[Record] = []
     offset = 0
-    raws = data.splitlines(keepends=True)
+    raws = lines_of(data)
     locate = functools.partial(stamp, newlines=_newlines(data))
     for start in range(0, len(raws), size):
         batch = raws[start:start + size]
