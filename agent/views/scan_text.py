@@ -143,6 +143,19 @@ def _stats_json(r: ServerStats) -> str:
     The commonest value of each field is spelled inline (a cached float, an int, a None), the rest by
     `_float`, `_int` and `_string`, which say the same for those: a call per field was most of the cost."""
     ts, source, server, running, waiting, swapped, kv, prompt, gen, hit, preempt, kv_tokens, path, offset, key, line = r
+    if (swapped is None and preempt is None and kv_tokens is None and key is None and running.__class__ is int
+            and waiting.__class__ is int and offset.__class__ is int and line.__class__ is int
+            and ts.__class__ is float and kv.__class__ is float and prompt.__class__ is float
+            and gen.__class__ is float and ts - ts == 0 and kv - kv == 0 and prompt - prompt == 0 and gen - gen == 0
+            and (hit is None or (hit.__class__ is float and hit - hit == 0))):
+        # the sample a stats line gives (every number a finite float or an int, which `json` spells as `repr`
+        # does): one format, no look-ups, a third of the general path's time
+        return (f'{{"type": "stats", "ts": {ts!r}, "source": {_cached_string(source) or _string(source)}, '
+                f'"server": {_cached_string(server._value_) or _string(server._value_)}, "running": {running}, '
+                f'"waiting": {waiting}, "swapped": null, "kv_usage_ratio": {kv!r}, "prompt_tps": {prompt!r}, '
+                f'"gen_tps": {gen!r}, "prefix_hit_ratio": {"null" if hit is None else _float_repr(hit)}, '
+                f'"preemptions": null, "kv_used_tokens": null, "path": {_cached_string(path) or _string(path)}, '
+                f'"offset": {offset}, "line": {line}, "file_key": null}}')
     return (f'{{"type": "stats", "ts": {(ts.__class__ is float and _cached_float(ts)) or _float(ts)}, '
             f'"source": {_cached_string(source) or _string(source)}, "server": {_string(server._value_)}, '
             f'"running": {_int_repr(running) if running.__class__ is int else _int(running)}, '

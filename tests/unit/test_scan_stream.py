@@ -49,6 +49,14 @@ def test_fast_jsonl_encoder_on_unusual_values() -> None:
         ServerStats(float("nan"), "s", Server.VLLM, None, None, None, float("inf"), -float("inf"), 0.0, None),
         ServerStats(None, "", Server.AUTO),
         ServerStats(1.5, "s", Server.VLLM, 1, 2, 3, 0.25, 10.0, 20.0, 0.5, 4, 5, "p", 6, "k", 7),
+        # the shape a stats line gives (the short path), and each way out of it
+        ServerStats(1.5, "s", Server.VLLM, 1, 2, None, 0.25, 10.0, 20.0, 0.5, None, None, "p", 6, None, 7),
+        ServerStats(-0.0, "s\"q", Server.VLLM, 0, 0, None, -0.0, 0.0, 1e300, None, None, None, "p\u2028", 6, None, 7),
+        ServerStats(1.5, "s", Server.VLLM, 1, 2, None, 0.25, float("nan"), 20.0, 0.5, None, None, "p", 6, None, 7),
+        ServerStats(float("inf"), "s", Server.VLLM, 1, 2, None, 0.25, 1.0, 20.0, 0.5, None, None, "p", 6, None, 7),
+        ServerStats(1.5, "s", Server.VLLM, 1, 2, None, 0.25, 1.0, 20.0, float("-inf"), None, None, "p", 6, None, 7),
+        ServerStats(1.5, "s", Server.VLLM, True, 2, None, 0.25, 1.0, 20.0, 0.5, None, None, "p", 6, None, 7),
+        ServerStats(1.5, "s", Server.VLLM, 1, 2, None, 1, 1.0, 20.0, 0.5, None, None, None, 6, None, 7),
     ]
     for sample in samples:
         writer([sample], Server.VLLM)
