@@ -113,17 +113,5 @@ def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, in
 
 
 def decoded(raws: Sequence[bytes]) -> list[str]:
-    """The text of each raw line (each ends at its newline, the last maybe not), without its line ending:
-    strict UTF-8, one decode for the batch when it is valid (the usual case), else line by line with
-    replacement characters."""
-    joined = b"".join(raws)
-    if joined.count(b"\n") == len(raws) - (not raws[-1].endswith(b"\n") if raws else 0):
-        try:
-            parts = joined.decode().split("\n")
-        except UnicodeDecodeError:
-            pass
-        else:
-            if len(parts) > len(raws):
-                parts.pop()  # the empty text after the last newline
-            return [part.rstrip("\r") for part in parts] if b"\r" in joined else parts
+    """The text of each raw line, without its line ending (invalid UTF-8 replaced, as a file's reader does)."""
     return [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in raws]
