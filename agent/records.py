@@ -263,6 +263,15 @@ assert tuple(f.name for f in fields(LogLine)) == (
     "source", "path", "offset", "text", "ts", "stream", "truncated", "file_key"), "log_line builds a LogLine by name"
 
 
+def event_with(event: Event, **changes: Any) -> Event:
+    """`dataclasses.replace(event, **changes)` without its checks and `__init__` (an event has no
+    `__post_init__`; the copy is equal to what `replace` gives). Events come in storms: the parsers' redaction,
+    `scan`'s line numbers and the daemon's file keys each make one copy per event."""
+    copy: Event = _new_object(Event)
+    copy.__dict__.update(event.__dict__, **changes)
+    return copy
+
+
 def log_line(source: str, path: str, offset: int, text: str, ts: float | None, stream: str | None, truncated: bool,
              file_key: str) -> LogLine:
     """`LogLine(…)` with every field given, without the frozen dataclass's `object.__setattr__` per field (the

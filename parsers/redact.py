@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from agent.records import CapacityFact, Event, FieldValue, Record
+from agent.records import CapacityFact, Event, FieldValue, Record, event_with
 
 MAX_MESSAGE_CHARS = 400
 MAX_INPUT_CHARS = MAX_MESSAGE_CHARS * 4  # redaction works on this much of a message, never more
@@ -152,10 +152,8 @@ def redact_fields(fields: Mapping[str, FieldValue]) -> dict[str, FieldValue]:
 def scrub(record: Record) -> Record:
     """The choke point every record a parser returns passes: an event's message and every text field,
     a capacity fact's text value. (Load samples carry numbers only.)"""
-    if isinstance(record, Event):  # a copy without `dataclasses.replace`'s checks (events come in storms)
-        copy = object.__new__(Event)
-        copy.__dict__.update(record.__dict__, message=redact(record.message), fields=redact_fields(record.fields))
-        return copy
+    if isinstance(record, Event):
+        return event_with(record, message=redact(record.message), fields=redact_fields(record.fields))
     if isinstance(record, CapacityFact) and isinstance(record.value, str):
         return replace(record, value=redact(record.value))
     return record

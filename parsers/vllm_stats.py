@@ -175,12 +175,10 @@ class VllmStats(StreamParser):
         for raw, text in zip(raws, decoded(raws), strict=True):
             line += 1
             i = text.find(STATS_WORD)
-            if i < 0:
-                if not self._settles_access(text) and (records := feed(text, None, path, offset)):
-                    out += locate(records, offset, line - 1)
+            if i < 0 and self._settles_access(text):
                 offset += len(raw)
                 continue
-            if self._blocks:  # a new record closes blocks: the full path
+            if i < 0 or self._blocks:  # any other line, or a stats line that closes blocks: the full path
                 if records := feed(text, None, path, offset):
                     out += locate(records, offset, line - 1)
                 offset += len(raw)

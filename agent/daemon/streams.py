@@ -13,7 +13,17 @@ from dataclasses import dataclass, field, replace
 
 from agent.bookkeeping import Cursor, JournalCursor
 from agent.config import SourceSection
-from agent.records import CapacityFact, Event, GpuProcessSample, GpuSample, LogLine, Record, Server, ServerStats
+from agent.records import (
+    CapacityFact,
+    Event,
+    GpuProcessSample,
+    GpuSample,
+    LogLine,
+    Record,
+    Server,
+    ServerStats,
+    event_with,
+)
 from agent.sources.engines import engine_name
 from agent.sources.journal import JournalSource
 from agent.sources.tailer import FileTailer
@@ -90,10 +100,8 @@ class LogStream:
         return records
 
     def _locate(self, record: Record) -> Record:
-        if isinstance(record, Event) and record.path in self.paths:  # a copy without `replace`'s checks (storms)
-            copy = object.__new__(Event)
-            copy.__dict__.update(record.__dict__, path=self.paths[record.path], file_key=record.path)
-            return copy
+        if isinstance(record, Event) and record.path in self.paths:
+            return event_with(record, path=self.paths[record.path], file_key=record.path)
         if isinstance(record, ServerStats) and record.path in self.paths:
             # `_replace(path=…, file_key=…)` by position, without its keyword machinery (one per stats line)
             return _new_tuple(ServerStats, (*record[:12], self.paths[record.path], record.offset, record.path,

@@ -21,7 +21,7 @@ from typing import BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
-from agent.records import Event, Record, Server, ServerStats
+from agent.records import Event, Record, Server, ServerStats, event_with
 from agent.sources.framing import PartialJoiner, unwrap
 from parsers import Parser, make_parser
 
@@ -164,12 +164,9 @@ def stamp(records: list[Record], pos: int, before: int, newlines: Newlines) -> l
             at: int = r.offset  # type: ignore[union-attr]
             back = 0 if at == pos else newlines(at, pos)
             line = None if back is None else before + 1 - back
-            if cls is ServerStats:
-                r = _new_tuple(ServerStats, (*r[:-1], line))  # type: ignore[index]  # `_make` without its checks
-            else:  # a copy without `dataclasses.replace`'s checks (events are frequent in a storm)
-                copy = object.__new__(Event)
-                copy.__dict__.update(r.__dict__, line=line)
-                r = copy
+            # `_make` / `replace` without their checks (records come in storms)
+            r = (_new_tuple(ServerStats, (*r[:-1], line)) if cls is ServerStats  # type: ignore[index]
+                 else event_with(r, line=line))  # type: ignore[arg-type]
         out.append(r)
     return out
 
