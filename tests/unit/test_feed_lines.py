@@ -115,6 +115,21 @@ TRICKY_LINES = [
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
     "progress 50%\r" + _TAG + "INFO 11-28 00:02:12 [loggers.py:123] " + _V1.format(w=0),
     _TAG + "INFO 11-28 00:02:13 [loggers.py:123] " + _V1.format(w=0) + " " + "x" * 70000,
+    # the lines the batch lane settles in its loop, and near misses of them that it must leave to `feed`
+    "(INFO pid=7) INFO 11-28 00:02:14 [loggers.py:123] " + _V1.format(w=0),  # `INFO ` inside the tag
+    "(FOOINFO pid=7) INFO 11-28 00:02:15 [loggers.py:123] " + _V1.format(w=2),
+    "(VllmWorker TP0 pid=8) INFO 11-28 00:02:16 [loggers.py:123] " + _V1.format(w=0),  # a two-word tag
+    "(VllmWorker TP0 pid=8) INFO 11-28 00:03:16 [loggers.py:123] " + _V1.format(w=1).replace("Engine 000: ", ""),
+    _TAG + "INFO 11-28 00:02:17 [a] b] " + _V1.format(w=0),  # the first `] ` is not the location's
+    _TAG + "INFO 11-28 00:02:18 [loggers.py:123] " + _V1.format(w=0) + "\rtail after a carriage return",
+    _TAG + "INFO 11-28 00:04:00 [loggers.py:123] " + _V1.format(w=0).replace("44 reqs", "9" * 5000 + " reqs"),
+    'INFO:     10.0.0.9:40000 - "GET /health HTTP/1.1" 200 OK',  # no process tag
+    _TAG + 'INFO:     10.0.0.9:40000 - "POST /v1/completions HTTP/1.1" 4290 Odd',
+    _TAG + 'INFO:     10.0.0.9:40000 - "POST /v1/completions HTTP/1.1" 504 Gateway Timeout',
+    _TAG + 'INFO:     10.0.0.9:40000 - "POST /v1/completions HTTP/1.1" 200 OK Avg prompt throughput: 1',
+    _TAG + 'INFO:     10.0.0.9:40000 - "POST /v1/completions HTTP/1.1" 200 OK "',
+    _TAG + 'INFO:     10.0.0.9:40000 - "GET /a\\b HTTP/1.1" 200 OK',
+    _TAG + 'INFO:     10.0.0.9:40000 - "GET /\x1b[31m HTTP/1.1" 200 OK',
     "",
 ]
 
@@ -153,3 +168,13 @@ def test_the_plain_shape_agrees_on_any_numbers(numbers: tuple[Any, ...]) -> None
             f"Prefix cache hit rate: {hit}%")
     plain, general = _PLAIN.match(line), _STATS.match(line)
     assert plain is not None and general is not None and plain.groups() == general.groups()
+
+
+def test_an_access_line_after_a_request_text_is_read_as_feed_reads_it() -> None:
+    """A prompt opened over lines: the access line after it ends it (it has a prefix of its own), so the
+    batch lane must not settle it while a request's text is open."""
+    opened = _TAG + "INFO 11-28 00:02:10 [logger.py:39] Received request chatcmpl-1: prompt: 'line one"
+    access = _TAG + 'INFO:     10.0.0.9:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    data = "\n".join([opened, access, access, "line two of the prompt"]).encode()
+    for size in (1, 2, 4):
+        assert_same(Server.VLLM, data, size)
