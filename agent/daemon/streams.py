@@ -8,7 +8,7 @@ decides how far the cursor may be persisted while a parser still holds lines bac
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from agent.bookkeeping import Cursor, JournalCursor
@@ -31,6 +31,13 @@ from parsers import Parser, make_parser
 
 _new_tuple = tuple.__new__
 assert ServerStats._fields[12:] == ("path", "offset", "file_key", "line"), "`_locate` builds a ServerStats by position"
+Feed = Callable[[str, "float | None", "str | None", "int | None"], "list[Record]"]  # a parser's `feed`
+
+
+def _unset(text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
+    raise AssertionError("no parser chosen")
+
+
 MAX_REMEMBERED_FILES = 1000  # file incarnations whose path a stream remembers (rotations since it started)
 
 
@@ -86,12 +93,18 @@ class LogStream:
         gives to the next file; records leave with both the path (for people) and the file key (the key)."""
         records: list[Record] = []
         locate = self._locate
-        for line in lines:
-            where = line.path
-            if line.file_key:
-                self.paths[line.file_key] = line.path
-                where = line.file_key
-            if found := self.parser_for(line.path).feed(line.text, line.ts, where, line.offset):
+        path: str | None = None
+        key: str | None = None
+        where = ""
+        feed: Feed = _unset  # every line's path differs from None: the first line sets it
+        for line in lines:  # a batch is runs of one file's lines: the parser and location change per run
+            if line.path is not path or line.file_key is not key:
+                path, key = line.path, line.file_key
+                feed = self.parser_for(path).feed
+                where = key or path
+                if key:
+                    self.paths[key] = path
+            if found := feed(line.text, line.ts, where, line.offset):
                 records += map(locate, found)
         if len(self.paths) > MAX_REMEMBERED_FILES:
             held = set(self.held_offsets())

@@ -297,11 +297,14 @@ class FileTailer(Refinder):
         def emit(frame: Frame, offset: int) -> None:
             self._deliver(f, frame, offset, out)
 
-        def stop() -> bool:
-            return len(out.lines) >= line_limit
+        def emit_plain(texts: list[str], offsets: list[int]) -> None:
+            name, path, key = self.name, f.path, f.key
+            out.lines.extend([log_line(name, path, offset, text, None, None, False, key)
+                              for text, offset in zip(texts, offsets, strict=True)])
+            self._count["lines"] += len(texts)
 
         torn = False
-        while got < self._budget and f.read_pos < size and not stop():
+        while got < self._budget and f.read_pos < size and len(out.lines) < line_limit:
             data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
             if not data:
                 break
@@ -313,7 +316,7 @@ class FileTailer(Refinder):
             if not same or not fingerprint_matches(f.fd, f.fp):
                 torn = True
                 break
-            used = f.lines.feed(data, f.read_pos, emit, stop)
+            used = f.lines.feed(data, f.read_pos, emit, line_limit - len(out.lines), emit_plain)
             f.read_pos += used
             got += used
             before = (before + data[:used])[-NEAR_BYTES:]
