@@ -8,7 +8,8 @@ The daemon and `scan` use three things from here:
   envelope's time when there is one), and `Parser.flush() -> list[Record]` at end of stream or after a
   quiet spell (an open traceback is held until its end is seen).
 - `Parser.feed_lines(raws, path, offset, before, locate)`: the same for a batch of a plain file's raw lines,
-  records located by line number (`scan`'s path: the commonest lines are settled without per-line calls).
+  records located by line number (`scan`'s path: the commonest lines are settled without per-line calls);
+  `Parser.feed_texts(texts, offsets, path)` for a run of one plain file's decoded lines (the daemon's).
 - `Parser.set_reference_time(now)`: the time yearless stamps (vLLM, syslog) are placed near; a daemon
   moves it as its clock advances (the parsers never read a clock).
 - `detect(lines) -> Server | None`.
@@ -22,9 +23,10 @@ from datetime import timezone, tzinfo
 from typing import Protocol
 
 from agent.records import Record, Server
-from parsers.base import Locate, StreamParser
+from parsers.base import StreamParser
 from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
+from parsers.lanes import Locate
 from parsers.llamacpp import LlamaCppParser
 from parsers.prefix import COMPOSE, OUTER, earliest
 from parsers.sglang import SglangParser
@@ -48,6 +50,10 @@ class Parser(Protocol):
     def feed_lines(self, raws: Sequence[bytes], path: str | None, offset: int, before: int,
                    locate: Locate) -> list[Record]:
         """`feed` for a batch of a plain file's raw lines: their records, located (`scan`'s path)."""
+        ...
+
+    def feed_texts(self, texts: Sequence[str], offsets: Sequence[int], path: str | None) -> list[Record]:
+        """`feed` for a run of one plain file's decoded lines, each at its offset (the daemon's path)."""
         ...
 
     def flush(self) -> list[Record]: ...
@@ -188,6 +194,16 @@ class AutoParser:
             i += 1
         if self._inner is not None and i < len(raws):
             out += self._inner.feed_lines(raws[i:] if i else raws, path, offset, before, locate)
+        return out
+
+    def feed_texts(self, texts: Sequence[str], offsets: Sequence[int], path: str | None) -> list[Record]:
+        out: list[Record] = []
+        i = 0
+        while self._inner is None and i < len(texts):  # line by line until settled, then the server's run
+            out += self.feed(texts[i], None, path, offsets[i])
+            i += 1
+        if self._inner is not None and i < len(texts):
+            out += self._inner.feed_texts(texts[i:] if i else texts, offsets[i:] if i else offsets, path)
         return out
 
     @property

@@ -21,7 +21,7 @@ catastrophically fails the build rather than a node.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
 
@@ -36,6 +36,7 @@ from agent.records import (
     ServerStats,
     Severity,
 )
+from parsers.lanes import Lanes
 from parsers.prefix import (
     ANSI,
     COMPOSE,
@@ -47,7 +48,6 @@ from parsers.prefix import (
     SYSLOG,
     Split,
     boring_access,
-    decoded,
     earliest,
     last_segment,
     source_last,
@@ -62,8 +62,6 @@ DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
 MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there (a lost closing quote)
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
-# (records, byte offset of the line just read, newlines before it) → the records with their line numbers
-Locate = Callable[[list[Record], int, int], list[Record]]
 
 
 @dataclass
@@ -77,7 +75,7 @@ class _Block:
     last_line_no: int = 0
 
 
-class StreamParser(Stamps):
+class StreamParser(Stamps, Lanes):
     """One log stream of one server. Subclasses give the prefix splitter, the signatures and the ready markers.
 
     `ref_time` (epoch seconds: the envelope time, or the file's mtime) supplies the year to time
@@ -186,21 +184,6 @@ class StreamParser(Stamps):
             return out
         out.extend(self.events_for(split, (split.msg,), path, offset))
         return out + self.line_records(split, path, offset)
-
-    def feed_lines(self, raws: Sequence[bytes], path: str | None, offset: int, before: int,
-                   locate: Locate) -> list[Record]:
-        """`feed` for a batch of a plain file's raw lines (newlines included), the first at byte `offset` after
-        `before` newlines: all their records, located by `locate`. The same records and state as feeding the
-        lines one by one (tests/unit/test_feed_lines.py); what it saves is the calls on the commonest line
-        of a busy log, an access line that is not a refusal, which is settled without leaving the loop."""
-        out: list[Record] = []
-        feed = self.feed
-        for raw, text in zip(raws, decoded(raws), strict=True):
-            if not self._settles_access(text) and (records := feed(text, None, path, offset)):
-                out += locate(records, offset, before)
-            before += 1
-            offset += len(raw)
-        return out
 
     def _settles_access(self, text: str) -> bool:
         """`feed`'s first answer for an access line that is not a refusal (nothing, the line counted, a

@@ -1,9 +1,10 @@
 """vLLM's periodic stats line: the load sample (running, waiting, KV usage…) that is most of a busy log.
 
 `VllmStats` is the half of `VllmParser` (parsers/vllm.py) that reads it, in any era's shape, and the
-batch lane `scan` feeds plain files through (`feed_lines`): the stats line in V1's plain prefix and the
-access line that is not a refusal are settled there without the per-line calls of `feed`, which were
-most of the cost of a line (tests/unit/test_feed_lines.py holds it to exactly `feed`'s records and state).
+batch lane plain files are read through (`scan`'s `feed_lines`, the daemon's `feed_texts`; parsers/lanes.py):
+the stats line in V1's plain prefix and the access line that is not a refusal are settled there without
+the per-line calls of `feed`, which were most of the cost of a line (tests/unit/test_feed_lines.py holds it
+to exactly `feed`'s records and state).
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import re
 from collections.abc import Sequence
 
 from agent.records import Event, EventKind, Phase, Record, Server, ServerStats, Severity
-from parsers.base import Locate, StreamParser
-from parsers.prefix import ANSI, Split, decoded, quoted_or_request
+from parsers.base import StreamParser
+from parsers.lanes import Locate, unlocated
+from parsers.prefix import ANSI, Split, quoted_or_request
 from parsers.redact import scrub
 
 _new_tuple = tuple.__new__
@@ -157,13 +159,16 @@ class VllmStats(StreamParser):
             return StreamParser._feed(self, text, ts, path, offset)
         return records
 
-    def feed_lines(self, raws: Sequence[bytes], path: str | None, offset: int, before: int,
-                   locate: Locate) -> list[Record]:
-        """`StreamParser.feed_lines` with the stats line settled in the loop as well. Its commonest case —
-        V1's plain prefix and field list, a minute already converted, no queue forming — is `_sample_line`
+    def _run(self, texts: Sequence[str], offsets: Sequence[int], path: str | None, before: int | None,
+             locate: Locate | None) -> list[Record]:
+        """`StreamParser._run` with the stats line settled in the loop as well. Its commonest case — V1's
+        plain prefix and field list, a minute already converted, no queue forming — is `_sample_line`
         written out here (the calls cost a third of the line); any other case calls it, or `feed`. The
-        sample comes out with its line number, so only its rare events are located."""
+        sample comes out with its line number (when lines are numbered), so only its rare events are
+        located."""
         out: list[Record] = []
+        place = locate or unlocated
+        numbered = before is not None
         append = out.append
         feed = self.feed
         plain = _PLAIN.match
@@ -171,17 +176,16 @@ class VllmStats(StreamParser):
         waiting_of = self._waiting
         source = self.source
         vllm = Server.VLLM
-        line = before
-        for raw, text in zip(raws, decoded(raws), strict=True):
+        line = before or 0
+        for text, offset in zip(texts, offsets, strict=True):
             line += 1
+            number = line if numbered else None
             i = text.find(STATS_WORD)
             if i < 0 and self._settles_access(text):
-                offset += len(raw)
                 continue
             if i < 0 or self._blocks:  # any other line, or a stats line that closes blocks: the full path
                 if records := feed(text, None, path, offset):
-                    out += locate(records, offset, line - 1)
-                offset += len(raw)
+                    out += place(records, offset, line - 1)
                 continue
             j = text.find("INFO ")
             k = text.find("] ", j + 19) if 0 <= j < i else -1
@@ -190,13 +194,12 @@ class VllmStats(StreamParser):
             base = minutes.get(text[j + 5:j + 16]) if m is not None and k < i else None
             if base is None or text[j + 7] != "-" or text[j + 10] != " " or text[j + 13] != ":" or "\x1b" in tag:
                 try:
-                    sampled = self._sample_line(text, i, None, path, offset, line)
+                    sampled = self._sample_line(text, i, None, path, offset, number)
                 except (ValueError, OverflowError):  # as `feed`: a number that cannot be one
                     self._parse_errors += 1
                     sampled = []
                 if records := feed(text, None, path, offset) if sampled is None else sampled:
-                    out += locate(records, offset, line - 1)
-                offset += len(raw)
+                    out += place(records, offset, line - 1)
                 continue
             self.lines_seen += 1
             try:
@@ -207,16 +210,14 @@ class VllmStats(StreamParser):
                 n_waiting = int(waiting)
                 stats: ServerStats = _new_tuple(ServerStats, (
                     ts, source, vllm, int(running), n_waiting, None, float(kv) / 100, float(pt), float(gt),
-                    float(hit) / 100 if hit is not None else None, None, None, path, offset, None, line))
+                    float(hit) / 100 if hit is not None else None, None, None, path, offset, None, number))
             except (ValueError, OverflowError):
                 self._parse_errors += 1
-                offset += len(raw)
                 continue
             append(stats)
             key = f"{tag} engine {engine}" if engine else tag
             was = waiting_of.get(key, 0)
             waiting_of[key] = n_waiting
             if n_waiting and not was:
-                out += locate([scrub(self.became_pending(stats))], offset, line - 1)
-            offset += len(raw)
+                out += place([scrub(self.became_pending(stats))], offset, line - 1)
         return out

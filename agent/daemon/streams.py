@@ -8,7 +8,7 @@ decides how far the cursor may be persisted while a parser still holds lines bac
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from agent.bookkeeping import Cursor, JournalCursor
@@ -31,13 +31,6 @@ from parsers import Parser, make_parser
 
 _new_tuple = tuple.__new__
 assert ServerStats._fields[12:] == ("path", "offset", "file_key", "line"), "`_locate` builds a ServerStats by position"
-Feed = Callable[[str, "float | None", "str | None", "int | None"], "list[Record]"]  # a parser's `feed`
-
-
-def _unset(text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
-    raise AssertionError("no parser chosen")
-
-
 MAX_REMEMBERED_FILES = 1000  # file incarnations whose path a stream remembers (rotations since it started)
 
 
@@ -93,24 +86,34 @@ class LogStream:
         gives to the next file; records leave with both the path (for people) and the file key (the key)."""
         records: list[Record] = []
         locate = self._locate
-        path: str | None = None
-        key: str | None = None
-        where = ""
-        feed: Feed = _unset  # every line's path differs from None: the first line sets it
-        for line in lines:  # a batch is runs of one file's lines: the parser and location change per run
-            if line.path is not path or line.file_key is not key:
-                path, key = line.path, line.file_key
-                feed = self.parser_for(path).feed
-                where = key or path
-                if key:
-                    self.paths[key] = path
-            if found := feed(line.text, line.ts, where, line.offset):
+        run: list[LogLine] = []  # consecutive lines of one file without an envelope time
+        for line in lines:
+            if run and (line.path is not run[0].path or line.file_key is not run[0].file_key or line.ts is not None):
+                records += map(locate, self._feed_run(run))
+                run = []
+            if line.ts is None:
+                run.append(line)
+            elif found := self._where(line).feed(line.text, line.ts, line.file_key or line.path, line.offset):
                 records += map(locate, found)
+        if run:
+            records += map(locate, self._feed_run(run))
         if len(self.paths) > MAX_REMEMBERED_FILES:
             held = set(self.held_offsets())
             recent = dict(list(self.paths.items())[-(MAX_REMEMBERED_FILES // 2):])
             self.paths = {k: p for k, p in self.paths.items() if k in held} | recent
         return records
+
+    def _where(self, line: LogLine) -> Parser:
+        """The parser of a line's file, remembering the path its file key was read under."""
+        if line.file_key:
+            self.paths[line.file_key] = line.path
+        return self.parser_for(line.path)
+
+    def _feed_run(self, run: list[LogLine]) -> list[Record]:
+        """Lines of one file, read in one call (`Parser.feed_texts`): the same records as one by one."""
+        first = run[0]
+        return self._where(first).feed_texts([line.text for line in run], [line.offset for line in run],
+                                              first.file_key or first.path)
 
     def _locate(self, record: Record) -> Record:
         if isinstance(record, Event) and record.path in self.paths:

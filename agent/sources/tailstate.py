@@ -88,7 +88,7 @@ class TailerState:
         self._down_reason = ""
         self._first_discovery = True
         self._budget = MAX_BYTES_PER_POLL  # bytes each file may read in this poll (set per poll)
-        self._line_budget = MAX_LINES_PER_POLL  # and lines it may deliver (a batch of tiny lines stays small)
+        self._line_budget = MAX_LINES_PER_POLL  # and lines it may read (a batch of tiny lines stays small)
         # When the tailer last looked (the previous poll, or the newest stored cursor); None on a first run.
         self._last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
 

@@ -1,5 +1,6 @@
-"""`feed_lines` (how `scan` reads a plain file, in batches) gives exactly what feeding each line gives: the
-same records with the same line numbers, and the same parser state after, whatever the batch size."""
+"""`feed_lines` (how `scan` reads a plain file, in batches) and `feed_texts` (how the daemon reads a run of a
+plain file's lines) give exactly what feeding each line gives: the same records with the same line numbers
+(none for the daemon), and the same parser state after, whatever the batch size."""
 
 from __future__ import annotations
 
@@ -62,6 +63,16 @@ def in_batches(parser: Any, data: bytes, size: int) -> list[Record]:
     return out
 
 
+def as_the_daemon(data: bytes) -> tuple[list[str], list[int]]:
+    """The texts and offsets of a plain file's lines as the tailer reads them: a final `\r` dropped."""
+    texts, offsets, offset = [], [], 0
+    for raw in lines_of(data):
+        texts.append(raw.removesuffix(b"\n").removesuffix(b"\r").decode("utf-8", "replace"))
+        offsets.append(offset)
+        offset += len(raw)
+    return texts, offsets
+
+
 def assert_same(server: Server, data: bytes, size: int, tz: Any = timezone.utc) -> None:
     one, many = make_parser(server, "t", REF_TIME, tz), make_parser(server, "t", REF_TIME, tz)
     expected, got = by_line(one, data), in_batches(many, data, size)
@@ -69,6 +80,16 @@ def assert_same(server: Server, data: bytes, size: int, tz: Any = timezone.utc) 
     assert [getattr(r, "line", None) for r in got] == [getattr(r, "line", None) for r in expected]
     assert _state(many) == _state(one)
     assert many.flush() == one.flush()
+    # the daemon's runs (`feed_texts`): what `feed` gives line by line, without line numbers
+    one, runs = make_parser(server, "t", REF_TIME, tz), make_parser(server, "t", REF_TIME, tz)
+    texts, offsets = as_the_daemon(data)
+    expected = [r for text, offset in zip(texts, offsets, strict=True) for r in one.feed(text, None, "t.log", offset)]
+    got = [r for start in range(0, len(texts), size)
+           for r in runs.feed_texts(texts[start:start + size], offsets[start:start + size], "t.log")]
+    assert got == expected
+    assert [getattr(r, "line", None) for r in got] == [getattr(r, "line", None) for r in expected]
+    assert _state(runs) == _state(one)
+    assert runs.flush() == one.flush()
 
 
 LOG_FILES = sorted(LOGS.rglob("*.log"))
