@@ -39,7 +39,9 @@ _SECRET = re.compile(
 )
 # Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
 # characters it alone can consume, so matching is linear in the line length.
+_QUOTED_MAX = 1600  # the longest quoted string emptied (a longer one is cut where it opens)
 _QUOTED = re.compile(r"(?<![\w`])'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
+assert f"{{0,{_QUOTED_MAX}}}" in _QUOTED.pattern, "may_open_quote counts on it"
 _BODY = re.compile(r"\{[^{}]{0,1600}\}")
 _QUERY = re.compile(r"\?[^\s\"]+")
 # An opening quote left unmatched (its string ran past the cut): everything after it is dropped.
@@ -136,6 +138,15 @@ def _cut_at_unmatched_quote(text: str) -> str:
 def route(path: str) -> str:
     """An HTTP request path fit for a record and a label: the query string dropped, length bounded."""
     return path.split("?", 1)[0][:120]
+
+
+def may_open_quote(text: str) -> bool:
+    """False where `opens_unclosed_quote` must be: no single quote, backslash or newline, an even number of
+    double quotes and no room for a string longer than `_QUOTED` empties — so every double quote is one end
+    of a string it empties. A few substring tests: an access line (`"POST /v1/… HTTP/1.1" 200`) is settled
+    by them, not by the request-word search."""
+    return ("'" in text or "\\" in text or "\n" in text or len(text) > _QUOTED_MAX
+            or text.count('"') % 2 == 1)
 
 
 def opens_unclosed_quote(text: str) -> bool:

@@ -14,7 +14,7 @@ import re
 import urllib.parse
 
 import regex
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from agent.records import Record, Server, as_dict
@@ -273,3 +273,18 @@ def test_redact_takes_its_short_cuts_only_where_the_passes_change_nothing(text: 
     """The word fast path and the skipped passes (no credential word, no quote, no second pass) give what two
     passes of every step give."""
     assert redact(text) == redact_every_pass(redact_every_pass(text))
+
+
+QUOTE_TEXT = st.text(alphabet=st.sampled_from(['"', "'", "\\", " ", "=", "(", "[", ":", ",", "{", "a", "`", "\x00",
+                                               "\n"]), max_size=60)
+
+
+@settings(max_examples=3000)
+@example('"\\"" "')  # an escaped quote pairs the others differently: even, yet one is left open
+@example('x "a\\" b" "c')
+@given(st.one_of(QUOTE_TEXT, st.text(max_size=300), QUOTE_TEXT.map(lambda t: t + "x" * 1600 + t),
+                 st.integers(1590, 1610).map(lambda n: '"' + "x" * n + '" a "b')))
+def test_a_line_may_open_a_quote_only_where_the_cheap_test_says_so(text: str) -> None:
+    """`may_open_quote` (four substring tests) is False only where `opens_unclosed_quote` is False too, so
+    the access line it settles skips nothing the full test would have found."""
+    assert redact_module.may_open_quote(text) or not redact_module.opens_unclosed_quote(text)
