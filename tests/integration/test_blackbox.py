@@ -6,16 +6,21 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import random
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agent.records import Event, Server, ServerStats
+from agent.sources.saved import scan_stream
 from tests.integration.blackbox import ROOT, Agent, append, line, lost_and_duplicated
 from tests.integration.test_daemon import wait_for
 
@@ -284,3 +289,68 @@ def test_a_symlink_planted_at_the_store_path_is_refused(tmp_path: Path, agents: 
     wait_for("store_up 0", lambda: a.metric("deepinfer_store_up") == 0)
     assert "symlink" in a.stderr.read_text() and "Traceback" not in a.stderr.read_text()
     assert not target.exists()
+
+
+def _ragged_log(seed: int) -> bytes:
+    """A busy vLLM log: stats lines (a queue forming and draining), access lines answering 200 and 503,
+    benign INFO lines, a CRLF line, a line of invalid UTF-8, a CUDA OOM; ~3,000 lines."""
+    rng = random.Random(seed)
+    out: list[bytes] = []
+    for n in range(3000):
+        second = f"11-29 10:{n // 60 % 60:02d}:{n % 60:02d}"
+        roll = rng.random()
+        if roll < 0.45:
+            waiting = rng.choice([0, 0, 0, 1, 4])
+            out.append(f"(APIServer pid=851) INFO {second} [loggers.py:123] Engine 000: Avg prompt throughput: "
+                       f"{rng.uniform(0, 9000):.1f} tokens/s, Avg generation throughput: {rng.uniform(0, 3000):.1f} "
+                       f"tokens/s, Running: {rng.randint(0, 64)} reqs, Waiting: {waiting} reqs, GPU KV cache usage: "
+                       f"{rng.uniform(0, 100):.1f}%, Prefix cache hit rate: {rng.uniform(0, 100):.1f}%".encode())
+        elif roll < 0.90:
+            out.append(line(n).replace("503 Service Unavailable", "200 OK").encode() if rng.random() < 0.9
+                       else line(n).encode())
+        elif roll < 0.97:
+            out.append(f"(APIServer pid=851) INFO {second} [launcher.py:37] Route: /v1/models, Methods: GET".encode())
+        elif roll < 0.98:
+            out.append(line(n).encode() + b"\r")
+        elif roll < 0.99:
+            out.append(b"(APIServer pid=851) INFO " + second.encode() + b" [x.py:1] caf\xe9 \xff bytes")
+        else:
+            out.append(f"(EngineCore_DP0 pid=990) ERROR {second} [core.py:710] torch.OutOfMemoryError: CUDA out of "
+                       f"memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.10 GiB.".encode())
+    return b"\n".join(out) + b"\n"
+
+
+def test_the_daemon_stores_what_scan_finds_in_a_log_written_in_ragged_pieces(tmp_path: Path,
+                                                                             agents: list[Agent]) -> None:
+    """The daemon reads a plain file in runs of whole lines (split and decoded at once) and parses each run in
+    one call; written in pieces that cut lines anywhere, the log must give the store exactly the samples and
+    events `scan` finds in the finished file, line by line, nothing lost or doubled."""
+    data = _ragged_log(7)
+    a = node(tmp_path, agents)
+    a.log.write_bytes(b"")
+    a.start()
+    rng = random.Random(8)
+    with a.log.open("ab") as handle:
+        at = 0
+        while at < len(data):
+            step = rng.choice([1, 7, 100, 4096, 9000, 70000])
+            handle.write(data[at:at + step])
+            handle.flush()
+            at += step
+            time.sleep(rng.choice([0.0, 0.0, 0.01]))
+    with a.log.open("rb") as handle:
+        found = scan_stream(handle, str(a.log), Server.VLLM, a.log.stat().st_mtime).records
+    samples = sorted((r.offset, r.running, r.waiting, r.kv_usage_ratio) for r in found if isinstance(r, ServerStats))
+    events = sorted((r.offset, r.kind.value) for r in found if isinstance(r, Event))
+    assert len(samples) > 1000 and {kind for _, kind in events} >= {"http_503", "pending", "oom"}
+
+    def stored() -> tuple[list[Any], list[Any]]:
+        return (sorted(tuple(r) for r in a.query("SELECT offset, running, waiting, kv_usage_ratio FROM server_stats")),
+                sorted(tuple(r) for r in a.query("SELECT offset, kind FROM events")))
+
+    deadline = time.monotonic() + 60
+    while (got := stored()) != (samples, events) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    got_samples, got_events = got
+    assert set(samples) - set(got_samples) == set() and set(events) - set(got_events) == set(), "lost"
+    assert (got_samples, got_events) == (samples, events), "stored twice or wrongly"
