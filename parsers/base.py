@@ -52,7 +52,7 @@ from parsers.prefix import (
     last_segment,
     source_last,
 )
-from parsers.redact import is_request_log, may_open_quote, opens_unclosed_quote, scrub
+from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
 from parsers.signature import Signature, index_of
 from parsers.stamps import Stamps
 
@@ -133,7 +133,7 @@ class StreamParser(Stamps, Lanes):
         if boring_access(text) or (not self._blocks and not self._hot(text)):
             if self._request_lines:
                 self._in_request(self.split(text))
-            elif may_open_quote(text) and is_request_log(text) and opens_unclosed_quote(text):
+            elif opens_request_text(text):
                 self._request_lines = 1  # a prompt with newlines: its next lines are not log records
             return []
         syslog_ts = None
@@ -193,7 +193,7 @@ class StreamParser(Stamps, Lanes):
                 text[j + 2:j + 5] in REFUSALS or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text):
             return False
         self.lines_seen += 1
-        if may_open_quote(text) and is_request_log(text) and opens_unclosed_quote(text):
+        if opens_request_text(text):
             self._request_lines = 1  # a prompt with newlines: its next lines are not log records
         return True
 

@@ -13,7 +13,6 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from agent.records import Record
-from parsers.prefix import decoded
 
 Locate = Callable[[list[Record], int, int], list[Record]]  # (records, offset of their line, newlines before it)
 
@@ -21,6 +20,11 @@ Locate = Callable[[list[Record], int, int], list[Record]]  # (records, offset of
 def unlocated(records: list[Record], offset: int, before: int) -> list[Record]:
     """The `Locate` of a stream without line numbers (the daemon's): records as they are."""
     return records
+
+
+def decoded(raws: Sequence[bytes]) -> list[str]:
+    """The text of each raw line, without its line ending (invalid UTF-8 replaced, as a file's reader does)."""
+    return [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in raws]
 
 
 class Lanes:

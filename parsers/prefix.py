@@ -8,7 +8,7 @@ modules; patterns are bounded (see parsers/base.py on backtracking).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
@@ -110,8 +110,3 @@ def earliest(locations: Iterable[tuple[str | None, int | None]]) -> dict[str, in
         if path is not None and offset is not None and offset < out.get(path, offset + 1):
             out[path] = offset
     return out
-
-
-def decoded(raws: Sequence[bytes]) -> list[str]:
-    """The text of each raw line, without its line ending (invalid UTF-8 replaced, as a file's reader does)."""
-    return [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in raws]

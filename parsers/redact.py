@@ -41,7 +41,7 @@ _SECRET = re.compile(
 # characters it alone can consume, so matching is linear in the line length.
 _QUOTED_MAX = 1600  # the longest quoted string emptied (a longer one is cut where it opens)
 _QUOTED = re.compile(r"(?<![\w`])'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
-assert f"{{0,{_QUOTED_MAX}}}" in _QUOTED.pattern, "may_open_quote counts on it"
+assert f"{{0,{_QUOTED_MAX}}}" in _QUOTED.pattern, "opens_request_text counts on it"
 _BODY = re.compile(r"\{[^{}]{0,1600}\}")
 _QUERY = re.compile(r"\?[^\s\"]+")
 # An opening quote left unmatched (its string ran past the cut): everything after it is dropped.
@@ -140,13 +140,16 @@ def route(path: str) -> str:
     return path.split("?", 1)[0][:120]
 
 
-def may_open_quote(text: str) -> bool:
-    """False where `opens_unclosed_quote` must be: no single quote, backslash or newline, an even number of
-    double quotes and no room for a string longer than `_QUOTED` empties — so every double quote is one end
-    of a string it empties. A few substring tests: an access line (`"POST /v1/… HTTP/1.1" 200`) is settled
-    by them, not by the request-word search."""
-    return ("'" in text or "\\" in text or "\n" in text or len(text) > _QUOTED_MAX
-            or text.count('"') % 2 == 1)
+def opens_request_text(text: str) -> bool:
+    """A request log whose quoted text (a prompt with newlines) runs on past this line.
+
+    A few substring tests come first, and settle an access line (`"POST /v1/… HTTP/1.1" 200`) without the
+    request-word search: with no single quote, backslash or newline, an even number of double quotes and no
+    room for a string longer than `_QUOTED` empties, every double quote is one end of a string it empties,
+    so no quote is left open (tests/unit/test_properties.py)."""
+    if not ("'" in text or "\\" in text or "\n" in text or len(text) > _QUOTED_MAX or text.count('"') % 2 == 1):
+        return False
+    return is_request_log(text) and opens_unclosed_quote(text)
 
 
 def opens_unclosed_quote(text: str) -> bool:

@@ -42,11 +42,11 @@ class LineAssembler:
         lines in one call each (see `_plain_run`); `emit` takes every other line."""
         pos = 0
         done = 0
-        runs_from = 0 if emit_plain is not None and self._fmt == "plain" else len(data)
+        runs_from = 0 if self._fmt == "plain" else len(data)  # where a run of whole lines may start
         while pos < len(data) and done < limit:
             newline = data.find(b"\n", pos)
             if newline >= 0 and not self._buf and not self._dropping and newline - pos <= self._max:
-                if pos >= runs_from and emit_plain is not None:
+                if emit_plain is not None and pos >= runs_from:
                     last = data.rfind(b"\n", newline)
                     run = self._plain_run(data, pos, last, base, limit - done, emit_plain)
                     if run is not None:

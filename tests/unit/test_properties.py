@@ -284,7 +284,9 @@ QUOTE_TEXT = st.text(alphabet=st.sampled_from(['"', "'", "\\", " ", "=", "(", "[
 @example('x "a\\" b" "c')
 @given(st.one_of(QUOTE_TEXT, st.text(max_size=300), QUOTE_TEXT.map(lambda t: t + "x" * 1600 + t),
                  st.integers(1590, 1610).map(lambda n: '"' + "x" * n + '" a "b')))
-def test_a_line_may_open_a_quote_only_where_the_cheap_test_says_so(text: str) -> None:
-    """`may_open_quote` (four substring tests) is False only where `opens_unclosed_quote` is False too, so
-    the access line it settles skips nothing the full test would have found."""
-    assert redact_module.may_open_quote(text) or not redact_module.opens_unclosed_quote(text)
+def test_the_cheap_test_for_an_open_request_text_skips_nothing(text: str) -> None:
+    """`opens_request_text` settles most lines with a few substring tests before the request-word search;
+    its answer is the full test's on every line (a request word is added to half of them)."""
+    for line in (text, "prompt: " + text):
+        assert redact_module.opens_request_text(line) == (
+            redact_module.is_request_log(line) and redact_module.opens_unclosed_quote(line))
