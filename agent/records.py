@@ -73,7 +73,7 @@ FACT_NAMES = frozenset({
     "kv_cache_bytes", "kv_cache_tokens", "gpu_blocks", "cpu_blocks", "max_concurrency", "tokens_per_request",
     "required_kv_bytes", "estimated_max_model_len", "max_concurrent_requests", "max_batch_prefill_tokens",
     "peak_torch_bytes", "cuda_graph_estimate_bytes", "hybrid_block_size", "dcp_world_size",
-    "pipeline_parallel_size",
+    "pipeline_parallel_size", "num_gpu_blocks_override", "engine_version", "engine_core",
 })
 
 
@@ -105,6 +105,7 @@ class EventKind(str, Enum):
     DEADLINE_EXCEEDED = "deadline_exceeded"
     HTTP_429 = "http_429"
     HTTP_503 = "http_503"
+    REQUEST_FAILED = "request_failed"  # answered with another error status (500 after a death, context exceeded, 4xx)
     ENGINE_DEAD = "engine_dead"
     CUDA_ERROR = "cuda_error"
     NCCL_TIMEOUT = "nccl_timeout"
@@ -226,6 +227,13 @@ class HistogramWindow:
 
 
 Record = Event | ServerStats | CapacityFact
+
+
+def occurrences(event: Event) -> int:
+    """How many occurrences one event stands for: its `count` field (a scrape's delta, vLLM V0's every-50th
+    preemption warning, SGLang's retract count), else 1. Every total sums this, never the records."""
+    count = event.fields.get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else 1
 
 
 def as_dict(record: object) -> dict[str, Any]:

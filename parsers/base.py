@@ -8,13 +8,13 @@ lines but is one occurrence; vLLM re-prefixes every line of a multi-line message
 sample; vLLM V0 reports preemptions as a cumulative total every 50th time, so the increment needs the
 previous total.
 
-Cost model: most lines are boring. An access line whose status is not 429/503 is dropped after one
-`find`; the server's stats line goes straight to its parser; anything else must match one pre-filter
-of literal keywords; only then is a line split and matched against signatures (or when a traceback is
-open). Patterns use the standard `re` module, which runs these patterns about twice as fast as
-`regex`; safety comes from the patterns themselves: bounded repeats, no nested quantifiers, and
-lines cut at `MAX_LINE_CHARS`. tests/unit/test_properties.py recompiles every pattern with `regex`
-and runs it on adversarial lines under `regex`'s timeout, so a pattern that could backtrack
+Cost model: most lines are boring. An access line whose status is not an error (4xx/5xx: a refusal, a failed
+request, a gateway timeout) is dropped after one `find`; the server's stats line goes straight to its parser;
+anything else must match one pre-filter of literal keywords; only then is a line split and matched against
+signatures (or when a traceback is open). Patterns use the standard `re` module, which runs these patterns
+about twice as fast as `regex`; safety comes from the patterns themselves: bounded repeats, no nested
+quantifiers, and lines cut at `MAX_LINE_CHARS`. tests/unit/test_properties.py recompiles every pattern with
+`regex` and runs it on adversarial lines under `regex`'s timeout, so a pattern that could backtrack
 catastrophically fails the build rather than a node.
 """
 
@@ -41,10 +41,10 @@ from parsers.prefix import (
     ANSI,
     COMPOSE,
     CONTINUATION,
+    ERROR_STATUS_DIGITS,
     MONTHS,
     OPENS_BLOCK,
     OUTER,
-    REFUSALS,
     SYSLOG,
     Split,
     boring_access,
@@ -105,6 +105,7 @@ class StreamParser(Stamps, Lanes):
         self._minutes: dict[object, float | None] = {}  # minute → epoch of its second 0
         self._last_ts: float | None = None
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
+        self._engine_dead = False  # an engine death was seen and no restart since: a 5xx now is a casualty
 
     # ---- the protocol -------------------------------------------------------------------------
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
@@ -190,7 +191,8 @@ class StreamParser(Stamps, Lanes):
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
         if self._request_lines or (i := text.find(" HTTP/1.")) < 0 or (j := text.find('" ', i)) < 0 or (
-                text[j + 2:j + 5] in REFUSALS or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text):
+                text[j + 2:j + 3] in ERROR_STATUS_DIGITS or len(text) > MAX_LINE_CHARS or "\x1b" in text
+                or "\r" in text):
             return False
         self.lines_seen += 1
         if opens_request_text(text):
@@ -291,6 +293,7 @@ class StreamParser(Stamps, Lanes):
     def _track_phase(self, msg: str) -> None:
         if self.STARTING.search(msg):
             self._starting = True
+            self._engine_dead = False
         elif self._starting and self.READY.search(msg):
             self._starting = False
 
@@ -352,6 +355,10 @@ class StreamParser(Stamps, Lanes):
                 if r.phase is Phase.STARTUP:
                     self._starting = True  # it never served: what fails next is part of the failed start
                 fields = r.extract(m) if r.extract else {}
+                if r.kind is EventKind.ENGINE_DEAD:
+                    self._engine_dead = True
+                elif r.kind is EventKind.REQUEST_FAILED and self._engine_dead and fields["reason"] == "server_error":
+                    fields = {**fields, "reason": "engine_dead"}  # the API server answering for a dead engine
                 severity = r.severity_of(fields) if r.severity_of else r.severity
                 repeat = r.incident and self._repeat(r.kind, split.ts)
                 found[r.kind] = None if repeat else self.event(split, r.kind, severity, r.phase, fields, path,

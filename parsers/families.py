@@ -97,12 +97,13 @@ def _ggml(m: re.Match[str]) -> dict[str, FieldValue]:
 
 
 KV_SIGNATURES: tuple[Signature, ...] = (
-    # the last retry (a batch of one) failing, or a binding's error code for it: the request cannot run
+    # the last retry (a batch of one) failing, or a binding's error code for it: the KV cells ran out and the
+    # requests in the batch fail (llama.cpp never preempts: "failed to find free space in the KV cache, retrying
+    # with smaller batch size" and "failed to find a memory slot for batch of size N" are the retries on the way,
+    # a dozen lines per failure, and no event; the failed requests are `request_failed`, parsers/llamacpp.py)
     signature(EventKind.OOM, r"failed to decode the batch, n_batch = 1\b|llama_decode failed: '?NoKvSlot"
-              r"|could not find a kv cache slot|exceeds the available context size", Severity.ERROR, Phase.RUNTIME,
-              _kv_pool, incident=True),
-    signature(EventKind.PREEMPTION, r"failed to find free space in the KV cache|failed to find a memory slot for batch",
-              Severity.WARNING, Phase.RUNTIME, lambda m: {"reason": "kv_cache_full"}),
+              r"|could not find a kv cache slot|decode(?:\(\) failed)?: Context size has been exceeded",
+              Severity.ERROR, Phase.RUNTIME, _kv_pool, incident=True),
 )
 
 OOM_SIGNATURES: tuple[Signature, ...] = (
@@ -146,8 +147,8 @@ FAMILY_SIGNATURES: tuple[Signature, ...] = (
     *ENGINE_TIMEOUT_SIGNATURES, *KV_SIGNATURES, *OOM_SIGNATURES, *QUEUE_SIGNATURES, *ENGINE_DEATH_SIGNATURES)
 
 HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchdog timeout", "llama runner to start",
-             "n_batch = 1", "NoKvSlot", "kv cache slot", "available context size", "free space in the KV cache",
-             "memory slot", "Free memory on device", "out of memory", "Out of memory", "allocate",
+             "n_batch = 1", "NoKvSlot", "kv cache slot", "Context size has been exceeded", "Free memory on device",
+             "out of memory", "Out of memory", "allocate",
              "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
              "timeout reached",
              "terminated", "terminating server", "Engine loop has died")

@@ -1,6 +1,10 @@
-"""HTTP status lines → `http_429` / `http_503`: uvicorn (vLLM, SGLang), nginx-style, Ollama's GIN, llama.cpp.
+"""HTTP status lines → `http_429` / `http_503` / `request_failed`: uvicorn (vLLM, SGLang), nginx-style, Ollama's
+GIN, llama.cpp.
 
-Only the status, method and route (query string dropped) are kept. uvicorn logs when the response
+Only the status, method and route (query string dropped) are kept. Any other error status is a
+`request_failed`: a 500 (after an engine death the parser marks it `reason: engine_dead`), a 400 or a 404 — each
+line one request, so the counts match the engine's `http_requests_total{status="4xx"|"5xx"}`. 408 and 499 are
+left to the timeout signatures (a request timed out or its client gave up). uvicorn logs when the response
 *starts*, so a stream that fails later shows 200; 429/503 here are refusals before any token — the
 the budget method's "rejection at admission". A 504 from a proxy is a `deadline_exceeded` (TIMEOUT_SIGNATURES).
 Formats: shared/reference/server-formats.md §5 and §4.3; GIN:
@@ -36,6 +40,26 @@ _PATTERNS = (
 )
 
 
+# Every error status that is neither a refusal (429, 503) nor a timeout (408, 499, 504)
+_FAILED = r"(?P<status>4(?!08|29|99)\d\d|5(?!03|04)\d\d)"
+_REASONS = {400: "bad_request", 404: "not_found", 413: "bad_request", 422: "bad_request"}
+
+
+def failure_reason(status: int) -> str:
+    """What an error status says of the request: the client's mistake or the server's failure."""
+    return _REASONS.get(status, "server_error" if status >= 500 else "client_error")
+
+
+def _failed(m: re.Match[str]) -> dict[str, FieldValue]:
+    status = int(m.group("status"))
+    return {**_fields(m), "reason": failure_reason(status)}
+
+
+def _failed_severity(fields: dict[str, FieldValue]) -> Severity:
+    status = fields.get("status")
+    return Severity.ERROR if isinstance(status, int) and status >= 500 else Severity.INFO
+
+
 def _request_scope(m: re.Match[str]) -> dict[str, FieldValue]:
     return {**_fields(m), "scope": "request"}
 
@@ -49,6 +73,14 @@ def _signatures(kind: EventKind, status: str, phase: Phase) -> tuple[Signature, 
 def _body_503(m: re.Match[str]) -> dict[str, FieldValue]:
     reason = m.group("reason")
     return {"status": 503, **({"reason": reason.lower().replace(" ", "_")} if reason else {})}
+
+
+FAILED_SIGNATURES: tuple[Signature, ...] = tuple(
+    signature(EventKind.REQUEST_FAILED, p.replace(_STATUS, _FAILED), Severity.ERROR, Phase.RUNTIME, _failed,
+              severity_of=_failed_severity,
+              # Ollama's 500 at a round 5 or 30 minutes is a deadline (TIMEOUT_SIGNATURES), not a failure
+              unless=r"\| 500 \| +(?:4m59|5m0|29m59|30m0)(?:\.\d{1,9})?s \|")
+    for p in _PATTERNS)
 
 
 HTTP_SIGNATURES: tuple[Signature, ...] = (
@@ -65,6 +97,7 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
        signature(EventKind.HTTP_429, r"\b429 (?:Client Error: )?Too Many Requests\b"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 429\b|[\"']code\\?[\"']: ?429\b",
                  Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}))
+    + FAILED_SIGNATURES
 )
 
 
@@ -91,4 +124,6 @@ TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
               r"|\[GIN\] [\d/]{10} - [\d:]{8} \| 500 \| +(?:4m59|5m0|29m59|30m0)(?:\.\d{1,9})?s \|",
               Severity.WARNING, Phase.RUNTIME, lambda m: {"scope": "request"}),
 )
-HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE", "upstream timed out", "| 500 |")
+HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE", "upstream timed out", "| 500 |",
+             # any other error status on an access line (uvicorn/nginx `HTTP/1.1" 404`, GIN `| 404 |`, llama.cpp)
+             '" 4', '" 5', "[GIN]", "log_server_r", "request |")

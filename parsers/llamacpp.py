@@ -12,13 +12,20 @@ verbatim. llama-server never sends 429 (excess requests wait for a slot); Ollama
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timezone, tzinfo
 
-from agent.records import EventKind, Phase, Record, Server, ServerStats, Severity
+from agent.records import EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature, size_bytes
+
+
+def _oversize(m: re.Match[str]) -> dict[str, FieldValue]:
+    sizes = {k: int(v) for k, v in (("prompt_tokens", m.group("tokens")), ("context_tokens", m.group("ctx"))) if v}
+    return {"status": 400, "reason": "prompt_too_long", **sizes}
+
 
 LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
     *gpu.GPU_SIGNATURES,
@@ -37,6 +44,14 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
          r"|caught (?:unknown )?exception in llama server main loop"
          r"|: Assertion [`'][^\n]{1,300}' failed\.",  # a C / libstdc++ assert: the process aborts
          Severity.CRITICAL, incident=True),
+    # One line per request the server answered with an error (`send_error`, 2025 on): the count of failed
+    # requests, as the clients saw them. A request longer than a slot's context is refused before any work
+    # (HTTP 400); "Context size has been exceeded" is a request cut off when the shared cells ran out (HTTP 500).
+    signature(EventKind.REQUEST_FAILED, r"send_error: task id = \d+, error: (?:request \((?P<tokens>\d+) tokens\) "
+              r"exceeds the available context size \((?P<ctx>\d+) tokens\)|the request exceeds the available context "
+              r"size)", Severity.INFO, Phase.ADMISSION, _oversize),
+    signature(EventKind.REQUEST_FAILED, r"send_error: task id = \d+, error: Context size has been exceeded",
+              Severity.ERROR, Phase.GENERATION, lambda m: {"status": 500, "reason": "context_exceeded"}),
     signature(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
          Phase.GENERATION, lambda m: {"reason": "server_timeout", "scope": "request"}),
     *http_access.TIMEOUT_SIGNATURES,
@@ -51,7 +66,11 @@ _QUOTED_MSG = re.compile(r"\"((?:[^\"\\\n]|\\.){0,2000})\"")
 _GOLOG = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d) ")
 _GIN = re.compile(r"\[GIN\] (\d{4})/(\d\d)/(\d\d) - (\d\d):(\d\d):(\d\d) ")
 _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "D": "DEBUG", "ERR": "ERROR", "WARN": "WARNING"}
-_FACTS = (
+def _slot_pool(slots: str, per_slot: str, unified: str) -> float:
+    return float(per_slot) if unified == "true" else float(slots) * float(per_slot)
+
+
+_FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     # `n_ctx` at start-up is the whole cache; a slot's own (`new slot, n_ctx = 4096`, newest builds) is a
     # request's limit, as `n_ctx_slot` is; the per-request `new prompt, n_ctx_slot = …` line is no start-up fact
     ("kv_cache_tokens", re.compile(r"(?<!new slot, )\bn_ctx +(?:= )?(\d+)"), float),
@@ -61,6 +80,9 @@ _FACTS = (
     ("kv_cache_tokens", re.compile(r"creating non-SWA KV cache, size = (\d+) cells|\bkv_size = (\d+)"), float),
     ("max_num_seqs", re.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
     ("max_model_len", re.compile(r"(?<!new prompt, )\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
+    # 2025 on, at the default verbosity the only size printed: `initializing, n_slots = 4, n_ctx_slot = 512,
+    # kv_unified = 'true'` — one pool of n_ctx_slot cells shared by every slot, or n_slots pools of it
+    ("kv_cache_tokens", re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'"), _slot_pool),
     ("kv_cache_dtype", re.compile(r"(?:KV self size|size) = +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
 _KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB")
@@ -99,13 +121,14 @@ class LlamaCppParser(StreamParser):
     # model loading: libllama's loader lines (any era) precede serving
     STARTING = re.compile(r"loading model|llama_model_loader: loaded meta data|starting llama server|build: \d+"
                           r"|^(?:llm_)?load_tensors: |^llama_model_load: ")
-    READY = re.compile(r"server is listening|HTTP server listening|all slots are idle|llama runner started"
+    READY = re.compile(r"server is listening|HTTP server listening|: listening on http|all slots are idle"
+                       r"|llama runner started"
                        r"|model loaded")
-    HOT = hot("allocate", "insufficient memory", "more system memory", "free space in the KV cache", "memory slot",
+    HOT = hot("allocate", "insufficient memory", "more system memory", "send_error", "Context size",
               "server busy", "pending requests", "llama runner", "GGML_ASSERT", "loading model", "load model",
               "Segmentation fault", "core dumped", "deadline", "should_stop", "n_ctx", "n_seq_max", "n_slots",
               "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
-              "server is listening", "HTTP server listening", "model loaded", "loaded meta data",
+              "server is listening", "HTTP server listening", "listening on http", "model loaded", "loaded meta data",
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
               "prompt processing",
@@ -186,6 +209,9 @@ class LlamaCppParser(StreamParser):
         for name, pattern, conv in _FACTS:
             m = pattern.search(msg)
             if m is not None:
+                if conv is _slot_pool:
+                    out.append(self.fact(split, name, conv(*m.groups())))
+                    continue
                 value = next(g for g in m.groups() if g is not None)
                 out.append(self.fact(split, name, conv(value)))
         if (m := _KV_MIB.search(msg)) is not None:

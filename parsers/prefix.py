@@ -32,7 +32,9 @@ class Split:
         return self.key is None and not self.tag and self.level is None
 
 
-REFUSALS = ("429", "503", "504")  # the statuses an access line is classified for
+# An access line is classified when its status is an error (4xx: refusals, client errors; 5xx: refusals, failures,
+# gateway timeouts); a 1xx-3xx line is the commonest boring line of a busy log.
+ERROR_STATUS_DIGITS = ("4", "5")
 MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 # syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
@@ -74,13 +76,13 @@ def quoted_or_request(head: str, msg: str) -> bool:
 
 
 def boring_access(text: str) -> bool:
-    """An access line (uvicorn, nginx) whose status is not one we classify: the commonest boring line in a
-    busy log, settled by one `find`."""
+    """An access line (uvicorn, nginx) whose status is not an error: the commonest boring line in a busy log,
+    settled by one `find`."""
     i = text.find(" HTTP/1.")
     if i < 0:
         return False
     j = text.find('" ', i)
-    return j >= 0 and text[j + 2:j + 5] not in REFUSALS
+    return j >= 0 and text[j + 2:j + 3] not in ERROR_STATUS_DIGITS
 
 
 def source_last(lines: Iterable[str], deferred: list[str]) -> Iterator[str]:

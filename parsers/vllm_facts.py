@@ -26,8 +26,15 @@ def _gib(text: str) -> int:
     return round(_num(text) * GIB)
 
 
+def _printed_gib(text: str) -> int | None:
+    """A size vLLM printed to 0.1 GiB: "0.0 GiB" means below 0.05 GiB (a small model's whole KV cache), not
+    zero, so it states nothing (None) rather than "no memory left"."""
+    value = _num(text)
+    return round(value * GIB) if value > 0 else None
+
+
 # (fact name, pattern, converter of group 1); several facts may come from one line.
-_Conv = Callable[[str], float | str]
+_Conv = Callable[[str], float | str | None]  # None: the line's number says nothing (below print precision)
 _PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
     (name, re.compile(pattern), conv)
     for name, pattern, conv in (
@@ -70,8 +77,15 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str], _Conv], ...] = tuple(
         ("gpu_memory_utilization", r"The current --gpu-memory-utilization=" + _NUM + r" is equivalent", _num),
         ("max_model_len", r"max seq len \(" + _NUM + r"\)", _num),
         ("kv_cache_tokens", r"maximum number of tokens that can be stored in KV cache \(" + _NUM + r"\)", _num),
-        ("required_kv_bytes", r"\(" + _NUM + r" GiB KV cache is needed", _gib),
-        ("kv_cache_bytes", r"larger than the available KV cache memory \(" + _NUM + r" GiB\)", _gib),
+        ("required_kv_bytes", r"\(" + _NUM + r" GiB KV cache is needed", _printed_gib),
+        ("kv_cache_bytes", r"larger than the available KV cache memory \(" + _NUM + r" GiB\)", _printed_gib),
+        # `--num-gpu-blocks-override N`: the cache has N blocks whatever memory the profile found
+        ("num_gpu_blocks_override", r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=" + _NUM, _num),
+        ("gpu_blocks", r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=" + _NUM, _num),
+        # which vLLM: the 0.19+ logo (`version 0.32.0`), the API server's banner, the engine's own first line
+        ("engine_version", r"(?:█  version|vLLM API server version|vLLM server version) v?(\d+\.\d+[\w.+-]*)", str),
+        ("engine_version", r"Initializing an? (?:V1 )?LLM engine \(v(\d+\.\d+[\w.+-]*)\)", str),
+        ("engine_core", r"Initializing an? (V1 )?LLM engine \(v", lambda v1: "v1" if v1 else "v0"),
         ("estimated_max_model_len", r"the estimated maximum model length is " + _NUM, _num),
     )
 )
@@ -96,7 +110,8 @@ _NUMERIC_ARGS = {"max_model_len", "max_num_seqs", "gpu_memory_utilization", "blo
                  "pipeline_parallel_size"}
 FACT_WORDS = ("KV cache", "Maximum concurrency", "blocks:", "took", "memory", "max seq len", "block size",
                "dcp_world_size", "No available memory", "speculative_config=", "', tokenizer=", "█  model",
-               "estimated maximum", "with config: ", "args: ", "num_gpu_blocks is")
+               "estimated maximum", "with config: ", "args: ", "num_gpu_blocks is", "num_gpu_blocks_override",
+               "version", "LLM engine (v")
 _FACT_FILTER = hot(*FACT_WORDS)
 
 
@@ -124,8 +139,8 @@ def line_facts(msg: str) -> list[tuple[str, float | str]]:
     out: list[tuple[str, float | str]] = []
     for name, pattern, conv in _PATTERNS:
         fm = pattern.search(msg)
-        if fm is not None:
-            out.append((name, conv(fm.group(1))))
+        if fm is not None and (value := conv(fm.group(1) or "")) is not None:
+            out.append((name, value))
     if _ARG_LINE.search(msg) is not None:
         out.extend(_arg_facts(msg))
     return out

@@ -95,6 +95,13 @@ def _number(facts: Mapping[str, float | str], name: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+def _engine_tokens(facts: Mapping[str, float | str], block: int) -> float | None:
+    """The KV tokens the engine holds: what a failed start said fits (`estimated maximum model length`: one
+    block is kept back, so it is below blocks × block size), else the printed size, else blocks × block size."""
+    return (_number(facts, "estimated_max_model_len") or _number(facts, "kv_cache_tokens")
+            or (_number(facts, "gpu_blocks") or 0) * block or None)
+
+
 def capacity_of(budget: Budget | None, facts: Mapping[str, float | str] | None = None,
                 engine: str | None = None) -> Capacity:
     """The paper `budget` and one engine's start-up `facts` (name → value) as one Capacity.
@@ -110,8 +117,7 @@ def capacity_of(budget: Budget | None, facts: Mapping[str, float | str] | None =
         paper: int | None = budget.max_concurrency
         engine_conc = reconcile(budget, dict(facts)).engine_max_concurrency if facts else None
         engine_len = _number(facts, "tokens_per_request") or _number(facts, "max_model_len")
-        kv_tokens = _number(facts, "kv_cache_tokens") or (
-            (_number(facts, "gpu_blocks") or 0) * block or None)
+        kv_tokens = _engine_tokens(facts, block)
         if kv_tokens and tokens_per_request:
             engine_conc = kv_tokens / (math.ceil(tokens_per_request / block) * block)
         elif engine_conc is not None and engine_len and tokens_per_request:
@@ -119,7 +125,7 @@ def capacity_of(budget: Budget | None, facts: Mapping[str, float | str] | None =
         return Capacity(engine, tokens_per_request, paper, engine_conc, kv_tokens, budget.usable_kv_bytes,
                         budget.kv_bytes_per_token, block)
     engine_len = _number(facts, "tokens_per_request") or _number(facts, "max_model_len")
-    kv_tokens = _number(facts, "kv_cache_tokens") or ((_number(facts, "gpu_blocks") or 0) * block or None)
+    kv_tokens = _engine_tokens(facts, block)
     engine_conc = _number(facts, "max_concurrency")
     if engine_conc is None and kv_tokens and engine_len:
         engine_conc = kv_tokens / engine_len

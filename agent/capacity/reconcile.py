@@ -99,13 +99,15 @@ def reconcile(budget: Budget, facts: dict[str, float | str]) -> Reconciliation:
     if tokens is None and blocks is not None:
         tokens = blocks * inputs.block_size
     required = _num(facts, "required_kv_bytes")
-    failed_len = _num(facts, "max_model_len") if required is not None else None
-    if required is not None and failed_len:
-        # V1 refused to start: "X GiB KV cache is needed" for max_model_len tokens is the engine's own
-        # per-token size, and the estimated maximum model length is what the available memory holds. Token
-        # counts printed by an earlier, successful start in the same file belong to other settings.
-        per_token: float | None = required / failed_len
-        tokens = _num(facts, "estimated_max_model_len") or tokens
+    fits = _num(facts, "estimated_max_model_len")
+    failed_len = _num(facts, "max_model_len") if required is not None or fits is not None else None
+    per_token: float | None = None
+    if failed_len:
+        # V1 refused to start: the estimated maximum model length is what the available KV memory holds, and
+        # "X GiB KV cache is needed" for max_model_len tokens (when printed above 0.0 GiB) is the engine's own
+        # per-token size. Token counts printed by an earlier, successful start belong to other settings.
+        per_token = required / failed_len if required else None
+        tokens = fits or tokens
     else:
         per_token = kv_bytes / tokens if kv_bytes and kv_bytes > 0 and tokens else None
     dcp = _num(facts, "dcp_world_size")
@@ -172,11 +174,12 @@ def _explain(budget: Budget, rows: tuple[Row, ...], activation: float | None, no
                      "peak and non-torch memory already exceed util × VRAM, so it cannot start (\"No available "
                      "memory for the cache blocks\"). Raise --gpu-memory-utilization, quantize the weights, "
                      "lower max_num_batched_tokens / max_model_len, or add tensor parallelism.")
-    required, failed_len = _num(facts, "required_kv_bytes"), _num(facts, "max_model_len")
-    if required is not None and failed_len:
-        fits = _num(facts, "estimated_max_model_len")
-        notes.append(f"the engine refused to start: one request of max_model_len {int(failed_len)} needs "
-                     f"{_gib(required)} of KV cache, more than the {_gib(kv.engine)} available"
+    required, fits = _num(facts, "required_kv_bytes"), _num(facts, "estimated_max_model_len")
+    failed_len = _num(facts, "max_model_len") if required is not None or fits is not None else None
+    if failed_len:
+        need = (f"{_gib(required)} of KV cache, more than the {_gib(kv.engine)} available" if required
+                else "more KV cache than is available (vLLM printed both sizes as 0.0 GiB: under 0.05 GiB)")
+        notes.append(f"the engine refused to start: one request of max_model_len {int(failed_len)} needs {need}"
                      + (f"; the longest that fits is {int(fits)} tokens" if fits else "")
                      + ". Lower --max-model-len, use --kv-cache-dtype fp8, or free memory (util, TP, quantization).")
     dcp = _num(facts, "dcp_world_size")
@@ -190,13 +193,43 @@ def _explain(budget: Budget, rows: tuple[Row, ...], activation: float | None, no
     if _off(kv.computed, kv.engine) and kv.engine is not None and kv.engine > 0:
         notes.append(f"usable KV cache differs by {_delta(kv)}; from now on the agent compares live "
                      "usage with the engine's own figure.")
+    override = _num(facts, "num_gpu_blocks_override")
+    if override is not None:
+        notes.append(f"the engine's KV cache was fixed at {int(override)} blocks by --num-gpu-blocks-override, "
+                     "whatever memory it found: its token count and concurrency are set by that flag, not by the "
+                     "memory budget.")
+    unexplained = [r for r in rows if _row_off(r) and r.unit in ("tokens", "x")]
+    for row in unexplained:
+        notes.append(f"{row.label}: computed {_value(row, row.computed)}, engine {_value(row, row.engine)} "
+                     f"({_ratio(row)}); the engine's figure governs live comparisons.")
     if not notes and all(r.engine is None for r in rows if r.label != "util × VRAM"):
         notes.append("the log holds no capacity numbers to compare (only settings such as the model, max_model_len "
                      "or TP, which were used above); the engine's KV cache, weights or token lines are needed for a "
                      "check.")
-    elif not notes:
+    elif not notes and not any(_row_off(r) for r in rows):
         notes.append("computed and engine-reported budgets agree (within 3 % or 0.1 GiB).")
     return notes
+
+
+def _row_off(row: Row) -> bool:
+    """A row outside its tolerance: 3 % (and 0.1 GiB for memory); token and concurrency rows have no floor."""
+    return _off(row.computed, row.engine, MEMORY_FLOOR if row.unit == "bytes" else 0.0)
+
+
+def _value(row: Row, value: float | None) -> str:
+    if value is None:
+        return "?"
+    if row.unit == "bytes":
+        return _gib(value)
+    return f"{value:,.2f}x" if row.unit == "x" else f"{value:,.0f}"
+
+
+def _ratio(row: Row) -> str:
+    """How far apart, as a factor a person reads at once: "2,045× fewer in the engine"."""
+    if not row.computed or not row.engine or row.computed <= 0 or row.engine <= 0:
+        return "no common scale"
+    factor = row.computed / row.engine
+    return f"{factor:,.1f}× fewer in the engine" if factor >= 1 else f"{1 / factor:,.1f}× more in the engine"
 
 
 def _per_token_note(budget: Budget, row: Row, facts: dict[str, float | str]) -> str | None:

@@ -34,7 +34,7 @@ Totals = Mapping[tuple[str, Labels], float]
 # daemon keeps their values in SQLite's `totals` table under the same keys.
 COUNTERS: dict[str, tuple[str, Labels]] = {
     "events_total": ("Classified events (OOM, preemption, pending, queue_full, deadline_exceeded, http_429/503, "
-               "engine_dead, cuda_error, nccl_timeout, xid, gpu_lost).", ("source", "server", "kind")),
+               "request_failed, engine_dead, cuda_error, nccl_timeout, xid, gpu_lost).", ("source", "server", "kind")),
     "gpu_xid_errors_total": ("NVIDIA driver Xid errors, from NVML events and the kernel log.", ("gpu", "xid")),
     "source_lines_total": ("Log lines delivered by the source.", ("source",)),
     "source_bytes_total": ("Bytes read by the source.", ("source",)),

@@ -209,7 +209,8 @@ _VLLM_CACHE_FACTS: dict[str, tuple[str, Callable[[str], float | str]]] = {
     "num_gpu_blocks": ("gpu_blocks", int),
     "num_cpu_blocks": ("cpu_blocks", int),
     "cache_dtype": ("kv_cache_dtype", str),
-    "kv_cache_memory_bytes": ("kv_cache_bytes", int),
+    # not `kv_cache_memory_bytes`: it is the size asked for (--kv-cache-memory-bytes, or VLLM_CPU_KVCACHE_SPACE on
+    # the CPU backend: 1 GiB for a cache of 32 blocks × 32 tokens × 512 B = 512 KiB, measured), not the cache built
     "kv_cache_size_tokens": ("kv_cache_tokens", int),
     "kv_cache_max_concurrency": ("max_concurrency", float),
 }
@@ -308,8 +309,10 @@ def read_llamacpp(samples: Samples, deltas: Deltas, elapsed: float | None) -> Re
         running=_sum_int(samples, "llamacpp:requests_processing"),
         waiting=_sum_int(samples, "llamacpp:requests_deferred"),
         kv_usage_ratio=_max(samples, "llamacpp:kv_cache_usage_ratio"),
-        prompt_tps=_sum(samples, "llamacpp:prompt_tokens_seconds"),
-        gen_tps=_sum(samples, "llamacpp:predicted_tokens_seconds"),
+        # throughput from the token counters: `prompt_tokens_seconds` / `predicted_tokens_seconds` are the speed
+        # of one busy slot while it computed (26,475 prompt tok/s where ~2 k were served, measured), not a rate
+        prompt_tps=deltas.rate(samples, "llamacpp:prompt_tokens", elapsed),
+        gen_tps=deltas.rate(samples, "llamacpp:tokens_predicted", elapsed),
         kv_used_tokens=used,
     )
 

@@ -97,8 +97,20 @@ def governing(budget: Budget, capacity: Capacity | None) -> tuple[int, str]:
     if capacity is None or capacity.governs != "engine" or capacity.max_concurrency is None:
         return budget.max_concurrency, per_request
     engine = capacity.engine_max_concurrency or 0.0
+    if capacity.max_concurrency < 1:
+        # Below one request no max_num_seqs helps: the request length is the knob (max_model_len below).
+        return 1, (f"engine-reported {engine:.2f}x: not one request of {capacity.tokens_per_request} tokens fits; "
+                   "lower max_model_len")
     return capacity.max_concurrency, (f"engine-reported {engine:.2f}x governs (paper budget: "
                                       f"{budget.max_concurrency})")
+
+
+def fitting_length(capacity: Capacity | None) -> int | None:
+    """The longest request the engine holds when not even one of max_model_len fits (block-rounded down)."""
+    if capacity is None or capacity.max_concurrency is None or capacity.max_concurrency >= 1:
+        return None
+    tokens = capacity.engine_kv_cache_tokens
+    return int(tokens // capacity.block_size * capacity.block_size) if tokens else None
 
 
 def config_snippet(budget: Budget, config: Config | None = None, capacity: Capacity | None = None) -> str:
@@ -117,7 +129,8 @@ def config_snippet(budget: Budget, config: Config | None = None, capacity: Capac
     rows: list[tuple[str, object, str]] = [
         ("server", None, ""),
         ("  gpu_memory_fraction", f"{i.util:.2f}", ""),
-        ("  max_model_len", i.tokens_per_request, ""),
+        ("  max_model_len", *((fits, f"the longest request the engine holds (was {i.tokens_per_request})")
+                              if (fits := fitting_length(capacity)) else (i.tokens_per_request, ""))),
         ("  kv_cache_dtype", _kv_dtype_name(budget), ""),
         ("  max_num_seqs", max_num_seqs, why),
         ("  max_queue_size", *kept("server", "max_queue_size")),

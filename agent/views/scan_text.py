@@ -13,6 +13,7 @@ from agent.records import CapacityFact, Event, Record, Server, ServerStats
 from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
 from agent.views.units import fact, printable, when
+from agent.visibility import BlindSpot, log_blind_spots
 
 
 def render_text(scans: list[FileScan], summary: Summary | None = None) -> str:
@@ -24,12 +25,19 @@ def render_text(scans: list[FileScan], summary: Summary | None = None) -> str:
     out += [f"  {s.source}: {s.lines:,} lines, {s.fmt}, read as {s.server.value}"
             + (f", {s.parse_errors} skipped (numbers that cannot be numbers)" if s.parse_errors else "")
             for s in scans]
-    out.append(f"Time: {when(summary.first_ts)} → {when(summary.last_ts)}")
+    if summary.first_ts is None and summary.last_ts is None:
+        out.append("Time: the lines carry no time stamps")
+    else:
+        out.append(f"Time: {when(summary.first_ts)} → {when(summary.last_ts)}")
+    blind = blind_spots(scans, summary)
     out.append("Events by kind:" if summary.counts else "Events: none")
     for kind, n in sorted(summary.counts.items(), key=lambda kv: -kv[1]):
         by_phase = ", ".join(f"{p} {c}" for p, c in sorted(summary.phases[kind].items()))
         out.append(f"  {kind:<18} {n:>7,}  ({by_phase})")
-    out += _distinctions(summary)
+    out += _distinctions(summary, blind)
+    if blind:
+        out.append("Not visible in these logs:")
+        out += [f"  {b.what}: {b.sentence()}" for b in blind]
     if summary.facts:
         out.append("Capacity (last reported):")
         out += [f"  {name:<24} {fact(name, value)}" for name, value in sorted(summary.facts.items())]
@@ -48,19 +56,34 @@ def render_text(scans: list[FileScan], summary: Summary | None = None) -> str:
     return printable("\n".join(out))
 
 
-def _distinctions(summary: Summary) -> list[str]:
-    """The budget method's readings: OOM vs queueing; refused at admission vs timed out after work began."""
+def blind_spots(scans: list[FileScan], summary: Summary) -> list[BlindSpot]:
+    """What the scanned logs cannot show, once per kind of blind spot (the facts are all inputs' together)."""
+    seen: dict[str, BlindSpot] = {}
+    for scan in scans:
+        for spot in log_blind_spots(scan.server, summary.facts):
+            seen.setdefault(spot.what, spot)
+    return list(seen.values())
+
+
+def _distinctions(summary: Summary, blind: list[BlindSpot]) -> list[str]:
+    """The budget method's readings: OOM vs queueing; refused at admission vs timed out after work began;
+    requests that failed. A count the logs cannot show is said to be unknown, not 0."""
     c = summary.counts
     oom, queued = c.get("oom", 0), c.get("pending", 0)
     refused = c.get("queue_full", 0) + c.get("http_429", 0) + c.get("http_503", 0)
     timed_out = c.get("deadline_exceeded", 0)
+    unseen = {b.what for b in blind}
+    preempted = "preemptions not in the log" if "preemptions" in unseen else \
+        f"{c.get('preemption', 0)} preemptions"
     lines = []
-    if oom or queued or summary.peak_waiting is not None:
+    if oom or queued or summary.peak_waiting is not None or c.get("preemption"):
         peak = summary.peak_waiting.waiting if summary.peak_waiting is not None else 0
-        lines.append(f"Memory vs queueing: {oom} OOM, {c.get('preemption', 0)} preemption events; "
+        lines.append(f"Memory vs queueing: {oom} OOM, {preempted}; "
                      f"queue became non-empty {queued} times, peak waiting {peak}")
     if refused or timed_out:
         lines.append(f"Refused at admission (no token): {refused}; timed out after work began: {timed_out}")
+    if failed := c.get("request_failed", 0):
+        lines.append(f"Requests that failed (error answers, not refusals or timeouts): {failed}")
     return lines
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.records import Event, Record, ServerStats, Severity
+from agent.records import Event, Record, ServerStats, Severity, occurrences
 
 NOTABLE_LIMIT = 20
 _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.ERROR: 1, Severity.WARNING: 2, Severity.INFO: 3}
@@ -17,7 +17,7 @@ _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.ERROR: 1, Severity.WARNING: 2,
 class Summary:
     """The text report's numbers, computed once from all inputs' records."""
 
-    counts: dict[str, int]
+    counts: dict[str, int]  # occurrences by kind (an event's `count`, else 1), not records
     phases: dict[str, Counter[str]]
     first_ts: float | None
     last_ts: float | None
@@ -63,11 +63,12 @@ class SummaryBuilder:
                     self.peak_waiting = r
             elif isinstance(r, Event):
                 kind = r.kind.value
-                self.counts[kind] += 1
+                n = occurrences(r)
+                self.counts[kind] += n
                 phases = self.phases.get(kind)
                 if phases is None:
                     phases = self.phases[kind] = Counter()
-                phases[r.phase.value] += 1
+                phases[r.phase.value] += n
                 self._order += 1
                 entry = (-_SEVERITY_ORDER[r.severity], -(ts or 0.0), -self._order, r)
                 if len(self._notable) < NOTABLE_LIMIT:

@@ -244,7 +244,9 @@ def test_an_engine_that_dies_of_its_timeout_is_also_engine_dead() -> None:
 ])
 @pytest.mark.parametrize("server", [Server.AUTO, Server.VLLM, Server.LLAMACPP, Server.SGLANG])
 def test_hard_negatives_stay_benign(line: str, server: Server) -> None:
-    assert _events(_records(server, [line])) == []
+    # A request answered with an error status is recorded (`request_failed`, a count for the operator), but it
+    # is none of the incident kinds these lines only look like.
+    assert [e for e in _events(_records(server, [line])) if e.kind is not EventKind.REQUEST_FAILED] == []
 
 
 # ---- properties of the new parsing code ------------------------------------------------------------

@@ -77,8 +77,13 @@ CASES: list[tuple[Server, str, EventKind, Phase]] = [
     # llama.cpp / Ollama
     (Server.LLAMACPP, "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc "
      "failed: out of memory", K.OOM, Phase.RUNTIME),
-    (Server.LLAMACPP, "srv  update_slots: failed to find free space in the KV cache, retrying with smaller batch size, "
-     "i = 0, n_batch = 512, ret = 1", K.PREEMPTION, Phase.RUNTIME),
+    # llama.cpp never preempts: when the last retry of a decode fails, the requests in it fail (tests/engines)
+    (Server.LLAMACPP, "0.00.404.024 E srv  update_slots: decode() failed: Context size has been exceeded.", K.OOM,
+     Phase.RUNTIME),
+    (Server.LLAMACPP, "0.00.403.897 E srv    send_error: task id = 203, error: Context size has been exceeded.",
+     K.REQUEST_FAILED, Phase.GENERATION),
+    (Server.LLAMACPP, "0.00.372.947 E srv    send_error: task id = 196, error: request (702 tokens) exceeds the "
+     "available context size (512 tokens), try increasing it", K.REQUEST_FAILED, Phase.ADMISSION),
     (Server.LLAMACPP, "slot launch_slot_: id  0 | task 5 | no slot is available, defer task, id_task = 5",
      K.PENDING, Phase.QUEUE),
     (Server.LLAMACPP, 'time=2024-08-19T14:12:00.000+08:00 level=WARN source=sched.go:137 msg="server busy, please try '

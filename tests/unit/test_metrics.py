@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.bookkeeping import SourceStats
 from agent.prom import exposition_samples
-from agent.records import GpuProcessSample, GpuSample, Server, ServerStats
+from agent.records import EventKind, GpuProcessSample, GpuSample, Server, ServerStats
 from agent.sinks.exporter import MetricsServer, Snapshot, SnapshotCollector
 
 METRICS_DOC = (Path(__file__).parent.parent.parent / "docs" / "metrics.md").read_text()
@@ -43,7 +43,8 @@ def test_values_and_labels() -> None:
     events = {labels["kind"]: value for labels, value in samples["deepinfer_events"]
               if (labels["source"], labels["server"]) == ("vllm", "vllm")}
     assert events.pop("oom") == 2.0
-    assert set(events.values()) == {0.0} and len(events) == 11, "every other kind at 0, so a first event is seen"
+    assert set(events.values()) == {0.0} and len(events) == len(EventKind) - 1, \
+        "every other kind at 0, so a first event is seen"
     assert samples["deepinfer_gpu_xid_errors"] == [({"gpu": "0", "xid": "79"}, 1.0)]
     assert samples["deepinfer_server_kv_cache_usage_ratio"] == [({"source": "vllm", "server": "vllm"}, 0.42)]
     assert samples["deepinfer_gpu_process_memory_used_bytes"] == [({"gpu": "0"}, 20.0)]  # summed, no pid label
