@@ -8,9 +8,10 @@ from __future__ import annotations
 import ctypes.util
 import io
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agent.errors import AgentError
 from agent.records import Event, EventKind, Server, ServerStats
@@ -30,6 +31,8 @@ class Peaks:
     gpu_memory: int | None = None
     preemptions: int = 0
     oom: int = 0
+    engine_dead: int = 0
+    scrape_lost: bool = False  # the engine's /metrics answered, then stopped answering during the level
     samples: int = 0
     queued_samples: int = 0
 
@@ -43,6 +46,18 @@ class Peaks:
             self.waiting = max(self.waiting or 0, s.waiting)
         if s.kv_usage_ratio is not None:
             self.kv_usage = max(self.kv_usage or 0.0, s.kv_usage_ratio)
+
+
+class LevelEvents(NamedTuple):
+    """What the engine's log or the agent's store recorded for one level."""
+
+    oom: int = 0
+    preemptions: int = 0
+    engine_dead: int = 0
+
+    @classmethod
+    def of(cls, counts: Callable[[EventKind], int]) -> LevelEvents:
+        return cls(counts(EventKind.OOM), counts(EventKind.PREEMPTION), counts(EventKind.ENGINE_DEAD))
 
 
 def event_count(event: Event) -> int:
@@ -84,7 +99,11 @@ class Watcher:
         """One scrape and one NVML poll, folded into `peaks` (blocking: run it in a thread)."""
         now = time.time()
         if self._scraper is not None:
-            for record in self._scraper.poll(now):
+            was_up = self._scraper.stats().up
+            records = self._scraper.poll(now)
+            if was_up and not self._scraper.stats().up:
+                peaks.scrape_lost = True
+            for record in records:
                 if isinstance(record, ServerStats):
                     peaks.stats(record)
                 elif isinstance(record, Event) and record.kind is EventKind.PREEMPTION:
@@ -98,18 +117,15 @@ class Watcher:
         if self._gpu is not None:
             self._gpu.close()
 
-    def events_since_last(self, started: float, ended: float) -> tuple[int, int]:
-        """(OOM events, preemptions) the log appended since the last call, or the store holds for the
-        window; the larger of the two sources for each (they see the same engine)."""
-        oom = preempt = 0
-        if self._log_path is not None:
-            oom, preempt = self._log_events()
+    def events_since_last(self, started: float, ended: float) -> LevelEvents:
+        """OOM events, preemptions and engine deaths the log appended since the last call, or the store holds for
+        the window; the larger of the two sources for each (they see the same engine)."""
+        counts = self._log_events() if self._log_path is not None else LevelEvents()
         if self._db_path is not None:
-            db_oom, db_preempt = self._db_events(started, ended)
-            oom, preempt = max(oom, db_oom), max(preempt, db_preempt)
-        return oom, preempt
+            counts = LevelEvents(*(max(a, b) for a, b in zip(counts, self._db_events(started, ended), strict=True)))
+        return counts
 
-    def _log_events(self) -> tuple[int, int]:
+    def _log_events(self) -> LevelEvents:
         assert self._log_path is not None
         try:
             with self._log_path.open("rb") as handle:
@@ -119,22 +135,18 @@ class Watcher:
                 handle.seek(self._log_offset)
                 data = handle.read(size - self._log_offset)
         except OSError:
-            return 0, 0
+            return LevelEvents()
         complete = data[:data.rfind(b"\n") + 1]  # a half-written last line waits for the next window
         self._log_offset += len(complete)
         scan = scan_stream(io.BytesIO(complete), str(self._log_path), Server.AUTO, time.time())
-        oom = sum(1 for r in scan.records if isinstance(r, Event) and r.kind is EventKind.OOM)
-        preempt = sum(event_count(r) for r in scan.records
-                      if isinstance(r, Event) and r.kind is EventKind.PREEMPTION)
-        return oom, preempt
+        events = [r for r in scan.records if isinstance(r, Event)]
+        return LevelEvents.of(lambda kind: sum(event_count(e) for e in events if e.kind is kind))
 
-    def _db_events(self, started: float, ended: float) -> tuple[int, int]:
+    def _db_events(self, started: float, ended: float) -> LevelEvents:
         assert self._db_path is not None
         try:
             with Store.open_readonly(self._db_path) as store:
                 counts = Queries(store).event_counts(started, ended)
         except AgentError:
-            return 0, 0
-        oom = sum(n for (_, _, kind), n in counts.items() if kind == EventKind.OOM.value)
-        preempt = sum(n for (_, _, kind), n in counts.items() if kind == EventKind.PREEMPTION.value)
-        return oom, preempt
+            return LevelEvents()
+        return LevelEvents.of(lambda k: sum(n for (_, _, kind), n in counts.items() if kind == k.value))

@@ -116,8 +116,8 @@ def test_watcher_counts_oom_and_preemptions_from_the_store(tmp_path: Path) -> No
         store.commit([_event(1000.5, EventKind.OOM, 1), _event(1000.6, EventKind.PREEMPTION, 2),
                       _event(1000.7, EventKind.PREEMPTION, 3), _event(2000.0, EventKind.OOM, 4)])
     watcher = Watcher(db_path=db)
-    assert watcher.events_since_last(1000.0, 1001.0) == (1, 2)
-    assert watcher.events_since_last(3000.0, 3001.0) == (0, 0)
+    assert watcher.events_since_last(1000.0, 1001.0) == (1, 2, 0)
+    assert watcher.events_since_last(3000.0, 3001.0) == (0, 0, 0)
 
 
 def test_watcher_reads_only_what_the_log_gained(tmp_path: Path) -> None:
@@ -131,11 +131,11 @@ def test_watcher_reads_only_what_the_log_gained(tmp_path: Path) -> None:
     watcher = Watcher(log_path=log)
     with log.open("a") as handle:
         handle.write(stats + oom + stats[:40])  # the last line is still being written
-    assert watcher.events_since_last(0.0, 1.0) == (1, 3)
+    assert watcher.events_since_last(0.0, 1.0) == (1, 3, 0)
     with log.open("a") as handle:
         handle.write(stats[40:])
-    assert watcher.events_since_last(0.0, 1.0) == (0, 3)
-    assert watcher.events_since_last(0.0, 1.0) == (0, 0)
+    assert watcher.events_since_last(0.0, 1.0) == (0, 3, 0)
+    assert watcher.events_since_last(0.0, 1.0) == (0, 0, 0)
 
 
 def test_one_adapter_per_side_of_aiohttp() -> None:
@@ -180,3 +180,25 @@ def test_levels_are_kept_in_the_agents_store_for_report(tmp_path: Path) -> None:
     with Store.open_readonly(tmp_path / "agent.db") as store:
         assert [(s.level, s.broke, dict(s.errors)) for s in Queries(store).load_steps()] == [
             (8, False, {}), (16, True, {"http_503": 3})]
+
+
+def test_a_level_is_judged_by_what_the_clients_felt_before_what_the_engine_did() -> None:
+    from collections import Counter
+
+    from agent.tools.loadtest import _judge, _Tally
+    from agent.tools.loadtest_watch import Peaks
+
+    def judged(errors: dict[str, int], **peaks: int | bool) -> str:
+        broke, reason = _judge(4, _Tally(errors=Counter(errors)), Peaks(**peaks))  # type: ignore[arg-type]
+        assert broke
+        return reason
+
+    # What a real vLLM did (tests/engines): clients that gave up after 1 s while it preempted twice, 20 refusals
+    # from --max-num-queued-reqs while it preempted 7 times, 6 × 500 after its engine core was killed.
+    assert judged({"timeout": 3}, preemptions=2) == "3 failed request(s): 3 client timeout(s) (also 2 preemption(s))"
+    assert judged({"http_503": 20}, preemptions=7).startswith("20 failed request(s): 20 refused (503)")
+    assert judged({"http_5xx": 6, "connection": 4}, engine_dead=1) == \
+        "the engine died: 10 request(s) failed (6 failed (5xx), 4 connection(s) lost)"
+    assert judged({"connection": 4}, scrape_lost=True).startswith("the engine died")
+    assert judged({}, preemptions=5) == "5 preemption(s)", "with no failed request the engine's distress is the cause"
+    assert judged({"http_503": 1}, oom=1) == "1 OOM event(s); 1 request(s) failed (1 refused (503))"

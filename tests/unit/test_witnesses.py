@@ -105,6 +105,17 @@ def test_only_the_kinds_the_scrape_counts_and_only_for_its_engine_are_dropped() 
     assert counted_once(records, {"a": frozenset()}) == records, "a target that never answered drops nothing"
 
 
+def test_a_refusal_is_counted_once_when_the_scrape_counts_admission_rejections() -> None:
+    # A real vLLM's --max-num-queued-reqs refusals: the log has one `503` access line per refused request, the
+    # scrape a `queue_full` event whose count is the rise of vllm:admission_rejections_total. Two refusals are
+    # two occurrences either way, not four; what the log alone sees (a 500, an OOM) stays.
+    refused = [_event("a", EventKind.HTTP_503), _event("a", EventKind.HTTP_503)]
+    others = [_event("a", EventKind.REQUEST_FAILED), _event("a", EventKind.OOM)]
+    assert counted_once([*refused, *others], {"a": frozenset({EventKind.QUEUE_FULL})}) == others
+    assert counted_once(refused, {"a": frozenset({EventKind.PREEMPTION})}) == refused, \
+        "without the rejection counter the log's 503 lines are the only witness"
+
+
 def test_a_scrape_named_after_a_glob_or_twice_is_refused(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("sources: [{path: 'logs/*.log', name: vllm}]\n"
