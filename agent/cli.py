@@ -73,6 +73,7 @@ def check(
 ) -> None:
     """Validate a config file: print every problem (file:line: field: expected …) or a one-line summary,
     and warn about sources that cannot be read now (exit 0: the files may appear later)."""
+    from agent.capacity.capacity import budget_or_reason
     from agent.config import load_config
     from agent.sources.patterns import pattern_problems, store_files
 
@@ -88,6 +89,9 @@ def check(
         raise typer.Exit(1) from None
     warnings = [f"source {s.source_name()}: {problem}" for s in cfg.sources if s.path is not None
                 for problem in pattern_problems(s.path, store_files(cfg.store.path))]
+    paper, why = budget_or_reason(cfg)
+    if paper is None and cfg.model != type(cfg.model)():  # a model was given, so a budget was meant
+        warnings.append(f"budget: not computed ({why}); the engine's own figures govern once it reports them")
     if as_json:
         typer.echo(json.dumps({"config": str(config), "ok": True, "summary": cfg.summary(), "warnings": warnings}))
         return

@@ -1,18 +1,19 @@
 """What an engine's log cannot show, and which witness can: the blind spots `scan`, `report` and `advise` name.
 
-Each one was measured on a real engine (tests/engines/): vLLM V1 (0.11 on, the only engine from then) never prints
-a preemption in its log — its stats line has no such field, so 208 preemptions left no line; a client that gives
-up on vLLM or SGLang is logged `200 OK` (uvicorn logs when the answer starts, and the engine finishes the request);
-llama-server's lines carry no wall-clock time. A count of zero in those places means "not visible", not "none",
-and every surface has to say so rather than print the zero as a finding.
+Each one was measured on a real engine (tests/engines/): vLLM V1 (0.11 on, the only engine from then) never prints a
+preemption in its log — its stats line has no such field, so 208 preemptions left no line; a client that gives up on
+vLLM or SGLang is logged `200 OK` (uvicorn logs when the answer starts, and the engine finishes the request);
+llama-server's lines carry no wall-clock time, and it logs a request waiting for a slot only at debug verbosity. A
+count of zero in those places means "not visible", not "none", and every surface has to say so rather than print the
+zero as a finding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from agent.records import Server
+from agent.records import Server, ServerStats
 
 
 @dataclass(frozen=True)
@@ -45,22 +46,24 @@ def is_vllm_v1(facts: Mapping[str, float | str]) -> bool:
 
 
 PREEMPTIONS = BlindSpot(
-    "preemptions", "vLLM V1 does not log preemptions (its stats line has no preemption field), so a count of 0 "
-    "from this log means unknown",
-    "the engine's /metrics counts them (vllm:num_preemptions_total): add a `scrape:` target named like this source")
+    "preemptions", "vLLM V1 never logs a preemption (its stats line has no such field): 0 here means unknown",
+    "scrape its /metrics (vllm:num_preemptions_total) with a `scrape:` target named like this source")
 CLIENT_TIMEOUTS = BlindSpot(
-    "client_timeouts", "a client that gave up is logged as 200 OK (the access line is written when the answer "
-    "starts, and the engine finishes the request anyway)",
-    "the client's or proxy's log (its timeouts, 499/504 lines) or the engine's end-to-end latency histogram "
-    "(scrape) against the client's timeout shows them")
+    "client_timeouts", "a client that gave up is logged 200 OK (the line is written when the answer starts)",
+    "the client's or proxy's log (499/504), or the engine's e2e latency histogram (scrape), shows them")
 NO_CLOCK = BlindSpot(
-    "time", "llama-server's lines carry no wall-clock time (only time since start, or none)",
-    "times come from the file or the container runtime (run it under Docker/journald, or use "
-    "`docker logs --timestamps`)")
+    "time", "llama-server's lines carry no wall-clock time",
+    "times come from the file, or from Docker/journald around it (`docker logs --timestamps`)")
+SLOT_QUEUE = BlindSpot(
+    "queueing", "llama-server logs a request waiting for a slot only at debug verbosity (-lv 4)",
+    "scrape its /metrics (llamacpp:requests_deferred; start it with --metrics)")
+RUNTIME = frozenset({"preemptions", "client_timeouts", "queueing"})  # only say so of a log that served
 
 
-def log_blind_spots(server: Server, facts: Mapping[str, float | str], *, scraped: bool = False) -> list[BlindSpot]:
-    """What a log of `server` with these start-up `facts` cannot show (with a scrape of the same engine, less)."""
+def log_blind_spots(server: Server, facts: Mapping[str, float | str], *, scraped: bool = False,
+                    served: bool = True) -> list[BlindSpot]:
+    """What a log of `server` with these start-up `facts` cannot show (with a scrape of the same engine, less;
+    of a log that never served — a failed start — only what start-up lines miss)."""
     spots: list[BlindSpot] = []
     if server is Server.VLLM and is_vllm_v1(facts) and not scraped:
         spots.append(PREEMPTIONS)
@@ -68,4 +71,14 @@ def log_blind_spots(server: Server, facts: Mapping[str, float | str], *, scraped
         spots.append(CLIENT_TIMEOUTS)
     if server is Server.LLAMACPP:
         spots.append(NO_CLOCK)
-    return spots
+        if not scraped:
+            spots.append(SLOT_QUEUE)
+    return spots if served else [s for s in spots if s.what not in RUNTIME]
+
+
+def engines_blind_spots(latest: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str, float | str]],
+                        scraped: Callable[[str], bool]) -> dict[str, list[BlindSpot]]:
+    """Each sampled engine's blind spots, from what a store holds: its newest sample (which engine it is), its
+    start-up facts, and whether a scrape of it fed the store."""
+    return {engine: spots for engine, sample in sorted(latest.items())
+            if (spots := log_blind_spots(sample.server, facts.get(engine, {}), scraped=scraped(engine)))}

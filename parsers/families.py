@@ -106,7 +106,16 @@ KV_SIGNATURES: tuple[Signature, ...] = (
               Severity.ERROR, Phase.RUNTIME, _kv_pool, incident=True),
 )
 
+def _node_memory(m: re.Match[str]) -> dict[str, FieldValue]:
+    return {"pool": "kv", "free_bytes": round(float(m.group("free")) * GIB),
+            "total_bytes": round(float(m.group("total")) * GIB), "requested_bytes": round(float(m.group("req")) * GIB)}
+
+
 OOM_SIGNATURES: tuple[Signature, ...] = (
+    # vLLM's CPU backend (0.2x on): the KV space asked for (VLLM_CPU_KVCACHE_SPACE) is more than the node has
+    signature(EventKind.OOM, r"Available memory on node \d{1,4} \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on kv cache "
+              r"allocation is less than requested memory for kv \((?P<req>[\d.]+) GiB\)",
+              Severity.CRITICAL, Phase.STARTUP, _node_memory, incident=True),
     signature(EventKind.OOM, r"Free memory on device[^\n(]{0,40}\((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) "
               r"on startup is less than desired GPU memory utilization \((?P<util>[\d.]+), (?P<req>[\d.]+) GiB\)",
               Severity.CRITICAL, Phase.STARTUP, _free_memory, incident=True),
@@ -148,6 +157,7 @@ FAMILY_SIGNATURES: tuple[Signature, ...] = (
 
 HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchdog timeout", "llama runner to start",
              "n_batch = 1", "NoKvSlot", "kv cache slot", "Context size has been exceeded", "Free memory on device",
+             "on kv cache allocation",
              "out of memory", "Out of memory", "allocate",
              "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
              "timeout reached",

@@ -82,12 +82,18 @@ class Capacity:
 
 def paper_budget(config: Config | None) -> Budget | None:
     """The budget the config implies, or None when it lacks the inputs (the agent still watches)."""
+    return budget_or_reason(config)[0]
+
+
+def budget_or_reason(config: Config | None) -> tuple[Budget | None, str | None]:
+    """The budget the config implies, or why there is none (the missing or unusable input, in the words the
+    sizing gave: "weights could not be estimated …" is not "the config lacks the model")."""
     if config is None:
-        return None
+        return None, "no config"
     try:
-        return compute(resolve(SizingRequest(), config).inputs)
-    except AgentError:
-        return None
+        return compute(resolve(SizingRequest(), config).inputs), None
+    except AgentError as exc:
+        return None, str(exc)
 
 
 def _number(facts: Mapping[str, float | str], name: str) -> float | None:

@@ -77,6 +77,7 @@ def advise(
     from agent.sinks.store import Store
     from agent.sources.saved import parse_tz
     from agent.views.advice_text import render_replay, replay_json
+    from agent.visibility import engines_blind_spots
 
     try:
         cfg = load_config(config) if config is not None else None
@@ -93,7 +94,12 @@ def advise(
             store = Store.open_readonly(path)
             until = time.time()
         start = until - (window if window is not None else 3600.0) if until is not None else None
-        result = replay(Queries(store), ruleset.rules, cfg, start, until)
+        queries = Queries(store)
+        result = replay(queries, ruleset.rules, cfg, start, until)
+        # what the rules' evidence lacks: a count the log never shows (a client's own timeout concerns no rule)
+        blind = {engine: kept for engine, spots in engines_blind_spots(
+            queries.latest_stats(), queries.latest_facts(), queries.scraped).items()
+            if (kept := [b for b in spots if b.what != "client_timeouts"])}
     except ConfigError as exc:
         fail("\n".join(exc.problems))
     except RuleError as exc:
@@ -103,9 +109,12 @@ def advise(
     except AgentError as exc:
         fail(str(exc))
     if as_json:
-        typer.echo(json.dumps(replay_json(result), indent=2, default=str))
+        out = replay_json(result)
+        out["not_visible"] = {e: [{"what": b.what, "detail": b.detail, "remedy": b.remedy} for b in spots]
+                              for e, spots in blind.items()}
+        typer.echo(json.dumps(out, indent=2, default=str))
     else:
-        typer.echo(render_replay(result))
+        typer.echo(render_replay(result, blind))
     raise typer.Exit(3 if fail_on_finding and result.advice else 0)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from agent import __version__
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor
 from agent.capacity.budget import Budget
-from agent.capacity.capacity import Capacity, capacity_of, paper_budget
+from agent.capacity.capacity import Capacity, budget_or_reason, capacity_of, paper_budget
 from agent.config import Config, SourceSection, shipped_rules_dir
 from agent.daemon.streams import Latest, LogStream
 from agent.daemon.totals import Totals
@@ -155,7 +155,8 @@ class Daemon:
             lines.append(f"budget: max concurrency {self._budget.max_concurrency} "
                          f"({self._budget.inputs.tokens_per_request} tokens per request)")
         else:
-            lines.append("budget: not computed (the config lacks the model or gpu.vram_gib)")
+            lines.append(f"budget: not computed ({budget_or_reason(self.config)[1]}); the engine's own figures "
+                         "govern once it reports them")
         stats = self._writer.stats()
         lines.append(f"store: {self.config.store.path}" + ("" if stats.up else f" (DOWN: {stats.last_error})"))
         return lines

@@ -115,6 +115,11 @@ class Queries:
                 out[name] = _stats(rows[0])
         return out
 
+    def scraped(self, source: str) -> bool:
+        """Whether any load sample of `source` came from its /metrics (a scrape's samples carry no file)."""
+        return bool(self._store.query("SELECT 1 FROM server_stats WHERE source = ? AND path IS NULL LIMIT 1",
+                                      (source,)))
+
     def window_stats(self, since: float, until: float | None = None, source: str | None = None) -> list[ServerStats]:
         """Load samples with `since <= at < until`, oldest first (one source or all), for the advisor."""
         sql = f"SELECT {_STATS_COLUMNS} FROM server_stats WHERE at >= ? AND at < ?"

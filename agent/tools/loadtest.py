@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from agent.errors import AgentError
 from agent.http import AsyncClient, HttpConnectionError, HttpTimeoutError
 from agent.tools.loadtest_report import ERROR_CLASSES, LoadTestResult, verdict
-from agent.tools.loadtest_watch import Peaks, Watcher
+from agent.tools.loadtest_watch import Peaks, Watcher, level_verdict
 from agent.verdicts import LoadStep
 
 DEFAULT_LEVELS = (1, 2, 3, 5, 8, 12)
@@ -266,36 +266,6 @@ def percentile(values: Sequence[float], p: float) -> float | None:
 # ---- the run --------------------------------------------------------------------------------------
 
 
-# How each error class reads in a verdict, in the order a cause is named (the first present governs).
-_FAILURE_WORDS = (("http_503", "refused (503)"), ("http_429", "refused (429)"), ("http_5xx", "failed (5xx)"),
-                  ("timeout", "client timeout(s)"), ("connection", "connection(s) lost"), ("other", "other error(s)"))
-
-
-def _judge(level: int, tally: _Tally, peaks: Peaks) -> tuple[bool, str]:
-    """Did the level break, and on what. The cause named is the one the clients felt, most severe first: the
-    engine dying, an OOM, then the requests that failed (refused, 5xx, timed out), and only when none failed the
-    engine's own distress (preemptions, then sustained queueing). Preemptions beside failures are named as
-    context, never as the cause: a real vLLM preempted 13 times while its clients timed out."""
-    failed = sum(tally.errors.values())
-    detail = ", ".join(f"{tally.errors[kind]} {words}" for kind, words in _FAILURE_WORDS if tally.errors[kind])
-    also = f" (also {peaks.preemptions} preemption(s))" if peaks.preemptions else ""
-    if peaks.engine_dead or (peaks.scrape_lost and tally.errors["connection"] + tally.errors["http_5xx"]):
-        return True, f"the engine died: {failed} request(s) failed ({detail})" if failed else "the engine died"
-    if peaks.oom:
-        return True, f"{peaks.oom} OOM event(s)" + (f"; {failed} request(s) failed ({detail})" if failed else "")
-    if failed:
-        return True, f"{failed} failed request(s): {detail}{also}"
-    if peaks.preemptions:
-        return True, f"{peaks.preemptions} preemption(s)"
-    # Sustained queueing: the engine never ran all `level` clients at once, and requests waited in most
-    # samples (a request between two engine steps waits for a moment at every level: one sample is noise).
-    if (peaks.running is not None and peaks.running < level and peaks.samples
-            and peaks.queued_samples * 2 >= peaks.samples):
-        return True, (f"queueing: the engine ran at most {peaks.running} of {level} at once, "
-                      f"{peaks.waiting} waiting at the peak")
-    return False, ""
-
-
 async def run_level(client: AsyncClient, options: LoadTestOptions, watcher: Watcher, run_id: str, url: str,
                     level: int, progress: Progress | None = None) -> LoadStep:
     """One level: `level` clients share `requests_for(level)` requests; the watcher samples meanwhile.
@@ -341,7 +311,7 @@ async def run_level(client: AsyncClient, options: LoadTestOptions, watcher: Watc
     oom, preempt, dead = await asyncio.to_thread(watcher.events_since_last, started, time.time())
     peaks.oom, peaks.engine_dead = oom, dead
     peaks.preemptions = max(peaks.preemptions, preempt)
-    broke, reason = _judge(level, tally, peaks)
+    broke, reason = level_verdict(level, tally.errors, peaks)
     ok = len(tally.latencies)
     return LoadStep(
         run_id=run_id, target=url, level=level, started=started, ended=ended, requests=tally.done, ok=ok,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes.util
 import io
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,37 @@ class LevelEvents(NamedTuple):
 def event_count(event: Event) -> int:
     count = event.fields.get("count")
     return int(count) if isinstance(count, int | float) and count > 0 else 1
+
+
+# How each error class reads in a verdict, in the order a cause is named (the first present governs).
+_FAILURE_WORDS = (("http_503", "refused (503)"), ("http_429", "refused (429)"), ("http_5xx", "failed (5xx)"),
+                  ("timeout", "client timeout(s)"), ("connection", "connection(s) lost"), ("other", "other error(s)"))
+
+
+def level_verdict(level: int, errors: Counter[str], peaks: Peaks) -> tuple[bool, str]:
+    """Did the level break, and on what. The cause named is the one the clients felt, most severe first: the
+    engine dying, an OOM, then the requests that failed (refused, 5xx, timed out), and only when none failed the
+    engine's own distress (preemptions, then sustained queueing). Preemptions beside failures are named as
+    context, never as the cause: a real vLLM preempted 13 times while its clients timed out."""
+    failed = sum(errors.values())
+    detail = ", ".join(f"{errors[kind]} {words}" for kind, words in _FAILURE_WORDS if errors[kind])
+    also = f" (also {peaks.preemptions} preemption(s))" if peaks.preemptions else ""
+    if peaks.engine_dead or (peaks.scrape_lost and errors["connection"] + errors["http_5xx"]):
+        return True, f"the engine died: {failed} request(s) failed ({detail})" if failed else "the engine died"
+    if peaks.oom:
+        return True, f"{peaks.oom} OOM event(s)" + (f"; {failed} request(s) failed ({detail})" if failed else "")
+    if failed:
+        return True, f"{failed} failed request(s): {detail}{also}"
+    if peaks.preemptions:
+        return True, f"{peaks.preemptions} preemption(s)"
+    # Sustained queueing: the engine never ran all `level` clients at once, and requests waited in most
+    # samples (a request between two engine steps waits for a moment at every level: one sample is noise).
+    if (peaks.running is not None and peaks.running < level and peaks.samples
+            and peaks.queued_samples * 2 >= peaks.samples):
+        return True, (f"queueing: the engine ran at most {peaks.running} of {level} at once, "
+                      f"{peaks.waiting} waiting at the peak")
+    return False, ""
+
 
 
 class Watcher:

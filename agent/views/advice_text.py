@@ -6,12 +6,13 @@ what to what, why (the evidence numbers) and how the number was computed (the ar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from agent.judge.replay import Advice, Replay
 from agent.verdicts import Finding
+from agent.visibility import BlindSpot
 
 
 def _when(ts: float) -> str:
@@ -49,7 +50,7 @@ def render_finding(f: Finding, cleared_at: float | None = None) -> str:
     return "\n".join(lines)
 
 
-def render_replay(result: Replay) -> str:
+def render_replay(result: Replay, blind: Mapping[str, Sequence[BlindSpot]] | None = None) -> str:
     head = (f"Judged {len(result.engines)} engine(s) from {_when(result.since)} to {_when(result.until)} UTC"
             if result.engines else "No engine records in the window: nothing to judge.")
     parts = [head]
@@ -57,6 +58,8 @@ def render_replay(result: Replay) -> str:
         if cap.max_concurrency is not None:
             parts.append(f"  {engine}: capacity {cap.max_concurrency} requests at {cap.tokens_per_request} tokens "
                          f"({cap.governs} figure)")
+    for engine, spots in sorted((blind or {}).items()):
+        parts += [f"  {engine}: not in the log: {b.what} — {b.sentence()}" for b in spots]
     if result.engines and not result.advice:
         parts.append("\nNo findings: no rule matched.")
     for advice in result.advice:

@@ -23,6 +23,7 @@ from agent.errors import AgentError
 from agent.sinks.queries import Queries, percentile
 from agent.verdicts import Finding
 from agent.views.report_verdict import Verdict, verdict
+from agent.visibility import engines_blind_spots
 
 MAX_POINTS = 2000
 """Chart series are cut into at most this many buckets; each keeps its bucket's min and max (the peaks)."""
@@ -103,7 +104,8 @@ class MessageLine:
 
 @dataclass(frozen=True)
 class Blind:
-    """Something the agent could not see: `what` is no_samples, gap, no_gpu_samples or no_capacity."""
+    """Something the agent could not see: `what` is no_samples, gap, no_gpu_samples, no_capacity, or
+    log_cannot_show_<thing> (agent/visibility.py: what an engine's log never shows, and the witness that does)."""
 
     what: str
     subject: str
@@ -370,6 +372,9 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
     if not gpus:
         blind.append(Blind("no_gpu_samples", "nvml", since, until, "no GPU samples in the window (NVML off, "
                            "unavailable, or the agent was not running)"))
+    blind += [Blind(f"log_cannot_show_{b.what}", engine, None, None, b.sentence())
+              for engine, spots in engines_blind_spots(queries.latest_stats(), queries.latest_facts(),
+                                                       queries.scraped).items() for b in spots]
     blind += [Blind("no_capacity", c.engine, None, None, f"no capacity figure for {c.engine}: no config budget and "
                     "no engine start-up lines (the capacity line is missing)")
               for c in capacity if c.max_concurrency is None]

@@ -59,8 +59,9 @@ def render_text(scans: list[FileScan], summary: Summary | None = None) -> str:
 def blind_spots(scans: list[FileScan], summary: Summary) -> list[BlindSpot]:
     """What the scanned logs cannot show, once per kind of blind spot (the facts are all inputs' together)."""
     seen: dict[str, BlindSpot] = {}
+    served = summary.samples > 0 or any(p != "startup" for phases in summary.phases.values() for p in phases)
     for scan in scans:
-        for spot in log_blind_spots(scan.server, summary.facts):
+        for spot in log_blind_spots(scan.server, summary.facts, served=served):
             seen.setdefault(spot.what, spot)
     return list(seen.values())
 

@@ -185,11 +185,10 @@ def test_levels_are_kept_in_the_agents_store_for_report(tmp_path: Path) -> None:
 def test_a_level_is_judged_by_what_the_clients_felt_before_what_the_engine_did() -> None:
     from collections import Counter
 
-    from agent.tools.loadtest import _judge, _Tally
-    from agent.tools.loadtest_watch import Peaks
+    from agent.tools.loadtest_watch import Peaks, level_verdict
 
     def judged(errors: dict[str, int], **peaks: int | bool) -> str:
-        broke, reason = _judge(4, _Tally(errors=Counter(errors)), Peaks(**peaks))  # type: ignore[arg-type]
+        broke, reason = level_verdict(4, Counter(errors), Peaks(**peaks))  # type: ignore[arg-type]
         assert broke
         return reason
 

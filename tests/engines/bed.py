@@ -1,0 +1,242 @@
+"""The real-engine test bed: bring up a REAL vLLM (CPU build) or llama.cpp `llama-server` serving the tiny local model
+that tests/engines/install.sh made, drive load at it, and read the engine's own `/metrics` as the ground truth.
+
+Nothing here imitates an engine: the processes are the engines' own, started with the flags an operator types, and
+their counters are what the agent is compared with. The installs live in a cache outside the checkout
+(`DEEPINFER_ENGINES`, default ~/.cache/deepinfer-agent/engines); a test skips, saying how to install, when one is
+missing — except in CI, where `.ci/run` installs them and a missing engine is a failure (DEEPINFER_ENGINES_REQUIRED=1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from agent.prom import exposition_samples
+
+CACHE = Path(os.environ.get("DEEPINFER_ENGINES")
+             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "deepinfer-agent" / "engines")
+VLLM = CACHE / "vllm-0.32.0"
+LLAMACPP = CACHE / "llamacpp-0.3.36"
+INSTALL = "bash tests/engines/install.sh"
+
+# The tiny model: 2 layers × 2 KV heads × head_dim 32 × 2 B × 2 (K and V) = 512 B of KV per token.
+KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2
+MODEL_NAME = "tiny-llama"
+
+# vLLM as the tests serve it: 32 blocks × 32 tokens = 1,024 KV tokens, two requests of max_model_len 512 while
+# max_num_seqs is 4, so three 300-token requests already preempt; at most 10 requests may wait.
+VLLM_ARGS = ("--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "4",
+             "--block-size", "32", "--num-gpu-blocks-override", "32", "--no-enable-prefix-caching",
+             "--max-num-queued-reqs", "10")
+VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+# llama.cpp as the tests serve it: one unified pool of 512 KV cells shared by 4 slots.
+LLAMACPP_ARGS = ("-c", "512", "-np", "4", "--kv-unified", "--metrics", "-t", "1", "--no-webui")
+
+
+def require(path: Path, what: str, part: str) -> None:
+    """Skip (or, where CI requires the engines, fail) when an engine is not installed."""
+    if (path / ".ready").exists():
+        return
+    message = f"{what} is not installed in {path}: run `{INSTALL} {part}` (once; it is cached)"
+    if os.environ.get("DEEPINFER_ENGINES_REQUIRED") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Engine:
+    """One running engine process (its own process group), its log file and its base URL."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+    log: Path
+    kind: str
+    argv: tuple[str, ...]
+
+    def metrics(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        """The engine's own /metrics, as name → [(labels, value)]."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.url + "/metrics", timeout=10) as reply:
+            return exposition_samples(reply.read().decode())
+
+    def counter(self, name: str, **labels: str) -> float:
+        """The sum of one metric's samples whose labels include `labels` (0 when absent)."""
+        return sum(value for got, value in self.metrics().get(name, [])
+                   if all(got.get(k) == v for k, v in labels.items()))
+
+    def log_size(self) -> int:
+        return self.log.stat().st_size
+
+    def children(self) -> list[int]:
+        """The pids of the engine's child processes (vLLM's EngineCore and workers)."""
+        out = subprocess.run(["pgrep", "-g", str(self.proc.pid)], capture_output=True, text=True).stdout.split()
+        return [int(p) for p in out if int(p) != self.proc.pid]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # stray workers of a dead engine
+
+
+def _healthy(url: str) -> bool:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def launch(kind: str, argv: Sequence[str], log: Path, env: Mapping[str, str], port: int,
+           wait: float = 300.0, expect_exit: bool = False) -> Engine:
+    """Start an engine in its own session, wait until /health answers (or, with `expect_exit`, until it exits)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **env}, start_new_session=True)
+    engine = Engine(proc, f"http://127.0.0.1:{port}", log, kind, tuple(argv))
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            if expect_exit:
+                return engine
+            raise AssertionError(f"{kind} exited with {proc.returncode}:\n" + log.read_text(errors="replace")[-3000:])
+        if not expect_exit and _healthy(engine.url):
+            return engine
+        time.sleep(0.3)
+    engine.stop()
+    raise AssertionError(f"{kind} did not {'exit' if expect_exit else 'become healthy'} in {wait:.0f} s:\n"
+                         + log.read_text(errors="replace")[-3000:])
+
+
+def vllm_argv(port: int, *extra: str, base: Sequence[str] = VLLM_ARGS) -> list[str]:
+    return [str(VLLM / "venv/bin/vllm"), "serve", str(VLLM / "tiny-llama"), "--served-model-name", MODEL_NAME,
+            "--host", "127.0.0.1", "--port", str(port), *base, *extra]
+
+
+def start_vllm(log: Path, *extra: str, env: Mapping[str, str] | None = None, base: Sequence[str] = VLLM_ARGS,
+               expect_exit: bool = False, wait: float = 300.0) -> Engine:
+    require(VLLM, "vLLM 0.32.0 (CPU build)", "vllm")
+    port = free_port()
+    return launch("vllm", vllm_argv(port, *extra, base=base), log, {**VLLM_ENV, **(env or {})}, port,
+                  wait=wait, expect_exit=expect_exit)
+
+
+def start_llamacpp(log: Path, *extra: str, base: Sequence[str] = LLAMACPP_ARGS) -> Engine:
+    require(LLAMACPP, "llama.cpp llama-server", "llamacpp")
+    port = free_port()
+    argv = [str(LLAMACPP / "llama-server"), "-m", str(LLAMACPP / "tiny-llama-f16.gguf"), "--host", "127.0.0.1",
+            "--port", str(port), *base, *extra]
+    return launch("llamacpp", argv, log, {}, port, wait=60)
+
+
+@dataclass
+class Outcomes:
+    """What the clients saw: one entry per request, an HTTP status or `timeout` / `disconnected`."""
+
+    results: list[int | str] = field(default_factory=list)
+    completion_tokens: int = 0
+
+    @property
+    def by_status(self) -> Counter[int | str]:
+        return Counter(self.results)
+
+    def count(self, status: int | str) -> int:
+        return self.by_status[status]
+
+
+async def _one(session: aiohttp.ClientSession, url: str, body: Mapping[str, Any] | str, timeout: float,
+               out: Outcomes) -> None:
+    try:
+        kwargs: dict[str, Any] = {"data": body, "headers": {"content-type": "application/json"}} \
+            if isinstance(body, str) else {"json": body}
+        async with session.post(url, timeout=aiohttp.ClientTimeout(total=timeout), **kwargs) as reply:
+            data = await reply.read()
+            out.results.append(reply.status)
+            if reply.status == 200:
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    import json
+
+                    out.completion_tokens += int(json.loads(data)["usage"]["completion_tokens"])
+    except asyncio.TimeoutError:
+        out.results.append("timeout")
+    except aiohttp.ClientError:
+        out.results.append("disconnected")
+
+
+def completion(prompt_words: int, max_tokens: int, **extra: Any) -> dict[str, Any]:
+    """A completion request of about `prompt_words` tokens (the tokenizer has "hello" as one token)."""
+    return {"model": MODEL_NAME, "prompt": "hello " * prompt_words, "max_tokens": max_tokens, "ignore_eos": True,
+            **extra}
+
+
+def drive(engine: Engine, bodies: Sequence[Mapping[str, Any] | str], timeout: float = 180.0,
+          path: str = "/v1/completions", stagger: float = 0.0) -> Outcomes:
+    """Send every body at once (optionally `stagger` seconds apart) and wait for every answer."""
+    out = Outcomes()
+
+    async def main() -> None:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            tasks = []
+            for body in bodies:
+                tasks.append(asyncio.create_task(_one(session, engine.url + path, body, timeout, out)))
+                if stagger:
+                    await asyncio.sleep(stagger)
+            await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    return out
+
+
+def wait_for_stats(engine: Engine, since: int, timeout: float = 25.0) -> None:
+    """Wait until vLLM has printed a stats line after byte `since` with nothing running or waiting — every
+    request's last interval is in the log (the stats logger prints every 10 s)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        tail = engine.log.read_bytes()[since:].decode(errors="replace")
+        last = [line for line in tail.splitlines() if "Avg prompt throughput" in line]
+        if last and "Running: 0 reqs, Waiting: 0 reqs" in last[-1]:
+            return
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def running(engine: Engine) -> Iterator[Engine]:
+    try:
+        yield engine
+    finally:
+        engine.stop()
