@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from agent.records import Server, ServerStats
+from agent.records import Server
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,9 @@ def log_blind_spots(server: Server, facts: Mapping[str, float | str], *, scraped
     return spots if served else [s for s in spots if s.what not in RUNTIME]
 
 
-def engines_blind_spots(latest: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str, float | str]],
+def engines_blind_spots(servers: Mapping[str, Server], facts: Mapping[str, Mapping[str, float | str]],
                         scraped: Callable[[str], bool]) -> dict[str, list[BlindSpot]]:
-    """Each sampled engine's blind spots, from what a store holds: its newest sample (which engine it is), its
-    start-up facts, and whether a scrape of it fed the store."""
-    return {engine: spots for engine, sample in sorted(latest.items())
-            if (spots := log_blind_spots(sample.server, facts.get(engine, {}), scraped=scraped(engine)))}
+    """Each engine's blind spots, from what a store holds: which engine each source is, its start-up facts, and
+    whether a scrape of it fed the store."""
+    return {engine: spots for engine, server in sorted(servers.items())
+            if (spots := log_blind_spots(server, facts.get(engine, {}), scraped=scraped(engine)))}

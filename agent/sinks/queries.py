@@ -115,6 +115,13 @@ class Queries:
                 out[name] = _stats(rows[0])
         return out
 
+    def servers(self) -> dict[str, Server]:
+        """Which engine each source is, from its load samples and its events (a short incident's log may
+        have only one of them)."""
+        rows = self._store.query("SELECT DISTINCT source, server FROM server_stats UNION "
+                                 "SELECT DISTINCT source, server FROM events", ())
+        return {str(source): Server(server) for source, server in rows if server in Server._value2member_map_}
+
     def scraped(self, source: str) -> bool:
         """Whether any load sample of `source` came from its /metrics (a scrape's samples carry no file)."""
         return bool(self._store.query("SELECT 1 FROM server_stats WHERE source = ? AND path IS NULL LIMIT 1",

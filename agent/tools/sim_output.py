@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from agent.tools.sim import SIMULATED, EngineOomError, SimConfig
 
 GIB = 1024**3
-VERSION = "0.11.0"  # the vLLM version the simulated log and banner claim
+VERSION = "0.32.0"  # the vLLM version whose log and /metrics the simulator follows (tests/data/real/engines)
 
 LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
@@ -33,74 +33,89 @@ def prompt_tokens(body: dict[str, Any]) -> int:
     return len(str(prompt).split())
 
 
+# vLLM 0.32's start-up logo (vllm/entrypoints/utils.py), printed line by line under the API server's prefix
+LOGO = ("", "       █     █     █▄   ▄█", " ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}",
+        "  █▄█▀ █     █     █     █  model   {model}", "   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀", "")
+
+
 class VllmLog:
-    """Writes lines in vLLM's format to a file (or nowhere); flushed per line so a tailer sees them."""
+    """Writes lines as vLLM 0.32 does to a file (or nowhere); flushed per line so a tailer sees them.
+
+    The same shapes as the real engine (checked against its recorded log, tests/unit/test_simulator_fidelity.py):
+    `(APIServer pid=N) LEVEL MM-DD HH:MM:SS [file.py:line] message` for vLLM's own loggers, `(EngineCore pid=N)`
+    for the engine core's, and uvicorn's bare `INFO:     …` lines (access lines and the server's life cycle).
+    What differs on purpose: a WARNING line that says the engine is SIMULATED, and the engine core's pid is this
+    process's (there is one process).
+    """
 
     def __init__(self, path: Path | None) -> None:
         self._handle: TextIO | None = path.open("a", encoding="utf-8") if path is not None else None
         self._pid = os.getpid()
 
+    def _write(self, text: str) -> None:
+        if self._handle is not None:
+            self._handle.write(text)
+            self._handle.flush()
+
     def line(self, level: str, where: str, message: str, process: str = "APIServer") -> None:
-        if self._handle is None:
-            return
+        """One logger record; a multi-line message is re-prefixed on every line, as vLLM's formatter does."""
         stamp = time.strftime("%m-%d %H:%M:%S", time.gmtime())
         prefix = f"({process} pid={self._pid}) {level} {stamp} [{where}] "
-        self._handle.write("".join(prefix + part + "\n" for part in message.split("\n")))
-        self._handle.flush()
+        self._write("".join(prefix + part + "\n" for part in message.split("\n")))
+
+    def uvicorn(self, message: str) -> None:
+        """uvicorn's own lines carry no process tag and no time: `INFO:     Application startup complete.`"""
+        self._write(f"INFO:     {message}\n")
 
     def access(self, peer: str, method: str, path: str, status: int) -> None:
-        if self._handle is None:
-            return
-        phrase = HTTPStatus(status).phrase
-        self._handle.write(f'(APIServer pid={self._pid}) INFO:     {peer} - "{method} {path} HTTP/1.1" '
-                           f"{status} {phrase}\n")
-        self._handle.flush()
+        self.uvicorn(f'{peer} - "{method} {path} HTTP/1.1" {status} {HTTPStatus(status).phrase}')
 
-    def refused_start(self, message: str) -> None:
+    def refused_start(self, c: SimConfig, message: str) -> None:
         """What vLLM writes when one request of max_model_len does not fit in the KV cache; then closes."""
-        self.line("INFO", "api_server.py:1805", f"vLLM API server version {VERSION} ({SIMULATED})")
-        self.line("ERROR", "core.py:708", "EngineCore failed to start.", process="EngineCore_DP0")
-        self.line("ERROR", "core.py:708", f"ValueError: {message}", process="EngineCore_DP0")
+        self._banner(c)
+        self.line("ERROR", "core.py:1510", "EngineCore failed to start.", process="EngineCore")
+        self.line("ERROR", "core.py:1510", f"ValueError: {message}", process="EngineCore")
         self.close()
 
+    def _banner(self, c: SimConfig) -> None:
+        for part in LOGO:
+            self.line("INFO", "api_utils.py:347", part.format(version=VERSION, model=c.model_name))
+        args = {"model_tag": c.model_name, "model": c.model_name, "max_model_len": c.max_model_len,
+                "block_size": c.block_size, "max_num_seqs": c.max_num_seqs}
+        if c.budget is not None:
+            args["gpu_memory_utilization"] = c.budget.inputs.util
+        self.line("INFO", "api_utils.py:286", f"non-default args: {args!r}")
+        self.line("WARNING", "api_utils.py:287", f"{SIMULATED} engine (deepinfer-agent simulate): no GPU, no model; "
+                  "its numbers follow the paged-KV arithmetic only")
+
     def startup(self, c: SimConfig, host: str, port: int) -> None:
-        """The start-up lines vLLM writes: banner, arguments, memory profiling, KV capacity, ready."""
-        log = self
-        log.line("INFO", "api_server.py:1805", f"vLLM API server version {VERSION} ({SIMULATED} by deepinfer-agent "
-                 "simulate: no GPU, no model; numbers follow the paged-KV arithmetic only)")
-        args = {"model": c.model_name, "max_model_len": c.max_model_len, "max_num_seqs": c.max_num_seqs,
-                "block_size": c.block_size}
+        """The start-up lines vLLM 0.32 writes: logo, arguments, engine config, memory, KV capacity, ready."""
+        self._banner(c)
+        self.line("INFO", "model.py:2152", f"Using max model len {c.max_model_len}")
+        self.line("INFO", "core.py:133", f"Initializing a V1 LLM engine (v{VERSION}) with config: "
+                  f"model='{c.model_name}', speculative_config=None, tokenizer='{c.model_name}', "
+                  f"max_seq_len={c.max_model_len}, kv_cache_dtype=auto, tensor_parallel_size=1, "
+                  f"pipeline_parallel_size=1, served_model_name={c.model_name}, enable_prefix_caching=False",
+                  process="EngineCore")
         budget = c.budget
         if budget is not None:
-            args["gpu_memory_utilization"] = budget.inputs.util
-        log.line("INFO", "utils.py:233", f"non-default args: {args!r}")
-        log.line("INFO", "core.py:74", f"Initializing a V1 LLM engine (v{VERSION}) with config: "
-                 f"model='{c.model_name}', max_seq_len={c.max_model_len}, kv_cache_dtype=auto",
-                 process="EngineCore_DP0")
-        if budget is not None:
-            b = budget.inputs
-            activations = budget.inputs.overhead_bytes
-            log.line("INFO", "gpu_model_runner.py:1892", f"Model loading took {budget.weights_per_gpu_bytes / GIB:.4f}"
-                     " GiB and 0.000001 seconds", process="EngineCore_DP0")
-            log.line("INFO", "worker.py:241", "Memory profiling takes 0.00 seconds\n"
-                     f"the current vLLM instance can use total_gpu_memory ({b.vram_bytes / GIB:.2f}GiB) x "
-                     f"gpu_memory_utilization ({b.util:.2f}) = {budget.memory_for_instance_bytes / GIB:.2f}GiB\n"
-                     f"model weights take {budget.weights_per_gpu_bytes / GIB:.2f}GiB; non_torch_memory takes "
-                     f"0.00GiB; PyTorch activation peak memory takes {activations / GIB:.2f}GiB; the rest of the "
-                     f"memory reserved for KV Cache is {budget.usable_kv_bytes / GIB:.2f}GiB.",
-                     process="EngineCore_DP0")
-            log.line("INFO", "gpu_worker.py:255", f"Available KV cache memory: {budget.usable_kv_bytes / GIB:.2f} GiB",
-                     process="EngineCore_DP0")
-        log.line("INFO", "kv_cache_utils.py:833", f"GPU KV cache size: {c.kv_cache_tokens:,} tokens",
-                 process="EngineCore_DP0")
-        log.line("INFO", "kv_cache_utils.py:837", f"Maximum concurrency for {c.max_model_len:,} tokens per request: "
-                 f"{c.kv_cache_tokens / c.max_model_len:.2f}x", process="EngineCore_DP0")
+            self.line("INFO", "gpu_model_runner.py:5150", f"Model loading took {budget.weights_per_gpu_bytes / GIB:.2f}"
+                      " GiB memory and 0.000001 seconds", process="EngineCore")
+            self.line("INFO", "gpu_worker.py:760", f"Available KV cache memory: {budget.usable_kv_bytes / GIB:.2f} GiB",
+                      process="EngineCore")
+        self.line("INFO", "kv_cache_utils.py:2327", f"GPU KV cache size: {c.kv_cache_tokens:,} tokens, Maximum "
+                  f"concurrency for {c.max_model_len:,} tokens per request: {c.kv_cache_tokens / c.max_model_len:.2f}x",
+                  process="EngineCore")
+        self.line("INFO", "core.py:402", "init engine (profile, create kv cache, warmup model) took 0.00 s",
+                  process="EngineCore")
         if c.oom_on_overcommit and c.overcommitted:
-            log.line("WARNING", "scheduler.py:120", f"{SIMULATED}: max_num_seqs={c.max_num_seqs} requests of "
-                     f"{c.max_model_len} tokens do not fit in {c.kv_blocks} blocks and preemption is off: "
-                     "this engine will run out of memory under load", process="EngineCore_DP0")
-        log.line("INFO", "launcher.py:29", f"Starting vLLM API server 0 on http://{host}:{port}")
-        log.line("INFO", "on.py:62", "Application startup complete.")
+            self.line("WARNING", "scheduler.py:120", f"{SIMULATED}: max_num_seqs={c.max_num_seqs} requests of "
+                      f"{c.max_model_len} tokens do not fit in {c.kv_blocks} blocks and preemption is off: "
+                      "this engine will run out of memory under load", process="EngineCore")
+        self.line("INFO", "entry.py:140", f"Starting vLLM server on http://{host}:{port}")
+        self.uvicorn(f"Started server process [{self._pid}]")
+        self.uvicorn("Waiting for application startup.")
+        self.uvicorn("Application startup complete.")
 
     def engine_oom(self, oom: EngineOomError, config: SimConfig) -> None:
         """The traceback vLLM writes when the KV cache runs out with preemption off: the engine dies."""
@@ -113,7 +128,7 @@ class VllmLog:
         trace = (
             "EngineCore encountered a fatal error.\n"
             "Traceback (most recent call last):\n"
-            '  File "vllm/v1/engine/core.py", line 702, in run_engine_core\n'
+            '  File "vllm/v1/engine/core.py", line 1482, in run_engine_core\n'
             "    engine_core.run_busy_loop()\n"
             '  File "vllm/v1/worker/gpu_model_runner.py", line 1500, in execute_model\n'
             "    self.kv_cache.allocate(num_blocks)\n"
@@ -121,7 +136,26 @@ class VllmLog:
             f"GPU 0 has a total capacity of {total / GIB:.2f} GiB of which {free / 2**20:.2f} MiB is free. "
             f"Including non-PyTorch memory, this process has {used / GIB:.2f} GiB memory in use. "
             f"({SIMULATED}: the KV cache ran out and preemption is off)")
-        self.line("ERROR", "core.py:711", trace, process="EngineCore_DP0")
+        self.line("ERROR", "core.py:1024", trace, process="EngineCore")
+
+    def engine_dead(self) -> None:
+        """What the API server writes once its engine core is gone (recorded from vLLM 0.32, tests/engines):
+        the client's cleanup, then the output handler's EngineDeadError traceback."""
+        self.line("WARNING", "core_client.py:817", "[shutdown] MPClient: engine core exited unexpectedly; starting "
+                  "cleanup")
+        self.line("INFO", "core_client.py:777", "[shutdown] MPClient: complete")
+        self.line("ERROR", "async_llm.py:906", "AsyncLLM output_handler failed.\n"
+                  "Traceback (most recent call last):\n"
+                  '  File "vllm/v1/engine/async_llm.py", line 849, in output_handler\n'
+                  "    outputs = await engine_core.get_output_async()\n"
+                  "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+                  "(above) for the root cause.")
+
+    def shutdown(self) -> None:
+        """uvicorn's lines as the server process ends."""
+        for message in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete.",
+                        f"Finished server process [{self._pid}]"):
+            self.uvicorn(message)
 
     def close(self) -> None:
         if self._handle is not None:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +54,7 @@ class SimServer:
         self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.oom: EngineOomError | None = None
+        self.http_answers: Counter[str] = Counter()  # /v1 answers by status class, as http_requests_total counts
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -67,7 +69,7 @@ class SimServer:
                        f"memory ({c.kv_blocks * c.block_bytes / GIB:.2f} GiB). Based on the available memory, the "
                        f"estimated maximum model length is {c.kv_cache_tokens}. Try increasing "
                        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
-            self.log.refused_start(message)
+            self.log.refused_start(self.config, message)
             raise AgentError(f"{SIMULATED} engine cannot start: {message}")
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/completions", self._completions)
@@ -96,6 +98,7 @@ class SimServer:
                 await task
         if self._runner is not None:
             await self._runner.cleanup()
+        self.log.shutdown()
         self.log.close()
 
     # -- the engine loop --------------------------------------------------------------------------
@@ -147,7 +150,7 @@ class SimServer:
     def _crash(self, oom: EngineOomError) -> None:
         self.oom = oom
         self.log.engine_oom(oom, self.config)
-        self.log.line("ERROR", "async_llm.py:480", "AsyncLLM output_handler failed.")
+        self.log.engine_dead()
         for request in list(self.engine.running) + list(self.engine.waiting):
             request.outcome = "engine_dead"
             self._deliver(request)
@@ -164,13 +167,12 @@ class SimServer:
             c = self.engine.counters
             idle = c.interval_prompt_tokens == 0 and c.interval_generation_tokens == 0
             if not (idle and idle_before) and not self.engine.dead:
+                # vLLM 0.32's line: no preemption field (V1 never prints one), no prefix-cache field (it is off)
                 parts = [f"Avg prompt throughput: {c.interval_prompt_tokens / elapsed:.1f} tokens/s",
                          f"Avg generation throughput: {c.interval_generation_tokens / elapsed:.1f} tokens/s",
-                         f"Running: {len(self.engine.running)} reqs", f"Waiting: {len(self.engine.waiting)} reqs"]
-                if c.interval_preemptions:
-                    parts.append(f"Preemptions: {c.interval_preemptions}")
-                parts += [f"GPU KV cache usage: {self.engine.kv_usage_ratio * 100:.1f}%", "Prefix cache hit rate: 0.0%"]
-                self.log.line("INFO", "loggers.py:123", "Engine 000: " + ", ".join(parts))
+                         f"Running: {len(self.engine.running)} reqs", f"Waiting: {len(self.engine.waiting)} reqs",
+                         f"GPU KV cache usage: {self.engine.kv_usage_ratio * 100:.1f}%"]
+                self.log.line("INFO", "loggers.py:335", "Engine 000: " + ", ".join(parts))
             idle_before = idle
             c.interval_prompt_tokens = c.interval_generation_tokens = c.interval_preemptions = 0
 
@@ -183,7 +185,8 @@ class SimServer:
 
     def _error(self, request: web.Request, status: int, message: str, kind: str) -> web.Response:
         self._access(request, status)
-        body = {"object": "error", "message": message, "type": kind, "code": status}
+        self.http_answers[f"{status // 100}xx"] += 1
+        body = {"error": {"message": message, "type": kind, "param": None, "code": status}}  # vLLM 0.32's shape
         return web.json_response(body, status=status)
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
@@ -194,8 +197,11 @@ class SimServer:
         except ValueError:
             return self._error(request, 400, "request body is not a JSON object", "BadRequestError")
         if self.engine.dead:
-            return self._error(request, 500, "EngineDeadError: the engine core died (SIMULATED OOM)",
-                               "InternalServerError")
+            return self._error(request, 500, "EngineCore encountered an issue. See stack trace (above) for the root "
+                               "cause.", "InternalServerError")
+        model = body.get("model")
+        if isinstance(model, str) and model and model != self.config.model_name:
+            return self._error(request, 404, f"The model `{model}` does not exist.", "NotFoundError")
         try:
             tokens = prompt_tokens(body)
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens")
@@ -214,8 +220,10 @@ class SimServer:
             sim = self.engine.submit(tokens, max_tokens, now)
         except QueueFullError as exc:
             status = self.config.reject_status
-            return self._error(request, status, str(exc), "ServiceUnavailableError" if status == 503
-                               else "TooManyRequestsError")
+            if status == 503:  # vLLM's QueueOverflowError, word for word
+                return self._error(request, 503, "The engine is currently busy and cannot accept new requests. "
+                                   "Please try again later or on a different instance.", "Service Unavailable")
+            return self._error(request, status, str(exc), "TooManyRequestsError")
         tokens_queue: asyncio.Queue[int] = asyncio.Queue()
         self._waiters[sim] = tokens_queue
         self._wake.set()
@@ -242,8 +250,8 @@ class SimServer:
             return self._error(request, 504, f"request timed out after {self.config.request_timeout_seconds:g} s "
                                f"with {sim.generated} tokens generated", "TimeoutError")
         if sim.outcome == "engine_dead":
-            return self._error(request, 500, "EngineDeadError: the engine core died (SIMULATED OOM)",
-                               "InternalServerError")
+            return self._error(request, 500, "EngineCore encountered an issue. See stack trace (above) for the root "
+                               "cause.", "InternalServerError")
         return None
 
     def _finish(self, request: web.Request, sim: SimRequest, chat: bool) -> web.Response:
@@ -252,6 +260,7 @@ class SimServer:
             return refused
         self._observe(sim)
         self._access(request, 200)
+        self.http_answers["2xx"] += 1
         text = " tok" * sim.generated
         choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text},
                                    "finish_reason": "length"} if chat else
@@ -272,6 +281,7 @@ class SimServer:
         response = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         self._access(request, 200)
+        self.http_answers["2xx"] += 1
         obj = "chat.completion.chunk" if chat else "text_completion"
         while first:
             delta: dict[str, Any] = ({"index": 0, "delta": {"content": " tok"}, "finish_reason": None} if chat
@@ -343,23 +353,34 @@ class SimServer:
         gauge("vllm:num_requests_running", "Number of requests in model execution batches.", len(e.running))
         gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", len(e.waiting))
         gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.kv_usage_ratio)
-        gauge("vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", e.kv_usage_ratio)
         counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.", c.preemptions)
         counter("vllm:prompt_tokens", "Number of prefill tokens processed.", c.prompt_tokens)
         counter("vllm:generation_tokens", "Number of generation tokens processed.", c.generation_tokens)
-        counter("vllm:request_success", "Count of successfully processed requests.", c.finished,
-                'finished_reason="length",')
-        counter("vllm:admission_rejections", "Requests rejected at admission.", c.rejected,
-                'reason="max_num_queued_reqs",')
+        family("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+               [("", f'finished_reason="{reason}",', float(c.finished if reason == "length" else 0))
+                for reason in ("stop", "length", "abort", "error", "repetition")])
+        # vLLM 0.32 labels admission rejections by model and reason only (no engine), both reasons from the start
+        out.append("# HELP vllm:admission_rejections_total Requests rejected at admission.")
+        out.append("# TYPE vllm:admission_rejections_total counter")
+        out += [f'vllm:admission_rejections_total{{model_name="{self.config.model_name}",reason="{reason}"}} '
+                f"{num(c.rejected if reason == 'max_num_queued_reqs' else 0)}"
+                for reason in ("max_num_queued_reqs", "max_num_queued_tokens")]
         for name, help_text, h in self.histograms.families():
             histogram(name, help_text, h)
         cfg = self.config
+        tokens = cfg.kv_cache_tokens
         info = (f'block_size="{cfg.block_size}",cache_dtype="auto",enable_prefix_caching="False",'
                 f'gpu_memory_utilization="{cfg.budget.inputs.util if cfg.budget else 0.9}",'
-                f'num_cpu_blocks="0",num_gpu_blocks="{cfg.kv_blocks}",')
+                f'kv_cache_max_concurrency="{tokens / cfg.max_model_len}",kv_cache_size_tokens="{tokens}",'
+                f'num_cpu_blocks="None",num_gpu_blocks="{cfg.kv_blocks}",num_gpu_blocks_override="None",')
         out.append("# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig")
         out.append("# TYPE vllm:cache_config_info gauge")
-        out.append(f"vllm:cache_config_info{{{info}{labels}}} 1.0")
+        out.append(f'vllm:cache_config_info{{{info}engine="0"}} 1.0')  # no model_name here in vLLM 0.32
+        # the API server's own counter (prometheus-fastapi-instrumentator): answers by status class
+        out.append("# HELP http_requests_total Total number of requests by method, status and handler.")
+        out.append("# TYPE http_requests_total counter")
+        out += [f'http_requests_total{{handler="/v1/completions",method="POST",status="{status}"}} {num(n)}'
+                for status, n in sorted(self.http_answers.items())]
         return "\n".join(out) + "\n"
 
 

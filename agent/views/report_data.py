@@ -373,7 +373,7 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
         blind.append(Blind("no_gpu_samples", "nvml", since, until, "no GPU samples in the window (NVML off, "
                            "unavailable, or the agent was not running)"))
     blind += [Blind(f"log_cannot_show_{b.what}", engine, None, None, b.sentence())
-              for engine, spots in engines_blind_spots(queries.latest_stats(), queries.latest_facts(),
+              for engine, spots in engines_blind_spots(queries.servers(), queries.latest_facts(),
                                                        queries.scraped).items() for b in spots]
     blind += [Blind("no_capacity", c.engine, None, None, f"no capacity figure for {c.engine}: no config budget and "
                     "no engine start-up lines (the capacity line is missing)")

@@ -176,14 +176,14 @@ def test_the_vllm_parser_reads_the_simulators_log(tmp_path: Path) -> None:
     assert facts["tokens_per_request"] == 256
     assert facts["max_concurrency"] == round(config.kv_blocks * 16 / 256, 2)
     assert facts["max_num_seqs"] == 8 and facts["gpu_memory_utilization"] == 0.9
-    assert facts["total_gpu_memory_bytes"] == 16 * GIB
+    assert "total_gpu_memory_bytes" not in facts, "vLLM 0.32 prints no memory-profiling block"
     assert abs(float(facts["kv_cache_bytes"]) - compute(INPUTS).usable_kv_bytes) < 0.01 * GIB
     stats = [r for r in records if isinstance(r, ServerStats)]
     assert stats and max(s.running or 0 for s in stats) > 0
     assert max(s.kv_usage_ratio or 0 for s in stats) > 0.5
     events = [r for r in records if isinstance(r, Event)]
-    logged = sum(int(e.fields.get("count", 1)) for e in events if e.kind is EventKind.PREEMPTION)
-    assert logged == preemptions
+    # like vLLM V1, the log never shows a preemption: the load test counted them from /metrics (above)
+    assert not any(e.kind is EventKind.PREEMPTION for e in events)
     assert any(e.kind is EventKind.HTTP_503 for e in events)
     assert not any(e.kind is EventKind.OOM for e in events)
 

@@ -66,9 +66,18 @@ def test_the_daemon_never_imports_the_tools_and_views_never_write() -> None:
             assert not imported & writers, f"{rel} imports a writer: {imported & writers}"
 
 
-MAX_MODULE_LINES = 400  # a module past this has taken on a second job: split it by job, not by size
+# A module past WARN_MODULE_LINES may have taken on a second job: look, and split it by collaborator if so (not
+# by size: one class spread over files through inheritance is harder to read than one long file). Past
+# MAX_MODULE_LINES it has.
+WARN_MODULE_LINES = 400
+MAX_MODULE_LINES = 800
 
 
 def test_every_module_stays_small() -> None:
-    big = {_rel(p): n for p in MODULES if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    import warnings
+
+    sizes = {_rel(p): len(p.read_text().splitlines()) for p in MODULES}
+    big = {path: n for path, n in sizes.items() if n > MAX_MODULE_LINES}
     assert not big, f"modules over {MAX_MODULE_LINES} lines: {big}"
+    if long := {path: n for path, n in sizes.items() if n > WARN_MODULE_LINES}:
+        warnings.warn(f"modules over {WARN_MODULE_LINES} lines (one job still?): {long}", stacklevel=1)
