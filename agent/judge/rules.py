@@ -72,20 +72,45 @@ REFERENCES: dict[str, str] = {
     "config.max_output_tokens": "limits.max_output_tokens",
     "config.max_session_tokens": "session.max_session_tokens",
     "config.gpu_memory_utilization": "server.gpu_memory_fraction (or the engine's reported value)",
+    "file.max_num_seqs": "server.max_num_seqs as the config file says (config.* is what the engine runs with)",
+    "file.max_model_len": "server.max_model_len as the config file says",
+    "file.gpu_memory_utilization": "server.gpu_memory_fraction as the config file says",
+    "engine.estimated_max_model_len": "the longest request the engine said its KV cache holds (vLLM start-up)",
+    "engine.total_gpu_memory_bytes": "the card's memory as the engine measured it",
+    "engine.non_kv_cache_bytes": "the memory the engine needs outside the KV cache (weights, activation peak, "
+                                 "non-torch)",
+    "engine.kv_cache_tokens": "the engine's KV-cache size in tokens",
 }
-WHERE_KEYS = ("scope", "knob", "phase", "reason")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)$")
-_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0}
+WHERE_KEYS = ("scope", "knob", "phase", "reason", "timeout_by", "timeout_on", "cause")
+CATEGORIES = ("kv_exhausted", "activation_peak", "startup", "node_full", "queueing", "rejections", "timeouts",
+              "config", "engine")
+# The per-sample signals a `same_sample` group may test together: one engine stats sample carries them all.
+SAMPLE_SIGNALS = ("running", "waiting", "swapped", "kv_usage_ratio", "preemptions", "request_tokens")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
+_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def seconds(text: str | float) -> float:
-    """`90s`, `10m`, `2h` or a number of seconds → seconds; ValueError otherwise."""
+    """`90s`, `10m`, `2h`, `1d` or a bare number of seconds → seconds (positive, finite); ValueError otherwise.
+
+    The one duration parser: rule windows, `advise --since` and `report --since` all read durations here, so
+    what one accepts the others accept."""
     if isinstance(text, int | float) and not isinstance(text, bool):
-        return float(text)
-    m = _DURATION.match(str(text).strip())
-    if not m:
-        raise ValueError(f"expected a duration like 90s, 10m or 2h, got {text!r}")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+        value = float(text)
+    else:
+        m = _DURATION.match(str(text).strip())
+        if not m:
+            raise ValueError(f"expected a duration like 90s, 10m, 2h or 1d, got {text!r}")
+        value = float(m.group(1)) * _UNIT[m.group(2) or "s"]
+    if not 0 < value < float("inf"):
+        raise ValueError(f"expected a positive duration like 90s, 10m, 2h or 1d, got {text!r}")
+    return value
+
+
+def ref_key(ref: str) -> str:
+    """A reference's evidence name: `capacity.x` and `config.x` are `x`; `file.x`, `engine.x` are `file_x`, …"""
+    prefix, name = ref.split(".", 1)
+    return name if prefix in ("capacity", "config") else f"{prefix}_{name}"
 
 
 class _Model(BaseModel):
@@ -135,7 +160,7 @@ class Aggregate(_Model):
         if self.as_:
             return self.as_
         if self.signal in REFERENCES:
-            return self.signal.split(".")[1]
+            return ref_key(self.signal)
         base = self.signal.replace("events.", "") + (f"_{self.field}" if self.field else "")
         suffix = "".join(f"_{v}" for v in self.where.values())
         return f"{base}{suffix}_{self.agg}"
@@ -163,9 +188,40 @@ class Condition(Aggregate):
         return self
 
 
+class SampleCondition(_Model):
+    """One test inside a `same_sample` group: a per-sample signal compared with a number or `factor` × a
+    reference, checked sample by sample (no window aggregate)."""
+
+    signal: str
+    op: Literal[">", ">=", "<", "<=", "==", "!="]
+    value: float | None = None
+    ref: str | None = None
+    factor: float = 1.0
+
+    @field_validator("signal")
+    @classmethod
+    def _sample_signal(cls, v: str) -> str:
+        if v not in SAMPLE_SIGNALS:
+            raise ValueError(f"{v!r} is not a per-sample signal (expected one of: {', '.join(SAMPLE_SIGNALS)})")
+        return v
+
+    @field_validator("ref")
+    @classmethod
+    def _known_ref(cls, v: str | None) -> str | None:
+        if v is not None and v not in REFERENCES:
+            raise ValueError(f"unknown reference {v!r} (expected one of: {', '.join(REFERENCES)})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_rhs(self) -> SampleCondition:
+        if (self.value is None) == (self.ref is None):
+            raise ValueError("give exactly one of value (a number) or ref (a capacity/config value)")
+        return self
+
+
 def _kind(item: Any) -> str:
-    """A mapping with `all`/`any` is a group, anything else a condition: errors then name one, not both."""
-    if isinstance(item, dict) and ("all" in item or "any" in item):
+    """A mapping with `all`/`any`/`same_sample` is a group, anything else a condition: errors then name one."""
+    if isinstance(item, dict) and ("all" in item or "any" in item or "same_sample" in item):
         return "Group"
     return "Condition"
 
@@ -174,13 +230,22 @@ Item = Annotated[Annotated["Condition", Tag("Condition")] | Annotated["Group", T
 
 
 class Group(_Model):
+    """`all` / `any` of conditions and groups, or `same_sample`: tests that must hold in one engine stats
+    sample together, in at least `at_least` samples of the window (what the method means by "at the same
+    time": a queue *while* every slot runs *and* KV has room, not each of those at some moment)."""
+
     all: list[Item] | None = None
     any: list[Item] | None = None
+    same_sample: list[SampleCondition] | None = None
+    at_least: int = Field(1, ge=1, description="same_sample: samples in which every test must hold")
+    as_: str = Field("joint", alias="as", pattern=r"^[a-z][a-z0-9_]{0,31}$",
+                     description="same_sample: the evidence prefix (<as>_samples, <as>_<signal>_max/min)")
 
     @model_validator(mode="after")
     def _one_list(self) -> Group:
-        if (self.all is None) == (self.any is None) or not (self.all or self.any):
-            raise ValueError("a group takes exactly one non-empty list: all or any")
+        lists = [x for x in (self.all, self.any, self.same_sample) if x is not None]
+        if len(lists) != 1 or not lists[0]:
+            raise ValueError("a group takes exactly one non-empty list: all, any or same_sample")
         return self
 
     def conditions(self) -> Iterable[Condition]:
@@ -189,6 +254,22 @@ class Group(_Model):
                 yield from item.conditions()
             else:
                 yield item
+
+    def groups(self) -> Iterable[Group]:
+        """This group and every group inside it."""
+        yield self
+        for item in self.all or self.any or []:
+            if isinstance(item, Group):
+                yield from item.groups()
+
+    def joint_keys(self) -> list[str]:
+        """The evidence a `same_sample` group adds: the samples that matched, each signal's range in them."""
+        if self.same_sample is None:
+            return []
+        keys = [f"{self.as_}_samples"]
+        for c in self.same_sample:
+            keys += [f"{self.as_}_{c.signal}_max", f"{self.as_}_{c.signal}_min"]
+        return keys
 
 
 class Action(_Model):
@@ -210,6 +291,9 @@ class Rule(_Model):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{2,63}$")
     description: str = ""
     severity: Severity = Severity.WARNING
+    category: Literal["kv_exhausted", "activation_peak", "startup", "node_full", "queueing", "rejections",
+                      "timeouts", "config", "engine"] = Field(
+        "config", description="what kind of incident a firing means: the headline every surface shows")
     window: float = 600.0
     min_samples: int = Field(1, ge=0)
     static: bool = Field(False, description="judged from capacity/config alone (no window data needed)")
@@ -228,8 +312,9 @@ class Rule(_Model):
     @model_validator(mode="after")
     def _message_names_evidence(self) -> Rule:
         allowed = {c.key for c in self.when.conditions()} | {o.key for o in self.observe}
+        allowed |= {k for g in self.when.groups() for k in g.joint_keys()}
         allowed |= {"from", "to", "engine", "knob", "governs"}
-        allowed |= {r.split(".")[1] for r in REFERENCES}
+        allowed |= {ref_key(r) for r in REFERENCES}
         if self.action.of is not None and self.action.of not in allowed:
             raise ValueError(f"action.of names {self.action.of!r}, not an evidence value (expected one of: "
                              f"{', '.join(sorted(allowed))})")
@@ -264,7 +349,9 @@ def _known_fields(parent: tuple[Any, ...]) -> list[str]:
     """The field names valid where an unknown one was found (`parent` is its location inside a rule)."""
     tags = [p for p in parent if p in ("Condition", "Group")]
     model: type[BaseModel] = Rule
-    if tags:
+    if "same_sample" in parent[-2:]:
+        model = SampleCondition
+    elif tags:
         model = Condition if tags[-1] == "Condition" else Group
     elif parent[:1] == ("action",):
         model = Action

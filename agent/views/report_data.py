@@ -149,16 +149,14 @@ def as_json(report: Report) -> dict[str, Any]:
 # --- the window ---------------------------------------------------------------------------------------
 
 def parse_duration(text: str) -> float:
-    """`90s`, `30m`, `2h`, `1d` (or a bare number of seconds) in seconds; AgentError otherwise."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    body, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1.0)
+    """`90s`, `30m`, `2h`, `1d` (or a bare number of seconds) in seconds; AgentError otherwise. The rules'
+    parser (`agent.judge.rules.seconds`), so `report`, `advise` and rule windows accept the same text."""
+    from agent.judge.rules import seconds
+
     try:
-        seconds = float(body) * unit
+        return seconds(text)
     except ValueError:
-        seconds = -1.0
-    if not seconds > 0 or math.isinf(seconds):
-        raise AgentError(f"--since {text!r}: expected a duration such as 90s, 30m, 2h or 1d")
-    return seconds
+        raise AgentError(f"--since {text!r}: expected a duration such as 90s, 30m, 2h or 1d") from None
 
 
 def parse_time(text: str, option: str) -> float:
