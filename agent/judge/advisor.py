@@ -307,3 +307,16 @@ def evaluate_window(queries: Queries, config: Config | None, since: float, until
     result = replay(queries, ruleset.rules, config, since, until)
     return [a.finding if a.cleared_at is None else replace(a.finding, active=False, ts=a.cleared_at)
             for a in result.advice]
+
+
+def rule_categories(config: Config | None) -> dict[str, str]:
+    """Rule name → its category, for the shipped rules and the config's `rules.dirs` (the headline's
+    vocabulary); empty when a rule file does not load (the surfaces then fall back to the events)."""
+    from agent.config import shipped_rules_dir
+    from agent.judge.rules import RuleError, load_rules
+
+    try:
+        ruleset = load_rules([shipped_rules_dir(), *(config.rules.dirs if config else [])])
+    except RuleError:
+        return {}
+    return {r.name: r.category for r in ruleset.rules}

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from agent.judge.precedence import Recommendation, reconcile
 from agent.judge.replay import Advice, Replay
 from agent.verdicts import Finding
 
@@ -59,9 +60,34 @@ def render_replay(result: Replay) -> str:
                          f"({cap.governs} figure)")
     if result.engines and not result.advice:
         parts.append("\nNo findings: no rule matched.")
+    recs = reconcile(a.finding for a in result.advice if a.cleared_at is None)
+    if recs:
+        parts.append("\n" + render_recommendations(recs))
     for advice in result.advice:
         parts.append("\n" + render_finding(advice.finding, advice.cleared_at))
     return "\n".join(parts)
+
+
+def recommendation_line(r: Recommendation) -> str:
+    """`engine: lower max_num_seqs 64 → 18 — governed by R; overrides S (raise → 48)`."""
+    g = r.governs
+    change = f"{g.direction.value if g.direction else 'review'} {r.knob.value}"
+    if g.current is not None or g.recommended is not None:
+        change += f" {_value(g.current)} → {_value(g.recommended)}"
+    return f"{r.engine}: {change} — {r.why}"
+
+
+def render_recommendations(recs: Sequence[Recommendation]) -> str:
+    """One line per (engine, knob) still active: the answer to act on, and which rule decided it."""
+    return "\n".join(["Recommendations (one per knob; lowering to stop OOM/preemption first):",
+                      *(f"  {recommendation_line(r)}" for r in recs)])
+
+
+def recommendation_json(r: Recommendation) -> dict[str, Any]:
+    g = r.governs
+    return {"engine": r.engine, "knob": r.knob.value, "direction": g.direction.value if g.direction else None,
+            "from": g.current, "to": g.recommended, "governed_by": g.rule,
+            "overrides": [o.rule for o in r.overridden], "why": r.why}
 
 
 def finding_json(f: Finding, cleared_at: float | None = None) -> dict[str, Any]:
@@ -74,14 +100,18 @@ def finding_json(f: Finding, cleared_at: float | None = None) -> dict[str, Any]:
 def replay_json(result: Replay) -> dict[str, Any]:
     return {"since": result.since, "until": result.until, "engines": result.engines,
             "capacities": {k: v.as_dict() for k, v in result.capacities.items()},
-            "findings": [finding_json(a.finding, a.cleared_at) for a in result.advice]}
+            "findings": [finding_json(a.finding, a.cleared_at) for a in result.advice],
+            "recommendations": [recommendation_json(r) for r in
+                                reconcile(a.finding for a in result.advice if a.cleared_at is None)]}
 
 
 def render_active(findings: Sequence[Finding]) -> str:
     """The `status` block: active findings, one line each with the message under it."""
     if not findings:
         return "Findings: none active"
-    return "\n".join(["Findings:", *(f"  {finding_line(f)}\n      {f.message}" for f in findings)])
+    lines = ["Findings:", *(f"  {finding_line(f)}\n      {f.message}" for f in findings)]
+    recs = reconcile(findings)
+    return "\n".join([*lines, render_recommendations(recs)] if recs else lines)
 
 
 def advice_of(findings: Sequence[Finding]) -> list[Advice]:
