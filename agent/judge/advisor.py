@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from agent.capacity.capacity import Capacity
 from agent.config import Config
 from agent.judge.builtins import BUILTINS, Context
+from agent.judge.knobs import native
 from agent.judge.rules import Condition, Group, Rule, SampleCondition, ref_key
 from agent.judge.signals import Window, references
+from agent.records import Server
 from agent.sinks.queries import Queries
 from agent.verdicts import Finding
 
@@ -104,6 +106,7 @@ def evaluate(rule: Rule, window: Window) -> Verdict:
     values.update(evidence)
     values.update({"from": current, "to": recommended})
     words: dict[str, str | None] = {"engine": window.engine, "knob": rule.action.knob.value,
+                                    "flag": native(window.server, rule.action.knob),
                                     "governs": cap.governs if cap else None}
     message = fill(rule.message, values, words)
     return Verdict(True, evidence, current, recommended, arithmetic, message)
@@ -160,6 +163,7 @@ class Advisor:
     config: Mapping[str, float | None] = field(default_factory=dict)
     log_findings: bool = True  # the daemon logs each new finding once; a replay (`advise`) prints instead
     _state: dict[tuple[str, str], _State] = field(default_factory=dict)
+    _servers: dict[str, Server] = field(default_factory=dict)
     _due: float = -math.inf
 
     def due(self, now: float) -> bool:
@@ -199,13 +203,26 @@ class Advisor:
         for engine in sorted(set(engines if engines is not None else queries.engines())):
             cap = capacities.get(engine)
             refs = references(cap, effective(self.config, (config or {}).get(engine, {})))
+            server = self._server(queries, engine)
             for rule in self.rules:
-                window = Window(queries, engine, now - rule.window, now, cap, refs)
+                window = Window(queries, engine, now - rule.window, now, cap, refs, server)
                 verdict = evaluate(rule, window)
                 found = self._transition(rule, engine, verdict, now)
                 if found is not None:
                     changed.append(found)
         return changed
+
+    def _server(self, queries: Queries, engine: str) -> Server | None:
+        """Which engine software a source runs (its stats' or events' server), remembered once known."""
+        if engine not in self._servers:
+            stats = queries.latest_stats(engine).get(engine)
+            found = stats.server if stats is not None else next(
+                (Server(srv) for src, srv, _ in queries.event_totals() if src == engine
+                 and srv in {s.value for s in Server}), None)
+            if found is None:
+                return None
+            self._servers[engine] = found
+        return self._servers[engine]
 
     def _transition(self, rule: Rule, engine: str, verdict: Verdict, now: float) -> Finding | None:
         state = self._state.setdefault((rule.name, engine), _State())

@@ -313,7 +313,7 @@ class Rule(_Model):
     def _message_names_evidence(self) -> Rule:
         allowed = {c.key for c in self.when.conditions()} | {o.key for o in self.observe}
         allowed |= {k for g in self.when.groups() for k in g.joint_keys()}
-        allowed |= {"from", "to", "engine", "knob", "governs"}
+        allowed |= {"from", "to", "engine", "knob", "flag", "governs"}
         allowed |= {ref_key(r) for r in REFERENCES}
         if self.action.of is not None and self.action.of not in allowed:
             raise ValueError(f"action.of names {self.action.of!r}, not an evidence value (expected one of: "

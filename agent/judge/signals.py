@@ -20,7 +20,7 @@ from agent import histograms
 from agent.capacity.capacity import Capacity
 from agent.histograms import Buckets
 from agent.judge.rules import Aggregate, SampleCondition
-from agent.records import HISTOGRAM_SIGNALS, Event, HistogramWindow, ServerStats
+from agent.records import HISTOGRAM_SIGNALS, Event, HistogramWindow, Server, ServerStats
 from agent.sinks.queries import Queries, percentile
 
 _STATS_FIELDS = ("running", "waiting", "swapped", "kv_usage_ratio", "preemptions")
@@ -158,6 +158,7 @@ class Window:
     until: float
     capacity: Capacity | None = None
     refs: Mapping[str, float | None] = field(default_factory=dict)
+    server: Server | None = None  # the engine software, for the knobs' native names
     _stats: list[ServerStats] | None = None
     _events: dict[str, list[Event]] = field(default_factory=dict)
     _gpu: list[float] | None = None
