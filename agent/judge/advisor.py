@@ -277,6 +277,8 @@ def knobs_of(config: Config | None) -> dict[str, float | None]:
         "gpu_memory_utilization": s.gpu_memory_fraction, "request_timeout_ms": lim.request_timeout_ms,
         "queue_timeout_ms": lim.queue_timeout_ms, "max_output_tokens": lim.max_output_tokens,
         "max_session_tokens": ses.max_session_tokens}
+    p95, cap = config.workload.input_p95_tokens, lim.max_output_tokens
+    values["workload_tokens"] = p95 + cap if p95 is not None and cap is not None else None  # sizing.py
     return {k: (float(v) if v is not None else None) for k, v in values.items()}
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from agent.capacity.capacity import Capacity
+from agent.judge.sizing import sizing
 
 KV_TARGET_RATIO = 0.90  # fill KV to this, not to 1.0: the headroom new prefills and the last block need
 
@@ -39,21 +40,28 @@ def _fmt(x: float | None) -> str:
 
 
 def capacity_bound(ctx: Context) -> Result:
-    """The governing max concurrency: the engine's figure once it printed one, else the paper budget. Below
-    one request there is no max_num_seqs to give (0 serves nothing): None, and the knob is max_model_len."""
+    """The governing max concurrency (agent/judge/sizing.py): the expected case (P95 input + output cap)
+    when the workload is known, else the worst case at max_model_len — each the engine's figure once it
+    printed one, else the paper budget. Both cases are in the arithmetic. Below one request there is no
+    max_num_seqs to give (0 serves nothing): None, and the knob is max_model_len."""
     cap = ctx.capacity
-    if cap is None or cap.max_concurrency is None:
+    size = sizing(cap, ctx.config.get("config.workload_tokens"))
+    if cap is None or size.governing is None:
         return None, "no capacity known (config lacks the model/GPU and the engine printed no KV-cache size)"
-    if cap.max_concurrency < 1:
-        return None, (f"the KV cache holds less than one request of {_fmt(cap.tokens_per_request)} tokens: "
+    if size.governing < 1:
+        return None, (f"the KV cache holds less than one request of {_fmt(size.governing_tokens)} tokens: "
                       "no max_num_seqs serves it; lower max_model_len (see capacity_below_one_request)")
     basis = cap.governs or "paper"
-    text = f"capacity bound = {cap.max_concurrency} requests at {_fmt(cap.tokens_per_request)} tokens each ({basis}"
-    if basis == "engine" and cap.engine_max_concurrency is not None:
+    text = (f"capacity bound = {size.governing} requests at {_fmt(size.governing_tokens)} tokens each "
+            f"({basis}")
+    if basis == "engine" and cap.engine_max_concurrency is not None and size.governs == "worst":
         text += f": floor({cap.engine_max_concurrency:.2f}x)"
     if cap.paper_max_concurrency is not None and basis == "engine":
         text += f"; paper budget {cap.paper_max_concurrency}"
-    return float(cap.max_concurrency), text + ")"
+    text += ")"
+    if size.expected is not None:
+        text += f"; {size.text()}"
+    return float(size.governing), text
 
 
 def scale_by_kv_headroom(ctx: Context) -> Result:
@@ -83,7 +91,8 @@ def kv_holds_at_observed_length(ctx: Context) -> Result:
     observed = ctx.evidence.get("request_tokens_p95")
     cap = ctx.capacity
     kv_tokens = cap.engine_kv_cache_tokens if cap is not None else None
-    budget = float(cap.tokens_per_request) if cap is not None and cap.tokens_per_request else None
+    length_of_case = sizing(cap, ctx.config.get("config.workload_tokens")).governing_tokens
+    budget = float(length_of_case) if length_of_case else None
     if not kv_tokens or not (observed or budget):
         return capacity_bound(ctx)
     assert cap is not None

@@ -57,10 +57,13 @@ SIGNALS: dict[str, str] = {
 AGGREGATES = ("p50", "p95", "p99", "max", "min", "mean", "last", "sum", "count", "rate", "growth")
 # Values a condition may compare with (besides a number); None at evaluation makes the condition false.
 REFERENCES: dict[str, str] = {
-    "capacity.max_concurrency": "the governing capacity (engine figure once reported, else the paper budget)",
+    "capacity.max_concurrency": "the governing capacity: the expected case (P95 input + output cap) when the "
+                                "workload is known, else the worst case (agent/judge/sizing.py)",
+    "capacity.worst_max_concurrency": "the capacity at max_model_len (engine figure once reported, else paper)",
+    "capacity.expected_max_concurrency": "the capacity at P95 input + output cap (None without a workload)",
     "capacity.paper_max_concurrency": "the paper budget's max concurrency",
     "capacity.engine_max_concurrency": "the engine's own figure at the budget's request length",
-    "capacity.tokens_per_request": "tokens per request the budget assumes",
+    "capacity.tokens_per_request": "tokens per request of the governing case",
     "capacity.disagreement_ratio": "|engine ÷ paper − 1|",
     "config.max_num_seqs": "server.max_num_seqs (or the engine's reported max_num_seqs)",
     "config.max_queue_size": "server.max_queue_size",

@@ -20,6 +20,7 @@ from agent import histograms
 from agent.capacity.capacity import Capacity
 from agent.histograms import Buckets
 from agent.judge.rules import Aggregate, SampleCondition
+from agent.judge.sizing import sizing
 from agent.records import HISTOGRAM_SIGNALS, Event, HistogramWindow, Server, ServerStats
 from agent.sinks.queries import Queries, percentile
 
@@ -106,12 +107,15 @@ def aggregate(values: Sequence[float], agg: str, window_seconds: float) -> float
 def references(capacity: Capacity | None, config: Mapping[str, float | None]) -> dict[str, float | None]:
     """Every `capacity.*` and `config.*` value a rule may compare with, None where unknown."""
     cap = capacity
+    size = sizing(cap, config.get("workload_tokens"))
     out: dict[str, float | None] = {
-        "capacity.max_concurrency": float(cap.max_concurrency) if cap and cap.max_concurrency is not None else None,
+        "capacity.max_concurrency": float(size.governing) if size.governing is not None else None,
+        "capacity.worst_max_concurrency": float(size.worst) if size.worst is not None else None,
+        "capacity.expected_max_concurrency": float(size.expected) if size.expected is not None else None,
         "capacity.paper_max_concurrency": float(cap.paper_max_concurrency)
         if cap and cap.paper_max_concurrency is not None else None,
         "capacity.engine_max_concurrency": cap.engine_max_concurrency if cap else None,
-        "capacity.tokens_per_request": float(cap.tokens_per_request) if cap and cap.tokens_per_request else None,
+        "capacity.tokens_per_request": float(size.governing_tokens) if size.governing_tokens else None,
         "capacity.disagreement_ratio": abs(cap.disagreement_ratio) if cap and cap.disagreement_ratio is not None
         else None,
     }

@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.judge.precedence import Recommendation, reconcile
 from agent.judge.replay import Advice, Replay
+from agent.judge.sizing import Sizing, sizing
 from agent.verdicts import Finding
 
 
@@ -58,6 +59,9 @@ def render_replay(result: Replay) -> str:
         if cap.max_concurrency is not None:
             parts.append(f"  {engine}: capacity {cap.max_concurrency} requests at {cap.tokens_per_request} tokens "
                          f"({cap.governs} figure)")
+            size = sizing(cap, result.workload_tokens)
+            if size.expected is not None:
+                parts.append(f"    {size.text()}")
     if result.engines and not result.advice:
         parts.append("\nNo findings: no rule matched.")
     recs = reconcile(a.finding for a in result.advice if a.cleared_at is None)
@@ -100,9 +104,15 @@ def finding_json(f: Finding, cleared_at: float | None = None) -> dict[str, Any]:
 def replay_json(result: Replay) -> dict[str, Any]:
     return {"since": result.since, "until": result.until, "engines": result.engines,
             "capacities": {k: v.as_dict() for k, v in result.capacities.items()},
+            "sizing": {k: _sizing_json(sizing(v, result.workload_tokens)) for k, v in result.capacities.items()},
             "findings": [finding_json(a.finding, a.cleared_at) for a in result.advice],
             "recommendations": [recommendation_json(r) for r in
                                 reconcile(a.finding for a in result.advice if a.cleared_at is None)]}
+
+
+def _sizing_json(size: Sizing) -> dict[str, Any]:
+    return {"worst": size.worst, "worst_tokens": size.worst_tokens, "expected": size.expected,
+            "expected_tokens": size.expected_tokens, "governs": size.governs, "governing": size.governing}
 
 
 def render_active(findings: Sequence[Finding]) -> str:
