@@ -66,7 +66,7 @@ class Case:
 
     name: str
     category: str  # the library's grouping, for its size report
-    records: list[Record]
+    records: Sequence[Record]
     config: dict[str, float | None]
     cap: Capacity | None
     knob: Knob | None = None
@@ -94,7 +94,7 @@ class Outcome:
         return {f.rule for f in self.findings}
 
 
-def judge(records: list[Record], config: dict[str, float | None], cap: Capacity | None) -> Outcome:
+def judge(records: Sequence[Record], config: dict[str, float | None], cap: Capacity | None) -> Outcome:
     store = Store.open(":memory:")
     store.commit(records, now=NOW)
     queries = Queries(store)
