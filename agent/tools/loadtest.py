@@ -32,9 +32,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agent.errors import AgentError
 from agent.http import AsyncClient, HttpConnectionError, HttpTimeoutError
+from agent.tools.loadtest_judge import judged
 from agent.tools.loadtest_report import ERROR_CLASSES, LoadTestResult, verdict
 from agent.tools.loadtest_watch import Peaks, Watcher
-from agent.verdicts import Finding, LoadStep
+from agent.verdicts import LoadStep
 
 DEFAULT_LEVELS = (1, 2, 3, 5, 8, 12)
 REQUESTS_PER_CLIENT = 20
@@ -391,37 +392,7 @@ async def run(options: LoadTestOptions, progress: Progress | None = None,
                     break
         finally:
             watcher.close()
-    findings, categories = await asyncio.to_thread(judged, options, steps)
+    findings, categories = await asyncio.to_thread(judged, options.db_path, options.log_path, steps,
+                                                   options.pause_seconds)
     return LoadTestResult(run_id, url, tuple(steps), verdict(steps, options.capacity, findings, categories,
                                                               options.pause_seconds))
-
-
-def judged(options: LoadTestOptions, steps: Sequence[LoadStep]) -> tuple[list[Finding], dict[str, str]]:
-    """The judge's findings over the run (the shipped rules replayed on the agent's store or the engine's
-    log), so the verdict's cause is the advisor's; nothing when neither was given or the run was empty."""
-    if not steps or (options.db_path is None and options.log_path is None):
-        return [], {}
-    from agent.config import shipped_rules_dir
-    from agent.judge.replay import replay
-    from agent.judge.rules import load_rules
-    from agent.sinks.queries import Queries
-    from agent.sinks.store import Store
-
-    since, until = steps[0].started, steps[-1].ended + options.pause_seconds
-    try:
-        rules = load_rules([shipped_rules_dir()]).rules
-        if options.db_path is not None:
-            store = Store.open_readonly(options.db_path)
-        else:
-            from agent.daemon.offline import load_logs
-
-            assert options.log_path is not None
-            store = Store.open(":memory:")
-            load_logs([options.log_path], store)
-    except AgentError:  # the run's own counts still give a verdict
-        return [], {}
-    try:
-        result = replay(Queries(store), rules, None, since, until)
-    finally:
-        store.close()
-    return [a.finding for a in result.advice], {r.name: r.category for r in rules}

@@ -151,7 +151,7 @@ def as_json(report: Report) -> dict[str, Any]:
 def parse_duration(text: str) -> float:
     """`90s`, `30m`, `2h`, `1d` (or a bare number of seconds) in seconds; AgentError otherwise. The rules'
     parser (`agent.judge.rules.seconds`), so `report`, `advise` and rule windows accept the same text."""
-    from agent.judge.rules import seconds
+    from agent.judge.vocabulary import seconds
 
     try:
         return seconds(text)
