@@ -50,11 +50,14 @@ def timeout_phase(event: Event) -> str:
 def startup_cause(event: Event) -> str:
     """Which start-up failure an OOM at start-up is: `max_model_len` (one request of max_model_len does not
     fit the KV cache: the error names the length), `warmup` (the sampler warm-up with max_num_seqs dummy
-    requests), else `no_cache_memory` (nothing left for the KV cache after weights and activations)."""
+    requests), `prefill` (TGI's prefill batch), else `no_cache_memory` (nothing left for the KV cache after
+    weights and activations)."""
     if "max_model_len" in event.fields or "kv_cache_tokens" in event.fields:
         return "max_model_len"
     if "dummy_requests" in event.fields or "warming up" in event.message:
         return "warmup"
+    if "prefill_tokens" in event.fields or "prefill tokens" in event.message:
+        return "prefill"  # TGI: its prefill batch does not fit (--max-batch-prefill-tokens), not the KV cache
     return "no_cache_memory"
 
 

@@ -9,14 +9,17 @@ twin that must NOT give it (healthy busy nodes, bursts, warm-up ramps, noise tha
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from agent.capacity.capacity import Capacity
+from agent.cli import app
 from agent.judge.advisor import Advisor, engine_config
 from agent.judge.precedence import Recommendation, headline, reconcile
 from agent.judge.rules import load_rules
@@ -338,6 +341,15 @@ CASES: list[Case] = [
          # 0 requests fit: the knob is max_model_len — 2 GiB ÷ 131,072 B = 16,384 tokens; never "max_num_seqs 0"
          Knob.MAX_MODEL_LEN, Direction.LOWER, 16_384, "startup", absent=("max_num_seqs_above_bound",),
          no_knob=((Knob.MAX_NUM_SEQS, Direction.LOWER),)),
+    Case("tgi_prefill_batch_does_not_fit_twin", "startup",
+         events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.TGI, prefill_tokens=4096,
+                message="Not enough memory to handle 4096 prefill tokens"),
+         {"gpu_memory_utilization": 0.9, "max_model_len": 8192},
+         Capacity(E, 8192, paper_max_concurrency=3, kv_bytes_per_token=131_072, vram_bytes=80 * GIB,
+                  fixed_bytes=60 * GIB),
+         # TGI's own answer is a smaller --max-batch-prefill-tokens: not "no memory for the KV cache", so no
+         # --cuda-memory-fraction raise (the knob is not in the vocabulary: no finding rather than a wrong one)
+         absent=("startup_no_cache_memory", "oom_activation_peak", "oom_kv_at_limit"), twin=True),
     # ---- the engine's values over the config file ---------------------------------------------------------
     Case("engine_restarted_with_16", "config",
          [fact("max_num_seqs", 16)], {"max_num_seqs": 64}, CAP13,
@@ -406,8 +418,52 @@ def test_the_library_size_per_category(capsys: pytest.CaptureFixture[str]) -> No
     sizes = Counter(c.category for c in CASES)
     twins = sum(c.twin for c in CASES)
     with capsys.disabled():
-        print(f"\ncase library: {len(CASES)} cases ({twins} negative twins): "
+        print(f"\ncase library: {len(CASES)} cases ({twins} negative twins) + {len(NOISE) + 1} whole logs "
+              f"(noise {len(NOISE)}, its twin 1): "
               + ", ".join(f"{k} {v}" for k, v in sorted(sizes.items())))
     engines = {s.server for c in CASES for s in c.records if isinstance(s, ServerStats | Event)}
     assert len(CASES) >= 40 and twins >= 12
     assert {Server.VLLM, Server.SGLANG, Server.LLAMACPP, Server.TGI} <= engines
+
+
+VLLM_STATS = ("INFO 11-29 09:00:{s:02d} [loggers.py:259] Engine 000: Avg prompt throughput: 200.0 tokens/s, Avg "
+              "generation throughput: 300.0 tokens/s, Running: 6 reqs, Waiting: 0 reqs, GPU KV cache usage: 41.0%, "
+              "Prefix cache hit rate: 0.0%")
+NOISE = {
+    # a prompt that quotes an OOM and a start-up failure: the request log, not the engine's state
+    "vllm_prompt_quotes_oom": "INFO 11-29 09:00:01 [logger.py:43] Received request cmpl-1: prompt: 'Why does my job "
+                              "say torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB?', params: "
+                              "SamplingParams(n=1, max_tokens=256), prompt_token_ids: None.",
+    "vllm_prompt_quotes_errors": "INFO 11-29 09:00:01 [logger.py:43] Received request cmpl-2: prompt: 'explain \"No "
+                                 "available memory for the cache blocks\" and 503 Service Unavailable and deadline "
+                                 "exceeded', params: SamplingParams(n=1, max_tokens=256), prompt_token_ids: None.",
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOISE))
+def test_noise_that_quotes_error_text_gives_no_finding(tmp_path: Path, name: str) -> None:
+    """Healthy stats (6 running, KV 41 %, nobody waiting) around a line that quotes error text: the real
+    parsers and the judge find nothing, and the report is quiet."""
+    log = tmp_path / f"{name}.log"
+    log.write_text("\n".join([VLLM_STATS.format(s=0), NOISE[name], *(VLLM_STATS.format(s=s) for s in (5, 10, 15))])
+                   + "\n")
+    runner = CliRunner()
+    advised = runner.invoke(app, ["advise", "--log", str(log), "--json"])
+    assert advised.exit_code == 0 and json.loads(advised.stdout)["findings"] == []
+    reported = runner.invoke(app, ["report", "--log", str(log), "--format", "json"])
+    assert json.loads(reported.stdout)["verdict"]["category"] == "quiet"
+
+
+def test_the_twin_of_the_noise_a_real_oom_is_judged(tmp_path: Path) -> None:
+    """The same healthy stats with the engine's own OOM traceback line: KV 41 % < 90 %, so the activation
+    peak — gpu_memory_utilization, never max_num_seqs — and the report says so."""
+    log = tmp_path / "oom.log"
+    oom = ("ERROR 11-29 09:00:07 [core.py:700] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+           "2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.")
+    log.write_text("\n".join([VLLM_STATS.format(s=0), VLLM_STATS.format(s=5), oom,
+                              *(VLLM_STATS.format(s=s) for s in (10, 15))]) + "\n")
+    runner = CliRunner()
+    advised = json.loads(runner.invoke(app, ["advise", "--log", str(log), "--json"]).stdout)
+    assert [f["rule"] for f in advised["findings"]] == ["oom_activation_peak"]
+    reported = json.loads(runner.invoke(app, ["report", "--log", str(log), "--format", "json"]).stdout)
+    assert reported["verdict"]["category"] == "activation_peak"
