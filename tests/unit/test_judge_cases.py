@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agent.capacity.capacity import Capacity
+from agent.capacity.capacity import Capacity, capacity_of
 from agent.cli import app
 from agent.judge.advisor import Advisor, engine_config
 from agent.judge.precedence import Recommendation, headline, reconcile
@@ -239,6 +239,14 @@ CASES: list[Case] = [
          Capacity(E, 4096, paper_max_concurrency=20),
          # TGI: 6 429s, 8 concurrent requests allowed where the budget holds 20 → 8 → 20
          Knob.MAX_NUM_SEQS, Direction.RAISE, 20, "rejections", words=("--max-concurrent-requests",)),
+    Case("llamacpp_more_slots_fit_the_workload", "refusals",
+         [*events(EventKind.QUEUE_FULL, 8, server=Server.LLAMACPP), fact("max_num_seqs", 4)],
+         {"max_num_seqs": 4, "workload_tokens": 1024 + 512},
+         capacity_of(None, {"kv_cache_tokens": 16_384, "max_model_len": 4096}, E),
+         # llama.cpp splits -c 16,384 over -np 4 slots of 4,096: its "capacity" at 4,096 is the slot count, 4.
+         # The workload needs 1,024 + 512 = 1,536 tokens (96 blocks): floor(16,384 ÷ 1,536) = 10 slots fit in
+         # the same -c; -np 4 → 10 (each slot then holds 1,638 ≥ 1,536)
+         Knob.MAX_NUM_SEQS, Direction.RAISE, 10, "rejections", words=("-np",)),
     Case("llamacpp_slots_at_budget_twin", "refusals",
          events(EventKind.QUEUE_FULL, 8, server=Server.LLAMACPP), {"max_num_seqs": 12},
          Capacity(E, 4096, paper_max_concurrency=12),
