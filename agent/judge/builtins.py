@@ -58,9 +58,8 @@ def capacity_bound(ctx: Context) -> Result:
         text += f": floor({cap.engine_max_concurrency:.2f}x)"
     if cap.paper_max_concurrency is not None and basis == "engine":
         text += f"; paper budget {cap.paper_max_concurrency}"
-    text += ")"
-    if size.expected is not None:
-        text += f"; {size.text()}"
+    worst = ") at max_model_len, the worst case: no workload known"
+    text += f"); {size.text()}" if size.expected is not None else worst
     return float(size.governing), text
 
 

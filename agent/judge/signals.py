@@ -47,18 +47,26 @@ def timeout_phase(event: Event) -> str:
     return event.phase.value
 
 
+_NO_CACHE_MEMORY = ("No available memory for the cache blocks", "Not enough memory. Please try to increase",
+                    "is larger than the profiled value")
+
+
 def startup_cause(event: Event) -> str:
     """Which start-up failure an OOM at start-up is: `max_model_len` (one request of max_model_len does not
     fit the KV cache: the error names the length), `warmup` (the sampler warm-up with max_num_seqs dummy
-    requests), `prefill` (TGI's prefill batch), else `no_cache_memory` (nothing left for the KV cache after
-    weights and activations)."""
+    requests), `prefill` (TGI's prefill batch), `no_cache_memory` (the engine says nothing is left for the
+    KV cache after weights and activations: vLLM's "No available memory for the cache blocks" or 0 blocks,
+    SGLang's "Not enough memory" or a negative profiled pool), else `load` (a plain allocation failure while
+    loading or warming up: no figure says which knob, so no rule sizes one)."""
     if "max_model_len" in event.fields or "kv_cache_tokens" in event.fields:
         return "max_model_len"
     if "dummy_requests" in event.fields or "warming up" in event.message:
         return "warmup"
     if "prefill_tokens" in event.fields or "prefill tokens" in event.message:
         return "prefill"  # TGI: its prefill batch does not fit (--max-batch-prefill-tokens), not the KV cache
-    return "no_cache_memory"
+    if event.fields.get("gpu_blocks") == 0 or any(text in event.message for text in _NO_CACHE_MEMORY):
+        return "no_cache_memory"
+    return "load"  # an allocation failed loading or warming up, with no figure to size a knob from
 
 
 def attribute(event: Event, key: str) -> str:

@@ -28,13 +28,18 @@ def _value(x: float | str | None) -> str:
     return str(x)
 
 
+def _change(current: float | str | None, recommended: float | str | None) -> str:
+    """` 64 → 18`, ` to 18` (current unknown), ` (now 64)` (no number), or nothing."""
+    if recommended is not None:
+        return f" {_value(current)} → {_value(recommended)}" if current is not None else f" to {_value(recommended)}"
+    return f" (now {_value(current)})" if current is not None else ""
+
+
 def finding_line(f: Finding) -> str:
     """`[warning] rule on engine: lower max_num_seqs 32 → 13` (one line)."""
     change = ""
     if f.knob is not None and f.direction is not None:
-        change = f": {f.direction.value} {f.knob.value}"
-        if f.current is not None or f.recommended is not None:
-            change += f" {_value(f.current)} → {_value(f.recommended)}"
+        change = f": {f.direction.value} {f.knob.value}{_change(f.current, f.recommended)}"
     return f"[{f.severity.value}] {f.rule} on {f.engine}{change}"
 
 
@@ -75,9 +80,7 @@ def render_replay(result: Replay) -> str:
 def recommendation_line(r: Recommendation) -> str:
     """`engine: lower max_num_seqs 64 → 18 — governed by R; overrides S (raise → 48)`."""
     g = r.governs
-    change = f"{g.direction.value if g.direction else 'review'} {r.knob.value}"
-    if g.current is not None or g.recommended is not None:
-        change += f" {_value(g.current)} → {_value(g.recommended)}"
+    change = f"{g.direction.value if g.direction else 'review'} {r.knob.value}{_change(g.current, g.recommended)}"
     return f"{r.engine}: {change} — {r.why}"
 
 

@@ -358,6 +358,14 @@ CASES: list[Case] = [
          # TGI's own answer is a smaller --max-batch-prefill-tokens: not "no memory for the KV cache", so no
          # --cuda-memory-fraction raise (the knob is not in the vocabulary: no finding rather than a wrong one)
          absent=("startup_no_cache_memory", "oom_activation_peak", "oom_kv_at_limit"), twin=True),
+    Case("llamacpp_load_oom_twin", "startup",
+         events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP,
+                message="ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144817.04 MiB on device 0: "
+                        "cudaMalloc failed: out of memory"),
+         {"max_model_len": 131072}, None,
+         # a plain allocation failure while loading: no figure sizes -c or -ngl, and llama.cpp has no
+         # gpu_memory_utilization — no finding rather than "raise gpu_memory_utilization"
+         headline=None, absent=("startup_no_cache_memory",), twin=True),
     # ---- the engine's values over the config file ---------------------------------------------------------
     Case("engine_restarted_with_16", "config",
          [fact("max_num_seqs", 16)], {"max_num_seqs": 64}, CAP13,
