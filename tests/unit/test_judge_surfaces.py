@@ -105,3 +105,22 @@ def test_among_lowers_the_severer_then_the_lower_number_governs() -> None:
     (same,) = reconcile([_f("max_num_seqs_above_bound", Direction.LOWER, 18), _f("preemption_storm",
                                                                                  Direction.LOWER, 15)])
     assert same.governs.rule == "preemption_storm" and "the more cautious number" in same.why
+
+
+def test_advise_report_and_rules_accept_the_same_durations(tmp_path: Path) -> None:
+    from agent.judge.vocabulary import seconds
+    from agent.views.report_data import parse_duration
+
+    db = tmp_path / "agent.db"
+    store = Store.open(db)
+    store.commit(_incident(time.time()), now=time.time())
+    store.close()
+    for text, value in (("90s", 90.0), ("10m", 600.0), ("2h", 7200.0), ("1d", 86400.0), ("45", 45.0)):
+        assert seconds(text) == parse_duration(text) == value
+        assert runner.invoke(app, ["advise", "--db", str(db), "--since", text]).exit_code == 0
+        assert runner.invoke(app, ["report", "--db", str(db), "--since", text]).exit_code == 0
+    for bad in ("10 minutes", "0s", "-5m", "1w"):
+        advised = runner.invoke(app, ["advise", "--db", str(db), "--since", bad])
+        reported = runner.invoke(app, ["report", "--db", str(db), "--since", bad])
+        assert advised.exit_code == reported.exit_code == 1, (bad, advised.output, reported.output)
+        assert advised.output.count("error:") == reported.output.count("error:") == 1
