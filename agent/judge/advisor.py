@@ -13,8 +13,6 @@ from __future__ import annotations
 import logging
 import math
 import operator
-import re
-import string
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +20,7 @@ from agent.capacity.capacity import Capacity
 from agent.config import Config
 from agent.judge.builtins import BUILTINS, Context
 from agent.judge.knobs import native
+from agent.judge.messages import fill, placeholders
 from agent.judge.rules import Condition, Group, Rule, SampleCondition
 from agent.judge.signals import Window, references
 from agent.judge.vocabulary import ref_key
@@ -111,41 +110,6 @@ def evaluate(rule: Rule, window: Window) -> Verdict:
                                     "governs": cap.governs if cap else None}
     message = fill(rule.message, values, words)
     return Verdict(True, evidence, current, recommended, arithmetic, message)
-
-
-_OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
-
-
-def placeholders(template: str) -> list[str]:
-    """The names a message template quotes, in order."""
-    return [name.split(":")[0] for _, name, _, _ in string.Formatter().parse(template) if name]
-
-
-def fill(template: str, values: Mapping[str, float | None], words: Mapping[str, str | None]) -> str:
-    """The message with its numbers: a `[…]` part is dropped when a value it quotes is unknown, so a
-    message never prints "?" for what the window did not show; a required value that is unknown reads
-    "unknown"."""
-    def optional(m: re.Match[str]) -> str:
-        inner = m.group(1)
-        known = all(words.get(n) is not None or values.get(n) is not None for n in placeholders(inner))
-        return inner if known else ""
-
-    text = re.sub(r"\s+(?=[,.;:)])", "", _OPTIONAL.sub(optional, template))
-    text = re.sub(r"\(\s*\)|\s{2,}", lambda m: "" if m.group(0).startswith("(") else " ", text)
-    names: dict[str, str] = {k: _show(v) for k, v in values.items()}
-    names.update({k: w if w is not None else "unknown" for k, w in words.items()})
-    try:
-        return text.format(**names)
-    except (KeyError, ValueError, IndexError) as exc:  # validated at load; a format spec may still misfit
-        return f"{text} (message not filled: {exc})"
-
-
-def _show(x: object) -> str:
-    if x is None:
-        return "unknown"
-    if isinstance(x, float):
-        return f"{x:,.0f}" if x.is_integer() or abs(x) >= 100 else f"{x:.2f}"
-    return str(x)
 
 
 @dataclass

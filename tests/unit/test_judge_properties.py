@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.capacity.capacity import Capacity
-from agent.judge.advisor import Advisor, _show
+from agent.judge.advisor import Advisor
+from agent.judge.messages import show as _show
 from agent.judge.rules import load_rules
 from agent.records import Event, EventKind, Phase, Server, ServerStats, Severity
 from agent.sinks.queries import Queries
