@@ -43,6 +43,8 @@ class Capacity:
     usable_kv_bytes: int | None = None
     kv_bytes_per_token: int | None = None
     block_size: int = 16
+    vram_bytes: int | None = None  # the paper budget's card, per GPU
+    fixed_bytes: int | None = None  # the paper budget's weights per GPU + overhead: what is not KV cache
 
     @property
     def governs(self) -> Basis | None:
@@ -129,7 +131,8 @@ def capacity_of(budget: Budget | None, facts: Mapping[str, float | str] | None =
         elif engine_conc is not None and engine_len and tokens_per_request:
             engine_conc = engine_conc * engine_len / tokens_per_request
         return Capacity(engine, tokens_per_request, paper, engine_conc, kv_tokens, budget.usable_kv_bytes,
-                        budget.kv_bytes_per_token, block)
+                        budget.kv_bytes_per_token, block, budget.inputs.vram_bytes,
+                        budget.weights_per_gpu_bytes + budget.inputs.overhead_bytes)
     engine_len = _number(facts, "tokens_per_request") or _number(facts, "max_model_len")
     kv_tokens = _engine_tokens(facts, block)
     engine_conc = _number(facts, "max_concurrency")

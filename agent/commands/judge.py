@@ -72,7 +72,8 @@ def advise(
     from agent.config import StoreSection, load_config, shipped_rules_dir
     from agent.daemon.offline import load_logs
     from agent.judge.replay import replay
-    from agent.judge.rules import RuleError, load_rules, seconds
+    from agent.judge.rules import RuleError, load_rules
+    from agent.judge.vocabulary import seconds
     from agent.sinks.queries import Queries
     from agent.sinks.store import Store
     from agent.sources.saved import parse_tz

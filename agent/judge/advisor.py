@@ -19,8 +19,12 @@ from dataclasses import dataclass, field
 from agent.capacity.capacity import Capacity
 from agent.config import Config
 from agent.judge.builtins import BUILTINS, Context
-from agent.judge.rules import Condition, Group, Rule
+from agent.judge.knobs import native
+from agent.judge.messages import fill, placeholders
+from agent.judge.rules import Condition, Group, Rule, SampleCondition
 from agent.judge.signals import Window, references
+from agent.judge.vocabulary import ref_key
+from agent.records import Server
 from agent.sinks.queries import Queries
 from agent.verdicts import Finding
 
@@ -44,16 +48,37 @@ class Verdict:
 
 def _holds(node: Group | Condition, window: Window, rule: Rule, evidence: dict[str, float | None]) -> bool:
     if isinstance(node, Group):
+        if node.same_sample is not None:
+            return _joint(node, window, evidence)
         results = [_holds(item, window, rule, evidence) for item in (node.all or node.any or [])]
         return all(results) if node.all is not None else any(results)
     lhs = window.value(node, rule.min_samples)
     evidence[node.key] = _round(lhs)
     rhs = node.value if node.value is not None else window.refs.get(node.ref or "")
     if node.ref is not None:
-        evidence[node.ref.split(".")[1]] = _round(rhs)
+        evidence[ref_key(node.ref)] = _round(rhs)
     if lhs is None or rhs is None:
         return False
     return _OPS[node.op](lhs, rhs * node.factor)
+
+
+def _joint(group: Group, window: Window, evidence: dict[str, float | None]) -> bool:
+    """A `same_sample` group: the samples where every test held, and each signal's range inside them."""
+    tests = group.same_sample or []
+
+    def compare(test: SampleCondition, value: float) -> bool:
+        rhs = test.value if test.value is not None else window.refs.get(test.ref or "")
+        return rhs is not None and _OPS[test.op](value, rhs * test.factor)
+
+    matched = window.joint(tests, compare)
+    evidence[f"{group.as_}_samples"] = float(len(matched))
+    for test in tests:
+        if test.ref is not None:
+            evidence[ref_key(test.ref)] = _round(window.refs.get(test.ref))
+        values = [m[test.signal] for m in matched]
+        evidence[f"{group.as_}_{test.signal}_max"] = _round(max(values)) if values else None
+        evidence[f"{group.as_}_{test.signal}_min"] = _round(min(values)) if values else None
+    return len(matched) >= group.at_least
 
 
 def _round(x: float | None) -> float | None:
@@ -71,26 +96,20 @@ def evaluate(rule: Rule, window: Window) -> Verdict:
         return Verdict(False, evidence, current)
     recommended, arithmetic = None, ""
     if rule.action.to is not None:
-        ctx = Context(evidence, window.capacity, current, rule.action.factor, rule.action.of, {})
+        ctx = Context(evidence, window.capacity, current, rule.action.factor, rule.action.of, window.refs)
         recommended, arithmetic = BUILTINS[rule.action.to](ctx)
     cap = window.capacity
-    names: dict[str, object] = {k.split(".")[1]: _show(v) for k, v in window.refs.items()}
-    names.update({k: _show(v) for k, v in evidence.items()})
-    names.update({"from": _show(current), "to": _show(recommended), "engine": window.engine,
-                  "knob": rule.action.knob.value, "governs": (cap.governs if cap else None) or "unknown"})
-    try:
-        message = rule.message.format(**names)
-    except (KeyError, ValueError, IndexError) as exc:  # validated at load; a format spec may still misfit
-        message = f"{rule.message} (message not filled: {exc})"
+    values: dict[str, float | None] = {ref_key(k): v for k, v in window.refs.items()}
+    for name in placeholders(rule.message):  # a reference the message quotes is evidence too: recomputable
+        if name in values and name not in evidence:
+            evidence[name] = _round(values[name])
+    values.update(evidence)
+    values.update({"from": current, "to": recommended})
+    words: dict[str, str | None] = {"engine": window.engine, "knob": rule.action.knob.value,
+                                    "flag": native(window.server, rule.action.knob),
+                                    "governs": cap.governs if cap else None}
+    message = fill(rule.message, values, words)
     return Verdict(True, evidence, current, recommended, arithmetic, message)
-
-
-def _show(x: object) -> str:
-    if x is None:
-        return "?"
-    if isinstance(x, float):
-        return f"{x:,.0f}" if x.is_integer() or abs(x) >= 100 else f"{x:.2f}"
-    return str(x)
 
 
 @dataclass
@@ -109,6 +128,7 @@ class Advisor:
     config: Mapping[str, float | None] = field(default_factory=dict)
     log_findings: bool = True  # the daemon logs each new finding once; a replay (`advise`) prints instead
     _state: dict[tuple[str, str], _State] = field(default_factory=dict)
+    _servers: dict[str, Server] = field(default_factory=dict)
     _due: float = -math.inf
 
     def due(self, now: float) -> bool:
@@ -147,16 +167,27 @@ class Advisor:
         changed: list[Finding] = []
         for engine in sorted(set(engines if engines is not None else queries.engines())):
             cap = capacities.get(engine)
-            per_engine = dict(self.config)
-            per_engine.update({k: v for k, v in (config or {}).get(engine, {}).items() if per_engine.get(k) is None})
-            refs = references(cap, per_engine)
+            refs = references(cap, effective(self.config, (config or {}).get(engine, {})))
+            server = self._server(queries, engine)
             for rule in self.rules:
-                window = Window(queries, engine, now - rule.window, now, cap, refs)
+                window = Window(queries, engine, now - rule.window, now, cap, refs, server)
                 verdict = evaluate(rule, window)
                 found = self._transition(rule, engine, verdict, now)
                 if found is not None:
                     changed.append(found)
         return changed
+
+    def _server(self, queries: Queries, engine: str) -> Server | None:
+        """Which engine software a source runs (its stats' or events' server), remembered once known."""
+        if engine not in self._servers:
+            stats = queries.latest_stats(engine).get(engine)
+            found = stats.server if stats is not None else next(
+                (Server(srv) for src, srv, _ in queries.event_totals() if src == engine
+                 and srv in {s.value for s in Server}), None)
+            if found is None:
+                return None
+            self._servers[engine] = found
+        return self._servers[engine]
 
     def _transition(self, rule: Rule, engine: str, verdict: Verdict, now: float) -> Finding | None:
         state = self._state.setdefault((rule.name, engine), _State())
@@ -170,7 +201,9 @@ class Advisor:
                 if self.log_findings:
                     log.warning("finding %s on %s: %s", rule.name, engine, verdict.message)
                 return state.active
-            if held.recommended != verdict.recommended or held.current != verdict.current:
+            if (held.recommended, held.current, held.message) != (verdict.recommended, verdict.current,
+                                                                  verdict.message):
+                # the finding follows its evidence while it stays active: "8 503" does not stay 8 at 94
                 state.active = _finding(rule, engine, verdict, now, held.since)
                 return state.active
             return None
@@ -209,18 +242,38 @@ def knobs_of(config: Config | None) -> dict[str, float | None]:
         "gpu_memory_utilization": s.gpu_memory_fraction, "request_timeout_ms": lim.request_timeout_ms,
         "queue_timeout_ms": lim.queue_timeout_ms, "max_output_tokens": lim.max_output_tokens,
         "max_session_tokens": ses.max_session_tokens}
+    p95, cap = config.workload.input_p95_tokens, lim.max_output_tokens
+    values["workload_tokens"] = p95 + cap if p95 is not None and cap is not None else None  # sizing.py
     return {k: (float(v) if v is not None else None) for k, v in values.items()}
 
 
+ENGINE_KNOBS = ("max_num_seqs", "max_model_len", "gpu_memory_utilization")
+# Start-up figures a built-in may read (as `engine.<name>`): the engine's own measurements.
+ENGINE_FIGURES = ("estimated_max_model_len", "total_gpu_memory_bytes", "non_kv_cache_bytes", "kv_cache_tokens")
+
+
 def engine_config(facts: Mapping[str, Mapping[str, float | str]]) -> dict[str, dict[str, float | None]]:
-    """Per engine: the knob values it reported itself at start-up (max_num_seqs, …), used where the config
-    leaves them unset."""
+    """Per engine: the knob values it reported itself at start-up (max_num_seqs, …) and the figures it
+    measured (`engine.<name>`)."""
     out: dict[str, dict[str, float | None]] = {}
     for engine, values in facts.items():
-        for name in ("max_num_seqs", "max_model_len", "gpu_memory_utilization"):
+        for name in (*ENGINE_KNOBS, *ENGINE_FIGURES):
             v = values.get(name)
             if isinstance(v, int | float) and not isinstance(v, bool):
-                out.setdefault(engine, {})[name] = float(v)
+                out.setdefault(engine, {})[name if name in ENGINE_KNOBS else f"engine.{name}"] = float(v)
+    return out
+
+
+def effective(file: Mapping[str, float | None], engine: Mapping[str, float | None]) -> dict[str, float | None]:
+    """The knob values in force: what the engine reported it runs with beats the config file (it was
+    restarted with other flags, or the file was never applied); the file's values stay as `file.<knob>`
+    so a rule can say they disagree."""
+    out: dict[str, float | None] = dict(file)
+    for name, value in file.items():
+        out[f"file.{name}"] = value
+    for name, value in engine.items():
+        if value is not None:
+            out[name] = value
     return out
 
 
@@ -238,3 +291,16 @@ def evaluate_window(queries: Queries, config: Config | None, since: float, until
     result = replay(queries, ruleset.rules, config, since, until)
     return [a.finding if a.cleared_at is None else replace(a.finding, active=False, ts=a.cleared_at)
             for a in result.advice]
+
+
+def rule_categories(config: Config | None) -> dict[str, str]:
+    """Rule name → its category, for the shipped rules and the config's `rules.dirs` (the headline's
+    vocabulary); empty when a rule file does not load (the surfaces then fall back to the events)."""
+    from agent.config import shipped_rules_dir
+    from agent.judge.rules import RuleError, load_rules
+
+    try:
+        ruleset = load_rules([shipped_rules_dir(), *(config.rules.dirs if config else [])])
+    except RuleError:
+        return {}
+    return {r.name: r.category for r in ruleset.rules}

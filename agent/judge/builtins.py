@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from agent.capacity.capacity import Capacity
+from agent.judge.sizing import sizing
 
 KV_TARGET_RATIO = 0.90  # fill KV to this, not to 1.0: the headroom new prefills and the last block need
 
@@ -39,28 +40,39 @@ def _fmt(x: float | None) -> str:
 
 
 def capacity_bound(ctx: Context) -> Result:
-    """The governing max concurrency: the engine's figure once it printed one, else the paper budget."""
+    """The governing max concurrency (agent/judge/sizing.py): the expected case (P95 input + output cap)
+    when the workload is known, else the worst case at max_model_len — each the engine's figure once it
+    printed one, else the paper budget. Both cases are in the arithmetic. Below one request there is no
+    max_num_seqs to give (0 serves nothing): None, and the knob is max_model_len."""
     cap = ctx.capacity
-    if cap is None or cap.max_concurrency is None:
+    size = sizing(cap, ctx.config.get("config.workload_tokens"))
+    if cap is None or size.governing is None:
         return None, "no capacity known (config lacks the model/GPU and the engine printed no KV-cache size)"
+    if size.governing < 1:
+        return None, (f"the KV cache holds less than one request of {_fmt(size.governing_tokens)} tokens: "
+                      "no max_num_seqs serves it; lower max_model_len (see capacity_below_one_request)")
     basis = cap.governs or "paper"
-    text = f"capacity bound = {cap.max_concurrency} requests at {_fmt(cap.tokens_per_request)} tokens each ({basis}"
-    if basis == "engine" and cap.engine_max_concurrency is not None:
+    text = (f"capacity bound = {size.governing} requests at {_fmt(size.governing_tokens)} tokens each "
+            f"({basis}")
+    if basis == "engine" and cap.engine_max_concurrency is not None and size.governs == "worst":
         text += f": floor({cap.engine_max_concurrency:.2f}x)"
     if cap.paper_max_concurrency is not None and basis == "engine":
         text += f"; paper budget {cap.paper_max_concurrency}"
-    return float(cap.max_concurrency), text + ")"
+    worst = ") at max_model_len, the worst case: no workload known"
+    text += f"); {size.text()}" if size.expected is not None else worst
+    return float(size.governing), text
 
 
 def scale_by_kv_headroom(ctx: Context) -> Result:
-    """floor(running max × 0.90 ÷ KV p95), never above the capacity bound: what the observed KV use per
-    request says fits with 10 % headroom."""
-    running = ctx.evidence.get("running_max")
-    kv = ctx.evidence.get("kv_usage_ratio_p95")
+    """floor(running × 0.90 ÷ KV), never above the capacity bound: what the observed KV use per request says
+    fits with 10 % headroom. From the samples where the queue formed while every slot ran (`queued_*`:
+    the fewest running against the fullest KV, the cautious pair), else the window's running max and KV p95."""
+    running = ctx.evidence.get("queued_running_min") or ctx.evidence.get("running_max")
+    kv = ctx.evidence.get("queued_kv_usage_ratio_max") or ctx.evidence.get("kv_usage_ratio_p95")
     if not running or not kv:
-        return None, "needs running max and kv_usage_ratio p95 in the evidence"
+        return None, "needs running and KV usage in the evidence"
     raw = math.floor(running * KV_TARGET_RATIO / kv)
-    text = f"floor({_fmt(running)} running × {KV_TARGET_RATIO} ÷ KV p95 {kv:.2f}) = {raw}"
+    text = f"floor({_fmt(running)} running × {KV_TARGET_RATIO} ÷ KV {kv:.2f}) = {raw}"
     bound, bound_text = capacity_bound(ctx)
     if bound is not None and raw > bound:
         return bound, f"{text}, capped at the {bound_text}"
@@ -68,16 +80,34 @@ def scale_by_kv_headroom(ctx: Context) -> Result:
 
 
 def kv_holds_at_observed_length(ctx: Context) -> Result:
-    """floor(engine KV-cache tokens ÷ observed tokens per running request p95): how many requests of the
-    length actually seen fit; falls back to scale_by_kv_headroom without the engine's KV size."""
-    tokens = ctx.evidence.get("request_tokens_p95")
+    """floor(engine KV-cache tokens ÷ block-rounded tokens per request), the request length being the longer
+    of the observed p95 per running request and the budget's tokens per request.
+
+    The same per-request KV as the capacity (and so as max_num_seqs_above_bound): during a storm the
+    requests that survive are the short ones, so the observed length alone says more fit than do — one
+    knob, one number. Longer requests than the budget's make it lower. Without the engine's KV size: the
+    capacity bound."""
+    observed = ctx.evidence.get("request_tokens_p95")
     cap = ctx.capacity
     kv_tokens = cap.engine_kv_cache_tokens if cap is not None else None
-    if not tokens or not kv_tokens:
-        return scale_by_kv_headroom(ctx)
-    value = max(1, math.floor(kv_tokens * KV_TARGET_RATIO / tokens))
-    return float(value), (f"floor({_fmt(kv_tokens)} KV tokens × {KV_TARGET_RATIO} ÷ {_fmt(tokens)} tokens per "
-                          f"running request (p95)) = {value}")
+    length_of_case = sizing(cap, ctx.config.get("config.workload_tokens")).governing_tokens
+    budget = float(length_of_case) if length_of_case else None
+    if not kv_tokens or not (observed or budget):
+        return capacity_bound(ctx)
+    assert cap is not None
+    length = max(observed or 0.0, budget or 0.0)
+    which = "observed p95 per running request" if observed and observed > (budget or 0) else "the budget's"
+    block = cap.block_size
+    rounded = math.ceil(length / block) * block
+    value = math.floor(kv_tokens / rounded + 1e-9)
+    if value < 1:
+        return None, (f"floor({_fmt(kv_tokens)} KV tokens ÷ {_fmt(rounded)}) = 0: less than one request fits; "
+                      "lower max_model_len")
+    text = (f"floor({_fmt(kv_tokens)} KV tokens ÷ {_fmt(rounded)} tokens per request ({which}, "
+            f"{_fmt(length)} rounded up to {block}-token blocks)) = {value}")
+    if observed is not None and budget is not None and observed < budget:
+        text += f"; the observed {_fmt(observed)} is shorter (the survivors), so the budget's length governs"
+    return float(value), text
 
 
 def observed_plus_margin(ctx: Context) -> Result:
@@ -149,6 +179,92 @@ def budget_tokens_per_request(ctx: Context) -> Result:
                                            f"capacity {cap.max_concurrency} holds only at that length")
 
 
+def max_model_len_that_fits(ctx: Context) -> Result:
+    """The longest request the KV cache holds, rounded down to whole blocks — the knob when not even one
+    request fits. In order of trust: the engine's own estimate ("the estimated maximum model length is N"),
+    the KV tokens a start-up error named, the error's needed vs available KV bytes scaled from its
+    max_model_len, the engine's KV-cache size, the paper budget's usable KV ÷ bytes per token."""
+    cap, ev, refs = ctx.capacity, ctx.evidence, ctx.config
+    block = cap.block_size if cap is not None else 16
+    estimated = refs.get("engine.estimated_max_model_len")
+    tokens: float | None = None
+    if estimated:
+        tokens, why = estimated, f"the engine's estimated maximum model length {_fmt(estimated)}"
+    elif ev.get("startup_kv_tokens"):
+        tokens = ev["startup_kv_tokens"]
+        why = f"the {_fmt(tokens)} tokens the start-up error says the KV cache stores"
+    elif ev.get("startup_need_bytes") and ev.get("startup_avail_bytes") and ev.get("startup_max_model_len"):
+        need, avail, length = ev["startup_need_bytes"], ev["startup_avail_bytes"], ev["startup_max_model_len"]
+        assert need is not None and avail is not None and length is not None
+        tokens = length * avail / need
+        why = (f"max_model_len {_fmt(length)} × available {avail / 2**30:.2f} GiB ÷ needed {need / 2**30:.2f} GiB "
+               f"= {_fmt(tokens)}")
+    elif cap is not None and cap.engine_kv_cache_tokens:
+        tokens, why = cap.engine_kv_cache_tokens, f"the engine's KV cache of {_fmt(cap.engine_kv_cache_tokens)} tokens"
+    elif cap is not None and cap.usable_kv_bytes and cap.kv_bytes_per_token:
+        tokens = cap.usable_kv_bytes / cap.kv_bytes_per_token
+        why = (f"usable KV {cap.usable_kv_bytes / 2**30:.2f} GiB ÷ {cap.kv_bytes_per_token:,} bytes per token "
+               f"= {_fmt(tokens)} (paper budget)")
+    if tokens is None:
+        return None, "no KV size known (no start-up figure, no budget inputs)"
+    value = math.floor(tokens / block) * block
+    if value < block:
+        return None, f"{why}: less than one {block}-token block; quantize the weights or use FP8 KV"
+    return float(value), f"{why}, rounded down to {block}-token blocks = {value:,}"
+
+
+UTIL_CEILING = 0.95  # above this the card has no room for the CUDA context and the activation peak
+
+
+def utilization_that_fits(ctx: Context) -> Result:
+    """The gpu_memory_utilization that leaves the KV cache room for one request at max_model_len: (what the
+    engine needs outside the KV cache + one request's KV) ÷ the card, rounded up to 0.01. From the engine's
+    profile (total memory, non-KV memory) where it printed one, else the paper budget's fixed costs."""
+    refs, cap = ctx.config, ctx.capacity
+    total = refs.get("engine.total_gpu_memory_bytes") or (cap.vram_bytes if cap is not None else None)
+    fixed = refs.get("engine.non_kv_cache_bytes") or (cap.fixed_bytes if cap is not None else None)
+    per_token = cap.kv_bytes_per_token if cap is not None else None
+    length = refs.get("config.max_model_len") or (cap.tokens_per_request if cap is not None else None)
+    if not total or fixed is None or not per_token or not length:
+        return None, "needs the card's memory, the memory outside the KV cache and the KV bytes per token"
+    need = fixed + per_token * length
+    value = math.ceil(need / total * 100) / 100
+    text = (f"({fixed / 2**30:.2f} GiB outside the KV cache + {_fmt(length)} tokens × {per_token:,} bytes) ÷ "
+            f"{total / 2**30:.2f} GiB = {need / total:.3f}, rounded up = {value:.2f}")
+    if value > UTIL_CEILING:
+        return None, f"{text}: above {UTIL_CEILING} — no utilization fits; quantize the weights, use FP8 KV, " \
+            "add tensor parallelism, or lower max_model_len"
+    return value, text
+
+
+def warmup_survivor(ctx: Context) -> Result:
+    """The max_num_seqs that survives the sampler warm-up: vLLM warms the sampler with max_num_seqs dummy
+    requests (its logits are max_num_seqs × vocabulary floats), so half the count that ran out of memory,
+    never above the capacity bound."""
+    dummy = ctx.evidence.get("warmup_dummy_requests") or ctx.current
+    if not dummy:
+        return None, "neither the dummy-request count nor max_num_seqs is known"
+    value = max(1, math.floor(dummy / 2))
+    text = f"floor({_fmt(dummy)} dummy requests ÷ 2) = {value}"
+    bound, bound_text = capacity_bound(ctx)
+    if bound is not None and bound < value:
+        return bound, f"{text}, capped at the {bound_text}"
+    return float(value), text
+
+
+def replicas_for_demand(ctx: Context) -> Result:
+    """How many nodes like this one the demand needs: ceil((running + waiting) ÷ the capacity bound), in the
+    samples where the node was full."""
+    running = ctx.evidence.get("full_running_max")
+    waiting = ctx.evidence.get("full_waiting_max")
+    cap = ctx.capacity
+    bound = cap.max_concurrency if cap is not None else None
+    if running is None or waiting is None or not bound:
+        return None, "needs the running and waiting peaks of the full samples and a capacity bound"
+    value = math.ceil((running + waiting) / bound)
+    return float(value), f"ceil(({_fmt(running)} running + {_fmt(waiting)} waiting) ÷ capacity {bound}) = {value}"
+
+
 BUILTINS: dict[str, Callable[[Context], Result]] = {
     "capacity_bound": capacity_bound,
     "scale_by_kv_headroom": scale_by_kv_headroom,
@@ -159,4 +275,8 @@ BUILTINS: dict[str, Callable[[Context], Result]] = {
     "scale_current": scale_current,
     "engine_figure": engine_figure,
     "budget_tokens_per_request": budget_tokens_per_request,
+    "max_model_len_that_fits": max_model_len_that_fits,
+    "utilization_that_fits": utilization_that_fits,
+    "warmup_survivor": warmup_survivor,
+    "replicas_for_demand": replicas_for_demand,
 }

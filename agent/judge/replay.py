@@ -38,6 +38,7 @@ class Replay:
     engines: list[str]
     capacities: dict[str, Capacity]
     advice: list[Advice] = field(default_factory=list)
+    workload_tokens: float | None = None  # P95 input + output cap, for the expected case (sizing.py)
 
 
 def capacities(queries: Queries, config: Config | None, engines: list[str]) -> dict[str, Capacity]:
@@ -76,4 +77,4 @@ def replay(queries: Queries, rules: tuple[Rule, ...], config: Config | None, sin
                 latest[key] = Advice(f)
             elif key in latest:
                 latest[key] = Advice(latest[key].finding, f.ts)
-    return Replay(start, end, engines, caps, [latest[k] for k in order])
+    return Replay(start, end, engines, caps, [latest[k] for k in order], knobs_of(config).get("workload_tokens"))

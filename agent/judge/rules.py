@@ -1,9 +1,10 @@
 """Rule files: a closed, validated vocabulary (not a language), loaded from YAML with one-line errors.
 
 A rule says: over a window, when these aggregates of named signals compare so with numbers or with
-capacity/config values (`all`/`any`), turn this knob this way, to the value a named built-in computes,
-and say so with a message that may name only evidence values. Every name a rule may use is listed here
-(`SIGNALS`, `AGGREGATES`, `REFERENCES`, `builtins.BUILTINS`); anything else is an error naming the file,
+capacity/config values (`all`/`any`, or `same_sample`: true together in one stats sample), turn this knob
+this way, to the value a named built-in computes, and say so with a message that may name only evidence
+values. Every name a rule may use is listed (agent/judge/vocabulary.py, `builtins.BUILTINS`); anything
+else is an error naming the file,
 the rule, the field and what was expected. A later file overrides an earlier rule of the same name, so
 an operator's `rules.dirs` can retune a shipped rule without copying the rest. docs/rules.md is the
 reference.
@@ -11,7 +12,6 @@ reference.
 
 from __future__ import annotations
 
-import re
 import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,61 +31,10 @@ from pydantic import (
 
 from agent.errors import AgentError
 from agent.judge.builtins import BUILTINS
-from agent.records import EventKind, Knob, Phase, Severity
+from agent.judge.vocabulary import REFERENCES, SAMPLE_SIGNALS, SIGNALS, WHERE_KEYS, ref_key, seconds
+from agent.records import Knob, Phase, Severity
 from agent.verdicts import Direction
 from agent.yamldoc import YamlDoc, YamlReadError, read_yaml
-
-# Signal name → what it is (docs/rules.md repeats this table). `events.<kind>` is one per EventKind.
-SIGNALS: dict[str, str] = {
-    "kv_usage_ratio": "KV-cache usage 0–1 from the engine's stats lines or /metrics",
-    "running": "requests being computed (engine stats)",
-    "waiting": "requests accepted and waiting for a slot (engine stats)",
-    "swapped": "requests swapped to CPU (vLLM V0 stats)",
-    "preemptions": "preemptions an engine stats sample reports for its interval (vLLM V1 0.12+)",
-    "request_tokens": "KV tokens held per running request (kv_used_tokens, or kv_usage_ratio × the engine's "
-                      "KV-cache tokens, ÷ running): the observed request length",
-    "gpu_memory_used_ratio": "NVML: the fullest GPU's used ÷ total memory, per sample",
-    "ttft_seconds": "time to first token of the requests that finished (scraped histogram)",
-    "queue_time_seconds": "time requests waited before they were scheduled (scraped histogram)",
-    "e2e_latency_seconds": "end-to-end duration of the requests that finished (scraped histogram)",
-    "inference_time_seconds": "time requests spent running: prefill and decode (scraped histogram)",
-    "prompt_tokens": "prompt length of the requests that finished (scraped histogram)",
-    "output_tokens": "tokens generated per finished request (scraped histogram)",
-    **{f"events.{k.value}": f"`{k.value}` events (optionally filtered by `where`; `field` aggregates a number "
-                            "they carry)" for k in EventKind},
-}
-AGGREGATES = ("p50", "p95", "p99", "max", "min", "mean", "last", "sum", "count", "rate", "growth")
-# Values a condition may compare with (besides a number); None at evaluation makes the condition false.
-REFERENCES: dict[str, str] = {
-    "capacity.max_concurrency": "the governing capacity (engine figure once reported, else the paper budget)",
-    "capacity.paper_max_concurrency": "the paper budget's max concurrency",
-    "capacity.engine_max_concurrency": "the engine's own figure at the budget's request length",
-    "capacity.tokens_per_request": "tokens per request the budget assumes",
-    "capacity.disagreement_ratio": "|engine ÷ paper − 1|",
-    "config.max_num_seqs": "server.max_num_seqs (or the engine's reported max_num_seqs)",
-    "config.max_queue_size": "server.max_queue_size",
-    "config.max_model_len": "server.max_model_len",
-    "config.request_timeout_ms": "limits.request_timeout_ms",
-    "config.request_timeout_seconds": "limits.request_timeout_ms ÷ 1000 (to compare with *_seconds signals)",
-    "config.queue_timeout_ms": "limits.queue_timeout_ms",
-    "config.queue_timeout_seconds": "limits.queue_timeout_ms ÷ 1000",
-    "config.max_output_tokens": "limits.max_output_tokens",
-    "config.max_session_tokens": "session.max_session_tokens",
-    "config.gpu_memory_utilization": "server.gpu_memory_fraction (or the engine's reported value)",
-}
-WHERE_KEYS = ("scope", "knob", "phase", "reason")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h)$")
-_UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def seconds(text: str | float) -> float:
-    """`90s`, `10m`, `2h` or a number of seconds → seconds; ValueError otherwise."""
-    if isinstance(text, int | float) and not isinstance(text, bool):
-        return float(text)
-    m = _DURATION.match(str(text).strip())
-    if not m:
-        raise ValueError(f"expected a duration like 90s, 10m or 2h, got {text!r}")
-    return float(m.group(1)) * _UNIT[m.group(2)]
 
 
 class _Model(BaseModel):
@@ -135,7 +84,7 @@ class Aggregate(_Model):
         if self.as_:
             return self.as_
         if self.signal in REFERENCES:
-            return self.signal.split(".")[1]
+            return ref_key(self.signal)
         base = self.signal.replace("events.", "") + (f"_{self.field}" if self.field else "")
         suffix = "".join(f"_{v}" for v in self.where.values())
         return f"{base}{suffix}_{self.agg}"
@@ -163,9 +112,40 @@ class Condition(Aggregate):
         return self
 
 
+class SampleCondition(_Model):
+    """One test inside a `same_sample` group: a per-sample signal compared with a number or `factor` × a
+    reference, checked sample by sample (no window aggregate)."""
+
+    signal: str
+    op: Literal[">", ">=", "<", "<=", "==", "!="]
+    value: float | None = None
+    ref: str | None = None
+    factor: float = 1.0
+
+    @field_validator("signal")
+    @classmethod
+    def _sample_signal(cls, v: str) -> str:
+        if v not in SAMPLE_SIGNALS:
+            raise ValueError(f"{v!r} is not a per-sample signal (expected one of: {', '.join(SAMPLE_SIGNALS)})")
+        return v
+
+    @field_validator("ref")
+    @classmethod
+    def _known_ref(cls, v: str | None) -> str | None:
+        if v is not None and v not in REFERENCES:
+            raise ValueError(f"unknown reference {v!r} (expected one of: {', '.join(REFERENCES)})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_rhs(self) -> SampleCondition:
+        if (self.value is None) == (self.ref is None):
+            raise ValueError("give exactly one of value (a number) or ref (a capacity/config value)")
+        return self
+
+
 def _kind(item: Any) -> str:
-    """A mapping with `all`/`any` is a group, anything else a condition: errors then name one, not both."""
-    if isinstance(item, dict) and ("all" in item or "any" in item):
+    """A mapping with `all`/`any`/`same_sample` is a group, anything else a condition: errors then name one."""
+    if isinstance(item, dict) and ("all" in item or "any" in item or "same_sample" in item):
         return "Group"
     return "Condition"
 
@@ -174,13 +154,22 @@ Item = Annotated[Annotated["Condition", Tag("Condition")] | Annotated["Group", T
 
 
 class Group(_Model):
+    """`all` / `any` of conditions and groups, or `same_sample`: tests that must hold in one engine stats
+    sample together, in at least `at_least` samples of the window (what the method means by "at the same
+    time": a queue *while* every slot runs *and* KV has room, not each of those at some moment)."""
+
     all: list[Item] | None = None
     any: list[Item] | None = None
+    same_sample: list[SampleCondition] | None = None
+    at_least: int = Field(1, ge=1, description="same_sample: samples in which every test must hold")
+    as_: str = Field("joint", alias="as", pattern=r"^[a-z][a-z0-9_]{0,31}$",
+                     description="same_sample: the evidence prefix (<as>_samples, <as>_<signal>_max/min)")
 
     @model_validator(mode="after")
     def _one_list(self) -> Group:
-        if (self.all is None) == (self.any is None) or not (self.all or self.any):
-            raise ValueError("a group takes exactly one non-empty list: all or any")
+        lists = [x for x in (self.all, self.any, self.same_sample) if x is not None]
+        if len(lists) != 1 or not lists[0]:
+            raise ValueError("a group takes exactly one non-empty list: all, any or same_sample")
         return self
 
     def conditions(self) -> Iterable[Condition]:
@@ -189,6 +178,22 @@ class Group(_Model):
                 yield from item.conditions()
             else:
                 yield item
+
+    def groups(self) -> Iterable[Group]:
+        """This group and every group inside it."""
+        yield self
+        for item in self.all or self.any or []:
+            if isinstance(item, Group):
+                yield from item.groups()
+
+    def joint_keys(self) -> list[str]:
+        """The evidence a `same_sample` group adds: the samples that matched, each signal's range in them."""
+        if self.same_sample is None:
+            return []
+        keys = [f"{self.as_}_samples"]
+        for c in self.same_sample:
+            keys += [f"{self.as_}_{c.signal}_max", f"{self.as_}_{c.signal}_min"]
+        return keys
 
 
 class Action(_Model):
@@ -210,6 +215,9 @@ class Rule(_Model):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{2,63}$")
     description: str = ""
     severity: Severity = Severity.WARNING
+    category: Literal["kv_exhausted", "activation_peak", "startup", "node_full", "queueing", "rejections",
+                      "timeouts", "config", "engine"] = Field(
+        "config", description="what kind of incident a firing means: the headline every surface shows")
     window: float = 600.0
     min_samples: int = Field(1, ge=0)
     static: bool = Field(False, description="judged from capacity/config alone (no window data needed)")
@@ -228,8 +236,9 @@ class Rule(_Model):
     @model_validator(mode="after")
     def _message_names_evidence(self) -> Rule:
         allowed = {c.key for c in self.when.conditions()} | {o.key for o in self.observe}
-        allowed |= {"from", "to", "engine", "knob", "governs"}
-        allowed |= {r.split(".")[1] for r in REFERENCES}
+        allowed |= {k for g in self.when.groups() for k in g.joint_keys()}
+        allowed |= {"from", "to", "engine", "knob", "flag", "governs"}
+        allowed |= {ref_key(r) for r in REFERENCES}
         if self.action.of is not None and self.action.of not in allowed:
             raise ValueError(f"action.of names {self.action.of!r}, not an evidence value (expected one of: "
                              f"{', '.join(sorted(allowed))})")
@@ -264,7 +273,9 @@ def _known_fields(parent: tuple[Any, ...]) -> list[str]:
     """The field names valid where an unknown one was found (`parent` is its location inside a rule)."""
     tags = [p for p in parent if p in ("Condition", "Group")]
     model: type[BaseModel] = Rule
-    if tags:
+    if "same_sample" in parent[-2:]:
+        model = SampleCondition
+    elif tags:
         model = Condition if tags[-1] == "Condition" else Group
     elif parent[:1] == ("action",):
         model = Action

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agent.errors import AgentError
 from agent.http import AsyncClient, HttpConnectionError, HttpTimeoutError
+from agent.tools.loadtest_judge import judged
 from agent.tools.loadtest_report import ERROR_CLASSES, LoadTestResult, verdict
 from agent.tools.loadtest_watch import Peaks, Watcher, level_verdict
 from agent.verdicts import LoadStep
@@ -373,4 +374,7 @@ async def run(options: LoadTestOptions, progress: Progress | None = None,
                     break
         finally:
             watcher.close()
-    return LoadTestResult(run_id, url, tuple(steps), verdict(steps, options.capacity))
+    findings, categories = await asyncio.to_thread(judged, options.db_path, options.log_path, steps,
+                                                   options.pause_seconds)
+    return LoadTestResult(run_id, url, tuple(steps), verdict(steps, options.capacity, findings, categories,
+                                                              options.pause_seconds))

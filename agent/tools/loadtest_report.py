@@ -1,14 +1,21 @@
 """The load test's results: the verdict against the budget, the table, the JSON, and the flat row a
 `load_steps` table takes. Pure: no I/O.
+
+Why the first broken level broke is **the judge's** whenever it judged the run (the engine's log or the
+agent's store was given): the headline category of the findings active during that level
+(agent/judge/precedence.py), so the load test cannot call "KV exhausted" what the advisor calls the
+activation peak. Without findings, the level's own counts (OOM, preemptions, sustained queueing, errors)
+name the cause.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agent.verdicts import LoadStep
+from agent.judge.precedence import headline
+from agent.verdicts import Finding, LoadStep
 
 ERROR_CLASSES = ("http_429", "http_503", "http_5xx", "timeout", "connection", "other")
 
@@ -47,10 +54,36 @@ def _cause(step: LoadStep) -> str:
     return "failures"
 
 
-def verdict(steps: Sequence[LoadStep], capacity: int | None) -> Verdict:
+# The judge's categories as the load test's causes; the first three are a verdict on the KV budget.
+JUDGED_CAUSE = {"kv_exhausted": "KV cache exhausted", "node_full": "node full", "queueing": "queueing",
+                "startup": "start-up failure", "activation_peak": "OOM at the activation peak (KV not full)",
+                "rejections": "refusals", "timeouts": "timeouts", "engine": "engine step timeouts"}
+KV_CAUSES = ("OOM", "preemptions", "queueing", "KV cache exhausted", "node full")
+
+
+def _judged(step: LoadStep, findings: Sequence[Finding], categories: Mapping[str, str],
+            pause: float) -> tuple[str, str] | None:
+    """(cause, the governing finding's change) from the findings active during the level, or None."""
+    during = [f for f in findings if f.since <= step.ended + pause and (f.active or f.ts >= step.started)
+              and categories.get(f.rule) not in (None, "config")]
+    head = headline(during, categories)
+    if head is None or head.finding is None:
+        return None
+    f = head.finding
+    change = f"{f.rule}"
+    if f.knob is not None and f.direction is not None:
+        change += f": {f.direction.value} {f.knob.value}"
+        if f.recommended is not None:
+            change += f" to {f.recommended:g}" if isinstance(f.recommended, float) else f" to {f.recommended}"
+    return JUDGED_CAUSE.get(head.category, head.category), change
+
+
+def verdict(steps: Sequence[LoadStep], capacity: int | None, findings: Sequence[Finding] = (),
+            categories: Mapping[str, str] | None = None, pause: float = 5.0) -> Verdict:
     """The rule (docs/loadtest.md): safe = the highest level below the first broken one that did not
     break; the run agrees with the capacity when safe ≤ capacity < first broken level. Refusals and
-    timeouts are not a KV verdict: they say a queue or a deadline was hit first."""
+    timeouts are not a KV verdict: they say a queue or a deadline was hit first. The cause is the judge's
+    when `findings` (of the run's window) give one (see the module doc)."""
     broken = next((s for s in steps if s.broke), None)
     below = [s.level for s in steps if not s.broke and (broken is None or s.level < broken.level)]
     safe = max(below) if below else None
@@ -63,11 +96,14 @@ def verdict(steps: Sequence[LoadStep], capacity: int | None) -> Verdict:
         if beyond:
             text += f"; the engine held {tried} concurrent requests, more than the budget's {capacity}"
         return Verdict(capacity, safe, None, None, False if beyond else None, text)
-    cause = _cause(broken)
+    judged = _judged(broken, findings, categories or {}, pause)
+    cause = judged[0] if judged is not None else _cause(broken)
     text = f"{head}{safe_text}, first {cause} at {broken.level}"
+    if judged is not None:
+        text += f" (the judge: {judged[1]})"
     agrees: bool | None = None
     if capacity is not None:
-        if cause in ("OOM", "preemptions", "queueing"):
+        if cause in KV_CAUSES:
             agrees = (safe is None or safe <= capacity) and capacity < broken.level
             if agrees:
                 text += ": consistent with the budget"

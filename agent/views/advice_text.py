@@ -10,7 +10,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from agent.judge.precedence import Recommendation, reconcile
 from agent.judge.replay import Advice, Replay
+from agent.judge.sizing import Sizing, sizing
 from agent.verdicts import Finding
 from agent.visibility import BlindSpot
 
@@ -27,13 +29,18 @@ def _value(x: float | str | None) -> str:
     return str(x)
 
 
+def _change(current: float | str | None, recommended: float | str | None) -> str:
+    """` 64 → 18`, ` to 18` (current unknown), ` (now 64)` (no number), or nothing."""
+    if recommended is not None:
+        return f" {_value(current)} → {_value(recommended)}" if current is not None else f" to {_value(recommended)}"
+    return f" (now {_value(current)})" if current is not None else ""
+
+
 def finding_line(f: Finding) -> str:
     """`[warning] rule on engine: lower max_num_seqs 32 → 13` (one line)."""
     change = ""
     if f.knob is not None and f.direction is not None:
-        change = f": {f.direction.value} {f.knob.value}"
-        if f.current is not None or f.recommended is not None:
-            change += f" {_value(f.current)} → {_value(f.recommended)}"
+        change = f": {f.direction.value} {f.knob.value}{_change(f.current, f.recommended)}"
     return f"[{f.severity.value}] {f.rule} on {f.engine}{change}"
 
 
@@ -58,13 +65,39 @@ def render_replay(result: Replay, blind: Mapping[str, Sequence[BlindSpot]] | Non
         if cap.max_concurrency is not None:
             parts.append(f"  {engine}: capacity {cap.max_concurrency} requests at {cap.tokens_per_request} tokens "
                          f"({cap.governs} figure)")
+            size = sizing(cap, result.workload_tokens)
+            if size.expected is not None:
+                parts.append(f"    {size.text()}")
     for engine, spots in sorted((blind or {}).items()):
         parts += [f"  {engine}: not in the log: {b.what} — {b.sentence()}" for b in spots]
     if result.engines and not result.advice:
         parts.append("\nNo findings: no rule matched.")
+    recs = reconcile(a.finding for a in result.advice if a.cleared_at is None)
+    if recs:
+        parts.append("\n" + render_recommendations(recs))
     for advice in result.advice:
         parts.append("\n" + render_finding(advice.finding, advice.cleared_at))
     return "\n".join(parts)
+
+
+def recommendation_line(r: Recommendation) -> str:
+    """`engine: lower max_num_seqs 64 → 18 — governed by R; overrides S (raise → 48)`."""
+    g = r.governs
+    change = f"{g.direction.value if g.direction else 'review'} {r.knob.value}{_change(g.current, g.recommended)}"
+    return f"{r.engine}: {change} — {r.why}"
+
+
+def render_recommendations(recs: Sequence[Recommendation]) -> str:
+    """One line per (engine, knob) still active: the answer to act on, and which rule decided it."""
+    return "\n".join(["Recommendations (one per knob; lowering to stop OOM/preemption first):",
+                      *(f"  {recommendation_line(r)}" for r in recs)])
+
+
+def recommendation_json(r: Recommendation) -> dict[str, Any]:
+    g = r.governs
+    return {"engine": r.engine, "knob": r.knob.value, "direction": g.direction.value if g.direction else None,
+            "from": g.current, "to": g.recommended, "governed_by": g.rule,
+            "overrides": [o.rule for o in r.overridden], "why": r.why}
 
 
 def finding_json(f: Finding, cleared_at: float | None = None) -> dict[str, Any]:
@@ -77,14 +110,24 @@ def finding_json(f: Finding, cleared_at: float | None = None) -> dict[str, Any]:
 def replay_json(result: Replay) -> dict[str, Any]:
     return {"since": result.since, "until": result.until, "engines": result.engines,
             "capacities": {k: v.as_dict() for k, v in result.capacities.items()},
-            "findings": [finding_json(a.finding, a.cleared_at) for a in result.advice]}
+            "sizing": {k: _sizing_json(sizing(v, result.workload_tokens)) for k, v in result.capacities.items()},
+            "findings": [finding_json(a.finding, a.cleared_at) for a in result.advice],
+            "recommendations": [recommendation_json(r) for r in
+                                reconcile(a.finding for a in result.advice if a.cleared_at is None)]}
+
+
+def _sizing_json(size: Sizing) -> dict[str, Any]:
+    return {"worst": size.worst, "worst_tokens": size.worst_tokens, "expected": size.expected,
+            "expected_tokens": size.expected_tokens, "governs": size.governs, "governing": size.governing}
 
 
 def render_active(findings: Sequence[Finding]) -> str:
     """The `status` block: active findings, one line each with the message under it."""
     if not findings:
         return "Findings: none active"
-    return "\n".join(["Findings:", *(f"  {finding_line(f)}\n      {f.message}" for f in findings)])
+    lines = ["Findings:", *(f"  {finding_line(f)}\n      {f.message}" for f in findings)]
+    recs = reconcile(findings)
+    return "\n".join([*lines, render_recommendations(recs)] if recs else lines)
 
 
 def advice_of(findings: Sequence[Finding]) -> list[Advice]:

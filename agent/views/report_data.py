@@ -151,16 +151,14 @@ def as_json(report: Report) -> dict[str, Any]:
 # --- the window ---------------------------------------------------------------------------------------
 
 def parse_duration(text: str) -> float:
-    """`90s`, `30m`, `2h`, `1d` (or a bare number of seconds) in seconds; AgentError otherwise."""
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    body, unit = (text[:-1], units[text[-1]]) if text and text[-1] in units else (text, 1.0)
+    """`90s`, `30m`, `2h`, `1d` (or a bare number of seconds) in seconds; AgentError otherwise. The rules'
+    parser (`agent.judge.rules.seconds`), so `report`, `advise` and rule windows accept the same text."""
+    from agent.judge.vocabulary import seconds
+
     try:
-        seconds = float(body) * unit
+        return seconds(text)
     except ValueError:
-        seconds = -1.0
-    if not seconds > 0 or math.isinf(seconds):
-        raise AgentError(f"--since {text!r}: expected a duration such as 90s, 30m, 2h or 1d")
-    return seconds
+        raise AgentError(f"--since {text!r}: expected a duration such as 90s, 30m, 2h or 1d") from None
 
 
 def parse_time(text: str, option: str) -> float:
@@ -378,11 +376,16 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
     blind += [Blind("no_capacity", c.engine, None, None, f"no capacity figure for {c.engine}: no config budget and "
                     "no engine start-up lines (the capacity line is missing)")
               for c in capacity if c.max_concurrency is None]
-    findings = [_finding_line(f) for f in _findings_for(queries, config, window, evaluate=evaluate_findings)]
+    found = _findings_for(queries, config, window, evaluate=evaluate_findings)
+    findings = [_finding_line(f) for f in found]
     load_steps = [asdict(s) for s in queries.load_steps(since=since) if s.started < until]
     empty = not timeline and not loads and not memory and not findings and not load_steps
     top = queries.top_messages(since, until, sum(k.count for k in timeline))
-    return Report(source, window, empty, verdict(timeline, loads, capacity, window, empty), timeline, loads, memory,
+    from agent.judge.advisor import rule_categories
+
+    judged = verdict(timeline, loads, capacity, window, empty, found,
+                     rule_categories(config))
+    return Report(source, window, empty, judged, timeline, loads, memory,
                   capacity, findings, [MessageLine(*m) for m in top.rows], top.sampled, load_steps, blind,
                   {"memory": memory_chart, "kv": kv, "load": load, "events": events},
                   [{"ts": k.first, "kind": k.kind, "id": k.first_id} for k in timeline])

@@ -14,8 +14,9 @@ from typing import Any
 
 from agent.config import Config
 from agent.daemon.status import LATENCY_WINDOW_SECONDS, StatusReport
+from agent.judge.precedence import reconcile
 from agent.records import as_dict
-from agent.views.advice_text import finding_line
+from agent.views.advice_text import finding_line, recommendation_line
 from agent.views.units import printable, size
 
 
@@ -156,6 +157,10 @@ def render(report: StatusReport, config: Config, budget_max: int | None, now: fl
     for f in report.findings:
         out.append(f"  {finding_line(f)} ({_ago(f.since, now)})")
         out.append(f"      {f.message[:200]}")
+    recs = reconcile(report.findings)
+    if recs:  # the judge's one answer per knob, as advise prints it
+        out.append("recommendations (one per knob):")
+        out.extend(f"  {recommendation_line(r)}" for r in recs)
     out.append("")
     totals = sorted(report.totals.items(), key=lambda kv: -kv[1])
     out.append("events (all time): " + (", ".join(f"{kind} {n}" for (_, _, kind), n in totals[:8]) or "none"))

@@ -68,10 +68,22 @@ def test_preemption_storm_lowers_to_what_kv_holds_at_the_observed_length() -> No
     cap = Capacity(E, 8192, paper_max_concurrency=13, engine_max_concurrency=12.0, engine_kv_cache_tokens=100_000)
     recs = [*stats(12, running=24, waiting=4, kv=0.98, kv_used_tokens=[98_000] * 12),
             *events(EventKind.PREEMPTION, 20, step=10.0)]
-    f = judge(recs, {"max_num_seqs": 32}, cap)["preemption_storm"]
-    # 98,000 tokens / 24 running = 4,083 per request; floor(100,000 × 0.9 / 4,083) = 22
-    assert (f.direction, f.recommended) == (Direction.LOWER, 22)
+    got = judge(recs, {"max_num_seqs": 32}, cap)
+    f = got["preemption_storm"]
+    # 98,000 tokens / 24 running = 4,083 per surviving request, shorter than the budget's 8,192: the budget's
+    # length governs, floor(100,000 ÷ 8,192) = 12 — the same number max_num_seqs_above_bound gives (not 22)
+    assert (f.direction, f.recommended) == (Direction.LOWER, 12)
+    assert got["max_num_seqs_above_bound"].recommended == 12
     assert f.evidence["request_tokens_p95"] == pytest.approx(4083.3333, rel=1e-4)
+
+
+def test_preemption_storm_sizes_from_requests_longer_than_the_budget() -> None:
+    cap = Capacity(E, 2048, paper_max_concurrency=40, engine_max_concurrency=48.8, engine_kv_cache_tokens=100_000)
+    recs = [*stats(12, running=20, waiting=4, kv=0.98, kv_used_tokens=[98_000] * 12),
+            *events(EventKind.PREEMPTION, 20, step=10.0)]
+    f = judge(recs, {"max_num_seqs": 32}, cap)["preemption_storm"]
+    # 98,000 ÷ 20 = 4,900 tokens per request > 2,048: rounded up to 16-token blocks 4,912; floor(100,000 ÷ 4,912) = 20
+    assert (f.direction, f.recommended) == (Direction.LOWER, 20)
 
 
 def test_a_retraction_a_minute_is_not_a_storm() -> None:

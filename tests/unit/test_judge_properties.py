@@ -1,0 +1,93 @@
+"""Properties of the judge on any window: every number a finding's message prints is one of the numbers its
+evidence lists (or the knob's from/to), so a reader can recompute the message from the evidence; a message
+never prints "?"; `same_sample` groups count only samples where every test held."""
+
+from __future__ import annotations
+
+import re
+import string
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.capacity.capacity import Capacity
+from agent.judge.advisor import Advisor
+from agent.judge.messages import show as _show
+from agent.judge.rules import load_rules
+from agent.records import Event, EventKind, Phase, Server, ServerStats, Severity
+from agent.sinks.queries import Queries
+from agent.sinks.store import Store
+
+RULES = load_rules([Path(__file__).parent.parent.parent / "rules"]).rules
+BY_NAME = {r.name: r for r in RULES}
+NOW = 1_800_000_000.0
+E = "engine-a"
+NUMBER = re.compile(r"\d+(?:,\d{3})*(?:\.\d+)?")
+
+samples = st.lists(st.tuples(st.integers(0, 80), st.integers(0, 60), st.floats(0.0, 1.0, allow_nan=False)),
+                   min_size=0, max_size=24)
+kinds = st.sampled_from([EventKind.OOM, EventKind.PREEMPTION, EventKind.HTTP_503, EventKind.HTTP_429,
+                         EventKind.DEADLINE_EXCEEDED, EventKind.QUEUE_FULL])
+phases = st.sampled_from([Phase.RUNTIME, Phase.STARTUP, Phase.QUEUE, Phase.GENERATION])
+fields = st.fixed_dictionaries({}, optional={
+    "count": st.integers(1, 60), "tokens": st.integers(0, 4000), "scope": st.just("request"),
+    "max_model_len": st.integers(1024, 131072), "kv_cache_tokens": st.integers(0, 200_000),
+    "dummy_requests": st.integers(1, 1024), "duration_s": st.floats(0.1, 900, allow_nan=False)})
+events = st.lists(st.tuples(kinds, phases, fields, st.integers(1, 590)), max_size=30)
+
+
+def _literal_numbers(template: str) -> set[str]:
+    text = "".join(lit for lit, _, _, _ in string.Formatter().parse(template))
+    return set(NUMBER.findall(text))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(samples, events, st.integers(1, 256), st.one_of(st.none(), st.integers(0, 120)),
+       st.one_of(st.none(), st.floats(1_000, 300_000, allow_nan=False)))
+def test_every_number_in_a_message_is_in_its_evidence(rows: list[tuple[int, int, float]],
+                                                       evs: list[tuple[EventKind, Phase, dict[str, object], int]],
+                                                       max_num_seqs: int, paper: int | None,
+                                                       kv_tokens: float | None) -> None:
+    records: list[ServerStats | Event] = [
+        ServerStats(NOW - (len(rows) - i) * 10.0, E, Server.VLLM, running=r, waiting=w, kv_usage_ratio=kv)
+        for i, (r, w, kv) in enumerate(rows)]
+    for i, (kind, phase, extra, ago) in enumerate(evs):
+        records.append(Event(NOW - ago, E, Server.VLLM, kind, Severity.ERROR, phase, f"{kind.value} happened",
+                             dict(extra), "/logs/a.log", 1000 + i))  # type: ignore[arg-type]
+    engine = kv_tokens / 4096 if kv_tokens is not None else None
+    cap = Capacity(E, 4096, paper_max_concurrency=paper, engine_max_concurrency=engine,
+                   engine_kv_cache_tokens=kv_tokens)
+    store = Store.open(":memory:")
+    store.commit(records, now=NOW)
+    config = {"max_num_seqs": float(max_num_seqs), "max_queue_size": 64.0, "request_timeout_ms": 60_000.0,
+              "max_output_tokens": 1024.0, "gpu_memory_utilization": 0.9, "max_model_len": 8192.0}
+    found = Advisor(RULES, 15.0, config, log_findings=False).step(NOW, Queries(store), {E: cap}, [E])
+    for f in found:
+        assert "?" not in f.message, f.message
+        assert "unknown" not in f.message, f.message
+        allowed = {_show(v) for v in f.evidence.values() if isinstance(v, int | float)}
+        allowed |= {_show(f.current), _show(f.recommended)} | _literal_numbers(BY_NAME[f.rule].message)
+        for number in NUMBER.findall(f.message):
+            assert number in allowed, (f.rule, number, f.message, dict(f.evidence))
+
+
+@settings(max_examples=80, deadline=None)
+@given(samples, st.integers(1, 80))
+def test_a_same_sample_group_counts_only_samples_where_every_test_held(rows: list[tuple[int, int, float]],
+                                                                       max_num_seqs: int) -> None:
+    records = [ServerStats(NOW - (len(rows) - i) * 10.0, E, Server.VLLM, running=r, waiting=w, kv_usage_ratio=kv)
+               for i, (r, w, kv) in enumerate(rows)]
+    store = Store.open(":memory:")
+    store.commit(records, now=NOW)
+    cap = Capacity(E, 4096, paper_max_concurrency=1000)
+    advisor = Advisor([BY_NAME["kv_headroom_raise_concurrency"]], 15.0, {"max_num_seqs": float(max_num_seqs)},
+                      log_findings=False)
+    found = advisor.step(NOW, Queries(store), {E: cap}, [E])
+    joint = [(r, w, kv) for r, w, kv in rows if w > 0 and r >= max_num_seqs and kv < 0.80]
+    assert bool(found) == (len(joint) >= 3)
+    if found:
+        ev = found[0].evidence
+        assert ev["queued_samples"] == len(joint)
+        assert ev["queued_waiting_max"] == max(w for _, w, _ in joint)
+        assert ev["queued_running_min"] == min(r for r, _, _ in joint)
