@@ -77,8 +77,9 @@ def log_blind_spots(server: Server, facts: Mapping[str, float | str], *, scraped
 
 
 def engines_blind_spots(servers: Mapping[str, Server], facts: Mapping[str, Mapping[str, float | str]],
-                        scraped: Callable[[str], bool]) -> dict[str, list[BlindSpot]]:
-    """Each engine's blind spots, from what a store holds: which engine each source is, its start-up facts, and
-    whether a scrape of it fed the store."""
+                        scraped: Callable[[str], bool], served: Callable[[str], bool]) -> dict[str, list[BlindSpot]]:
+    """Each engine's blind spots, from what a store holds: which engine each source is, its start-up facts,
+    whether a scrape of it fed the store, and whether it ever served."""
     return {engine: spots for engine, server in sorted(servers.items())
-            if (spots := log_blind_spots(server, facts.get(engine, {}), scraped=scraped(engine)))}
+            if (spots := log_blind_spots(server, facts.get(engine, {}), scraped=scraped(engine),
+                                         served=served(engine)))}

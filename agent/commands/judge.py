@@ -99,7 +99,7 @@ def advise(
         result = replay(queries, ruleset.rules, cfg, start, until)
         # what the rules' evidence lacks: a count the log never shows (a client's own timeout concerns no rule)
         blind = {engine: kept for engine, spots in engines_blind_spots(
-            queries.servers(), queries.latest_facts(), queries.scraped).items()
+            queries.servers(), queries.latest_facts(), queries.scraped, queries.served).items()
             if (kept := [b for b in spots if b.what != "client_timeouts"])}
     except ConfigError as exc:
         fail("\n".join(exc.problems))

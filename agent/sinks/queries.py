@@ -122,6 +122,11 @@ class Queries:
                                  "SELECT DISTINCT source, server FROM events", ())
         return {str(source): Server(server) for source, server in rows if server in Server._value2member_map_}
 
+    def served(self, source: str) -> bool:
+        """Whether `source` ever served: a load sample, or an event after start-up (a failed start has neither)."""
+        return bool(self._store.query("SELECT 1 FROM server_stats WHERE source = ? UNION ALL SELECT 1 FROM events "
+                                      "WHERE source = ? AND phase != 'startup' LIMIT 1", (source, source)))
+
     def scraped(self, source: str) -> bool:
         """Whether any load sample of `source` came from its /metrics (a scrape's samples carry no file)."""
         return bool(self._store.query("SELECT 1 FROM server_stats WHERE source = ? AND path IS NULL LIMIT 1",

@@ -372,7 +372,7 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
                            "unavailable, or the agent was not running)"))
     blind += [Blind(f"log_cannot_show_{b.what}", engine, None, None, b.sentence())
               for engine, spots in engines_blind_spots(queries.servers(), queries.latest_facts(),
-                                                       queries.scraped).items() for b in spots]
+                                                       queries.scraped, queries.served).items() for b in spots]
     blind += [Blind("no_capacity", c.engine, None, None, f"no capacity figure for {c.engine}: no config budget and "
                     "no engine start-up lines (the capacity line is missing)")
               for c in capacity if c.max_concurrency is None]
