@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -107,15 +108,25 @@ def simulate(
     raise typer.Exit(code)
 
 
+class DemoEngine(str, Enum):
+    SIMULATED = "simulated"
+    VLLM = "vllm"
+
+
 @app.command()
 def demo(
     workdir: Annotated[Path | None, typer.Option(help="Where to put the demo's config, store, logs and report "
                                                  "(default: a new temporary folder, kept).")] = None,
+    engine: Annotated[DemoEngine, typer.Option(help="simulated (default; no install), or vllm: the real vLLM "
+                                               "0.32 CPU build that `bash tests/engines/install.sh vllm` installs.")]
+    = DemoEngine.SIMULATED,
 ) -> None:
-    """The whole product in about a minute, no GPU: a SIMULATED engine with max_num_seqs set too high, the
-    agent watching it, a step-up load test, the advisor's recommendation and the HTML report.
+    """The whole product in about a minute, no GPU: an engine with max_num_seqs set too high (SIMULATED, or a
+    real vLLM on the CPU), the agent watching it, a step-up load test, the advisor's recommendation and the
+    HTML report.
 
-    Exits 0 when every step ran, 1 naming the step that failed, 130 on Ctrl-C (processes are stopped)."""
+    Exits 0 when every step ran, 1 naming the step that failed (or how to install the real engine), 130 on
+    Ctrl-C (processes are stopped)."""
     from agent.tools.demo import main as run_demo
 
-    raise typer.Exit(run_demo(workdir))
+    raise typer.Exit(run_demo(workdir, engine.value))

@@ -3,10 +3,11 @@
 - OpenAI-compatible `/v1/completions` and `/v1/chat/completions` (JSON, or server-sent events with
   `"stream": true`), `/v1/models`, `/health`, and `/metrics` with vLLM's metric names and the exact text
   that prometheus_client writes for them; every series carries `model_name="simulated/…"`.
-- A log in vLLM's 0.10–0.30 format (process tag, `LEVEL MM-DD HH:MM:SS [file:line] message`, UTC):
-  a SIMULATED banner, `non-default args`, the memory profiling block, the V1 capacity lines, a stats
-  line every `stats_interval_seconds` (with `Preemptions: N` as 0.12+ prints it), uvicorn access lines,
-  and in OOM mode the `torch.OutOfMemoryError` traceback that ends the engine.
+- A log as vLLM 0.32 writes it (agent/tools/sim_output.py, held to the real engine's recorded log by
+  tests/unit/test_simulator_fidelity.py): the logo banner, `non-default args`, the V1 engine config, the
+  combined KV-capacity line, uvicorn's bare lines, a stats line every `stats_interval_seconds` (no
+  preemption field: V1 never prints one), access lines, and in OOM mode the `torch.OutOfMemoryError`
+  traceback and the API server's EngineDeadError sequence that end the engine.
 
 aiohttp's server side is used here only (its client side lives in agent/http.py): it is well kept,
 imports in about 0.3 s, and serves thousands of requests per second on one core.

@@ -26,26 +26,21 @@ import aiohttp
 import pytest
 
 from agent.prom import exposition_samples
+from agent.tools import real_engines
 
-CACHE = Path(os.environ.get("DEEPINFER_ENGINES")
-             or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "deepinfer-agent" / "engines")
-VLLM = CACHE / "vllm-0.32.0"
-LLAMACPP = CACHE / "llamacpp-0.3.36"
-INSTALL = "bash tests/engines/install.sh"
-
+CACHE = real_engines.cache()
+VLLM = real_engines.vllm().folder
+LLAMACPP = real_engines.llamacpp().folder
+INSTALL = real_engines.INSTALL
+MODEL_NAME = real_engines.MODEL_NAME
 # The tiny model: 2 layers × 2 KV heads × head_dim 32 × 2 B × 2 (K and V) = 512 B of KV per token.
 KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2
-MODEL_NAME = "tiny-llama"
-
-# vLLM as the tests serve it: 32 blocks × 32 tokens = 1,024 KV tokens, two requests of max_model_len 512 while
-# max_num_seqs is 4, so three 300-token requests already preempt; at most 10 requests may wait.
-VLLM_ARGS = ("--dtype", "bfloat16", "--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "4",
-             "--block-size", "32", "--num-gpu-blocks-override", "32", "--no-enable-prefix-caching",
-             "--max-num-queued-reqs", "10")
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-# llama.cpp as the tests serve it: one unified pool of 512 KV cells shared by 4 slots.
-LLAMACPP_ARGS = ("-c", "512", "-np", "4", "--kv-unified", "--metrics", "-t", "1", "--no-webui")
+# How the tests serve them (agent/tools/real_engines.py, shared with `demo --engine vllm`): vLLM with 32 blocks
+# × 32 tokens = 1,024 KV tokens, two requests of max_model_len 512 while max_num_seqs is 4, at most 10 waiting;
+# llama.cpp with one pool of 512 KV cells shared by 4 slots.
+VLLM_ARGS = real_engines.VLLM_ARGS
+VLLM_ENV = real_engines.VLLM_ENV
+LLAMACPP_ARGS = real_engines.LLAMACPP_ARGS
 
 
 def require(path: Path, what: str, part: str) -> None:
@@ -142,25 +137,18 @@ def launch(kind: str, argv: Sequence[str], log: Path, env: Mapping[str, str], po
                          + log.read_text(errors="replace")[-3000:])
 
 
-def vllm_argv(port: int, *extra: str, base: Sequence[str] = VLLM_ARGS) -> list[str]:
-    return [str(VLLM / "venv/bin/vllm"), "serve", str(VLLM / "tiny-llama"), "--served-model-name", MODEL_NAME,
-            "--host", "127.0.0.1", "--port", str(port), *base, *extra]
-
-
 def start_vllm(log: Path, *extra: str, env: Mapping[str, str] | None = None, base: Sequence[str] = VLLM_ARGS,
                expect_exit: bool = False, wait: float = 300.0) -> Engine:
     require(VLLM, "vLLM 0.32.0 (CPU build)", "vllm")
     port = free_port()
-    return launch("vllm", vllm_argv(port, *extra, base=base), log, {**VLLM_ENV, **(env or {})}, port,
+    return launch("vllm", real_engines.vllm_argv(port, *extra, base=base), log, {**VLLM_ENV, **(env or {})}, port,
                   wait=wait, expect_exit=expect_exit)
 
 
 def start_llamacpp(log: Path, *extra: str, base: Sequence[str] = LLAMACPP_ARGS) -> Engine:
     require(LLAMACPP, "llama.cpp llama-server", "llamacpp")
     port = free_port()
-    argv = [str(LLAMACPP / "llama-server"), "-m", str(LLAMACPP / "tiny-llama-f16.gguf"), "--host", "127.0.0.1",
-            "--port", str(port), *base, *extra]
-    return launch("llamacpp", argv, log, {}, port, wait=60)
+    return launch("llamacpp", real_engines.llamacpp_argv(port, *extra, base=base), log, {}, port, wait=60)
 
 
 @dataclass
