@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from agent import __version__
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor
+from agent.buildinfo import read_build_info
 from agent.capacity.budget import Budget
 from agent.capacity.capacity import Capacity, capacity_of, paper_budget
 from agent.config import Config, SourceSection, shipped_rules_dir
@@ -26,7 +27,7 @@ from agent.daemon.witnesses import counted_once
 from agent.errors import AgentError
 from agent.judge.advisor import Advisor, engine_config, knobs_of
 from agent.judge.rules import RuleError, load_rules
-from agent.records import CapacityFact, Server, ServerStats
+from agent.records import CapacityFact, HistogramWindow, Server, ServerStats
 from agent.sinks.exporter import Snapshot, TargetState
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store, event_counters
@@ -80,7 +81,8 @@ class Daemon:
         self._latest = Latest()
         self.totals = Totals({})
         self._started_at = time.time()
-        self._snapshot = Snapshot(version=__version__, started_at=self._started_at)
+        self._build_info = read_build_info()
+        self._snapshot = Snapshot(version=__version__, started_at=self._started_at, build=self._build_info)
         self._snapshot_lock = threading.Lock()
         self._budget: Budget | None = None
         self._reload_ok = True
@@ -246,10 +248,10 @@ class Daemon:
         self._observe_counters()
         result = self._writer.commit(records, cursors, expired, totals=self.totals.take_dirty(), now=now)
         for event in result.new_events:
-            for key in event_counters(event):
-                self.totals.absorb(key, 1.0)
+            for key, n in event_counters(event):
+                self.totals.absorb(key, float(n))
         self._observe_store()  # this very commit may have failed: show it now, persist it with the next
-        self._latest.take(r for r in records if isinstance(r, ServerStats | CapacityFact))
+        self._latest.take(r for r in records if isinstance(r, ServerStats | CapacityFact | HistogramWindow))
         return result
 
     def _observe_counters(self) -> None:
@@ -285,7 +287,7 @@ class Daemon:
             store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,
             budget=_budget_gauges(self._budget), capacities=self.capacities(),
             configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
-            findings=self.advisor.active(),
+            findings=self.advisor.active(), histograms=dict(self._latest.histograms), build=self._build_info,
         )
         with self._snapshot_lock:
             self._snapshot = snapshot

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, replace
 
 from agent.bookkeeping import Cursor, JournalCursor
 from agent.config import SourceSection
+from agent.histograms import Buckets, add
 from agent.records import (
     CapacityFact,
     Event,
     GpuProcessSample,
     GpuSample,
+    HistogramWindow,
     LogLine,
     Record,
     Server,
@@ -151,6 +153,17 @@ class LogStream:
         return out
 
 
+def accumulate(held: HistogramWindow | None, window: HistogramWindow) -> HistogramWindow:
+    """`held` (every window so far) plus one more: a cumulative histogram for the exporter. Windows are
+    trimmed to the bounds they use (agent/histograms.py), so the sum is taken on the union of bounds,
+    which is lossless."""
+    if held is None:
+        return window
+    both = add([Buckets(held.bounds, held.counts, held.sum), Buckets(window.bounds, window.counts, window.sum)])
+    assert both is not None  # both parts have counts
+    return replace(window, bounds=both.bounds, counts=both.counts, sum=both.sum)
+
+
 @dataclass
 class Latest:
     """What the exporter and `status` show: the newest sample of everything."""
@@ -159,10 +172,14 @@ class Latest:
     facts: dict[str, dict[str, float | str]] = field(default_factory=dict)
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[GpuProcessSample, ...] = ()
+    # (engine, signal) → every scrape window since the agent started, added up: a cumulative histogram
+    histograms: dict[tuple[str, str], HistogramWindow] = field(default_factory=dict)
 
-    def take(self, records: Iterable[Record]) -> None:
+    def take(self, records: Iterable[Record | HistogramWindow]) -> None:
         for r in records:
-            if isinstance(r, ServerStats):
+            if isinstance(r, HistogramWindow):
+                self.histograms[(r.source, r.signal)] = accumulate(self.histograms.get((r.source, r.signal)), r)
+            elif isinstance(r, ServerStats):
                 held = self.servers.get(r.source)
                 if held is None or (r.ts or 0) >= (held.ts or 0):
                     self.servers[r.source] = r

@@ -6,7 +6,9 @@ shares mutable state with the HTTP thread (it swaps in a new snapshot; the colle
 Counters come from restart-safe totals kept in SQLite, so `rate()` sees no false reset after a restart.
 Conventions: `deepinfer_` prefix, base units, `_total` counters, `_ratio` 0–1, labels bounded (source
 names from the config, GPU indexes, event kinds, Xid codes, NVML call names) — never request ids,
-prompts, pids or hostnames.
+prompts, pids or hostnames. Every series about one engine carries `engine` (the engine's name:
+the source's, or `<source>/<file>` for a glob); the same value under `source` on those series is
+deprecated (docs/metrics.md, "Deprecated labels") and goes in 0.3.
 """
 
 from __future__ import annotations
@@ -18,13 +20,20 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from agent.bookkeeping import SourceStats
+from agent.buildinfo import BuildInfo
 from agent.capacity.capacity import Capacity
-from agent.records import EventKind, GpuProcessSample, GpuSample, ServerStats
+from agent.records import EventKind, GpuProcessSample, GpuSample, HistogramWindow, ServerStats
 from agent.verdicts import Finding
 
 Labels = tuple[str, ...]
@@ -33,8 +42,9 @@ Totals = Mapping[tuple[str, Labels], float]
 # Restart-safe counters: totals key (the metric name without `deepinfer_`) → (help, label names). The
 # daemon keeps their values in SQLite's `totals` table under the same keys.
 COUNTERS: dict[str, tuple[str, Labels]] = {
-    "events_total": ("Classified events (OOM, preemption, pending, queue_full, deadline_exceeded, http_429/503, "
-               "engine_dead, cuda_error, nccl_timeout, xid, gpu_lost).", ("source", "server", "kind")),
+    "events_total": ("Occurrences of classified events (OOM, preemption, pending, queue_full, deadline_exceeded, "
+                     "http_429/503, engine_dead, cuda_error, nccl_timeout, xid, gpu_lost): each event adds its "
+                     "count (docs/metrics.md says what one increment means per kind).", ("source", "server", "kind")),
     "gpu_xid_errors_total": ("NVIDIA driver Xid errors, from NVML events and the kernel log.", ("gpu", "xid")),
     "source_lines_total": ("Log lines delivered by the source.", ("source",)),
     "source_bytes_total": ("Bytes read by the source.", ("source",)),
@@ -60,6 +70,10 @@ COUNTERS: dict[str, tuple[str, Labels]] = {
     "rule_load_errors_total": ("Rule loads (start-up or SIGHUP) rejected; the last good rule set stays in force.",
                                ()),
 }
+
+
+# Totals keys whose first label is an engine: exported with `engine` first and the deprecated `source` last.
+ENGINE_COUNTERS = frozenset({"events_total"})
 
 
 @dataclass(frozen=True)
@@ -94,6 +108,8 @@ class Snapshot:
     configured: Mapping[str, float] = field(default_factory=dict)
     config_last_reload_ok: bool = True
     findings: Sequence[Finding] = ()
+    histograms: Mapping[tuple[str, str], HistogramWindow] = field(default_factory=dict)
+    build: BuildInfo | None = None
 
 
 def _gauge(name: str, doc: str, labels: Labels = ()) -> GaugeMetricFamily:
@@ -144,11 +160,26 @@ class SnapshotCollector(Collector):
         snap = self._latest()
         yield from _counters(_with_zero_events(snap.totals, snap.servers))
         yield from _agent(snap)
-        yield from _sources(snap.sources)
+        yield from _sources(snap.sources, engines_of(snap))
         yield from _servers(snap.servers, snap.facts)
+        yield from _latency(snap.histograms)
         yield from _gpus(snap)
         yield from _budget(snap)
         yield from _findings(snap.findings)
+
+
+def engines_of(snap: Snapshot) -> set[str]:
+    """Every engine the snapshot knows of: by an event, a load sample, a start-up fact or a scrape."""
+    engines = {labels[0] for (name, labels) in snap.totals if name in ENGINE_COUNTERS and labels}
+    engines |= set(snap.servers) | set(snap.facts) | {t.target for t in snap.targets}
+    return engines
+
+
+def source_of(engine: str, sources: Iterable[str]) -> str | None:
+    """The log source an engine's lines come from: the source itself, or the glob source `<source>/<file>`
+    names (the longest match, since a source's name may itself contain `/`)."""
+    matches = [s for s in sources if engine == s or engine.startswith(s + "/")]
+    return max(matches, key=len) if matches else None
 
 
 def _with_zero_events(totals: Totals, servers: Mapping[str, ServerStats]) -> dict[tuple[str, Labels], float]:
@@ -168,10 +199,14 @@ def _counters(totals: Totals) -> Iterator[Metric]:
     for (name, labels), value in totals.items():
         by_name.setdefault(name, []).append((labels, value))
     for name, (doc, label_names) in COUNTERS.items():
-        family = CounterMetricFamily(f"deepinfer_{name.removesuffix('_total')}", doc, labels=list(label_names))
+        engine_first = name in ENGINE_COUNTERS
+        exported = ("engine", *label_names[1:], "source") if engine_first else label_names
+        family = CounterMetricFamily(f"deepinfer_{name.removesuffix('_total')}", doc, labels=list(exported))
+        if not label_names:  # a counter without labels is 0 until it moves, so its first step is seen
+            by_name.setdefault(name, [((), 0.0)])
         for labels, value in sorted(by_name.get(name, [])):
             if len(labels) == len(label_names):
-                family.add_metric(list(labels), value)
+                family.add_metric([*labels, labels[0]] if engine_first else list(labels), value)
         yield family
 
 
@@ -187,6 +222,12 @@ def _agent(snap: Snapshot) -> Iterator[Metric]:
     info = InfoMetricFamily("deepinfer_agent", "The agent's version.", labels=["version"])
     info.add_metric([snap.version], {})
     yield info
+    build = snap.build or BuildInfo(version=snap.version)
+    built = InfoMetricFamily("deepinfer_build", "What the running agent was built from (as node_exporter's "
+                             "build_info): version, git revision and branch, Python version.",
+                             labels=["version", "revision", "branch", "python"])
+    built.add_metric([build.version, build.revision, build.branch, build.python], {})
+    yield built
     yield _single("agent_start_time_seconds", "When the agent process started (Unix time).", snap.started_at)
     yield _single("store_up", "1 while SQLite writes succeed; 0 while records are buffered or dropped.",
                   snap.store_up)
@@ -198,26 +239,34 @@ def _agent(snap: Snapshot) -> Iterator[Metric]:
                   snap.config_last_reload_ok)
     yield _single("nvml_up", "1 while NVML answers for every GPU; 0 when the driver is missing or a GPU is lost.",
                   snap.nvml_up if snap.nvml_enabled else None)
-    up = _gauge("scrape_up", "1 when the last scrape of the engine's /metrics succeeded.", ("target",))
+    up = _gauge("scrape_up", "1 when the last scrape of the engine's /metrics succeeded.", ("target", "engine"))
     duration = _gauge("scrape_duration_seconds", "How long the last scrape of the engine's /metrics took.",
-                      ("target",))
+                      ("target", "engine"))
     for t in snap.targets:
-        up.add_metric([t.target], float(t.up))
+        up.add_metric([t.target, t.target], float(t.up))  # a target's records carry its name as their engine
         if t.last_duration_seconds is not None:
-            duration.add_metric([t.target], t.last_duration_seconds)
+            duration.add_metric([t.target, t.target], t.last_duration_seconds)
     yield up
     yield duration
 
 
-def _sources(sources: Iterable[SourceStats]) -> Iterator[Metric]:
+def _sources(sources: Sequence[SourceStats], engines: set[str]) -> Iterator[Metric]:
     up = _gauge("source_up", "1 while the log source can read; 0 when its path is missing, a directory, a dangling "
-                "symlink, unreadable, or the agent's own store.", ("source",))
+                "symlink, unreadable, or the agent's own store. One sample per engine the source feeds "
+                "(`engine`; empty before its first line), so a dashboard can pick an engine and find its source.",
+                ("source", "engine"))
+    fed: dict[str, list[str]] = {}
+    for engine in engines:
+        source = source_of(engine, [s.source for s in sources])
+        if source is not None:
+            fed.setdefault(source, []).append(engine)
     lag = _gauge("source_lag_bytes", "Bytes written to the source's files but not read yet.", ("source",))
     files = _gauge("source_files", "Files the source has open (live and draining rotated ones).", ("source",))
     down = InfoMetricFamily("deepinfer_source_down", "Why a source is down (no sample while it is up).",
                             labels=["source", "reason"])
     for s in sources:
-        up.add_metric([s.source], float(s.up))
+        for engine in sorted(fed.get(s.source, [""])):
+            up.add_metric([s.source, engine], float(s.up))
         lag.add_metric([s.source], s.lag_bytes)
         files.add_metric([s.source], s.files)
         if not s.up and s.down_reason:
@@ -226,26 +275,55 @@ def _sources(sources: Iterable[SourceStats]) -> Iterator[Metric]:
 
 
 def _servers(servers: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str, float | str]]) -> Iterator[Metric]:
+    # `source` repeats `engine` on these series: deprecated, kept until 0.3 (docs/metrics.md).
     for suffix, attr, doc, scale in _SERVER_GAUGES:
-        family = _gauge(f"server_{suffix}", doc, ("source", "server"))
-        for source, stats in sorted(servers.items()):
+        family = _gauge(f"server_{suffix}", doc, ("engine", "server", "source"))
+        for engine, stats in sorted(servers.items()):
             value = getattr(stats, attr)
             if value is not None:
-                family.add_metric([source, stats.server.value], float(value) * scale)
+                family.add_metric([engine, stats.server.value, engine], float(value) * scale)
         yield family
     last = _gauge("server_last_sample_timestamp_seconds", "Time of the latest load sample (Unix time).",
-                  ("source", "server"))
-    for source, stats in sorted(servers.items()):
+                  ("engine", "server", "source"))
+    for engine, stats in sorted(servers.items()):
         if stats.ts is not None:
-            last.add_metric([source, stats.server.value], stats.ts)
+            last.add_metric([engine, stats.server.value, engine], stats.ts)
     yield last
     for metric, name, doc in _FACT_GAUGES:
-        family = _gauge(metric, doc, ("source",))
-        for source, values in sorted(facts.items()):
+        family = _gauge(metric, doc, ("engine", "source"))
+        for engine, values in sorted(facts.items()):
             value = values.get(name)
             if isinstance(value, int | float):
-                family.add_metric([source], float(value))
+                family.add_metric([engine, engine], float(value))
         yield family
+
+
+# Scraped per-request histograms exported for histogram_quantile: signal → (metric, help).
+LATENCY_HISTOGRAMS: dict[str, tuple[str, str]] = {
+    "ttft_seconds": ("request_ttft_seconds", "Time to first token of the requests the engine finished, from its "
+                     "/metrics (cumulative since the agent started)."),
+    "queue_time_seconds": ("request_queue_time_seconds", "Time the engine's finished requests waited in its queue, "
+                           "from its /metrics (cumulative since the agent started)."),
+    "e2e_latency_seconds": ("request_e2e_latency_seconds", "End-to-end latency of the engine's finished requests, "
+                            "from its /metrics (cumulative since the agent started)."),
+}
+
+
+def _latency(histograms: Mapping[tuple[str, str], HistogramWindow]) -> Iterator[Metric]:
+    """The engines' latency histograms, accumulated from the scrape windows, in Prometheus' own histogram
+    form (cumulative `_bucket{le}`, `_sum`, `_count`), so `histogram_quantile` reads them per engine."""
+    for signal, (metric, doc) in LATENCY_HISTOGRAMS.items():
+        family = HistogramMetricFamily(f"deepinfer_{metric}", doc, labels=["engine", "server"])
+        for (engine, sig), h in sorted(histograms.items()):
+            if sig != signal:
+                continue
+            buckets = [(_le(bound), count) for bound, count in zip(h.bounds, h.counts, strict=True)]
+            family.add_metric([engine, h.server.value], buckets, h.sum)
+        yield family
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 def _gpus(snap: Snapshot) -> Iterator[Metric]:
@@ -294,10 +372,10 @@ def _budget(snap: Snapshot) -> Iterator[Metric]:
         yield _single(metric, doc, values.get(key))
     governing = _gauge("capacity_max_concurrency", "Requests the engine holds at once at the budget's tokens per "
                        "request: the engine's own figure once it reported one, else the paper budget "
-                       "(`basis` says which).", ("source", "basis"))
-    for source, cap in sorted(snap.capacities.items()):
+                       "(`basis` says which).", ("engine", "basis", "source"))
+    for engine, cap in sorted(snap.capacities.items()):
         if cap.max_concurrency is not None and cap.governs is not None:
-            governing.add_metric([source, cap.governs], float(cap.max_concurrency))
+            governing.add_metric([engine, cap.governs, engine], float(cap.max_concurrency))
     yield governing
 
 
@@ -368,6 +446,7 @@ class MetricsServer:
     def __init__(self, latest: Callable[[], Snapshot], host: str, port: int) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(latest))
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory, open fds (Linux)
         metrics_app = make_wsgi_app(self.registry)
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

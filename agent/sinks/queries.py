@@ -29,6 +29,9 @@ from agent.sinks.rows import LOAD_STEP_COLUMNS
 from agent.sinks.store import Store
 from agent.verdicts import Direction, Finding, LoadStep
 
+# The occurrences one stored event stands for, in SQL (as store.occurrences): `fields.count`, else 1.
+OCCURRENCES = ("CASE WHEN json_type(fields, '$.count') IN ('integer', 'real') AND json_extract(fields, '$.count') >= 0 "
+               "THEN CAST(json_extract(fields, '$.count') AS INTEGER) ELSE 1 END")
 _EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
 _STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "
                   "prefix_hit_ratio, preemptions, kv_used_tokens, path, offset")
@@ -80,8 +83,10 @@ class Queries:
         self._store = store
 
     def event_totals(self) -> dict[tuple[str, str, str], int]:
-        """Stored events by (source, server, kind) — what retention has left, not a counter."""
-        rows = self._store.query("SELECT source, server, kind, count(*) FROM events GROUP BY source, server, kind", ())
+        """Occurrences of stored events by (source, server, kind) (each event's `count`, 1 without one) — what
+        retention has left, not a counter."""
+        rows = self._store.query(f"SELECT source, server, kind, sum({OCCURRENCES}) FROM events "
+                                 "GROUP BY source, server, kind", ())
         return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
 
     def event_counts(self, since: float, until: float | None = None) -> dict[tuple[str, str, str], int]:
