@@ -27,7 +27,7 @@ from agent.daemon.witnesses import counted_once
 from agent.errors import AgentError
 from agent.judge.advisor import Advisor, engine_config, knobs_of
 from agent.judge.rules import RuleError, load_rules
-from agent.records import CapacityFact, HistogramWindow, Server, ServerStats
+from agent.records import CapacityFact, Server, ServerStats
 from agent.sinks.exporter import Snapshot, TargetState
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store, event_counters
@@ -251,7 +251,7 @@ class Daemon:
             for key, n in event_counters(event):
                 self.totals.absorb(key, float(n))
         self._observe_store()  # this very commit may have failed: show it now, persist it with the next
-        self._latest.take(r for r in records if isinstance(r, ServerStats | CapacityFact | HistogramWindow))
+        self._latest.take(r for r in records if isinstance(r, ServerStats | CapacityFact))
         return result
 
     def _observe_counters(self) -> None:
@@ -287,7 +287,8 @@ class Daemon:
             store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,
             budget=_budget_gauges(self._budget), capacities=self.capacities(),
             configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
-            findings=self.advisor.active(), histograms=dict(self._latest.histograms), build=self._build_info,
+            findings=self.advisor.active(), build=self._build_info,
+            histograms={(h.source, h.signal): h for s in self._scrapers for h in s.histograms_since_start(now)},
         )
         with self._snapshot_lock:
             self._snapshot = snapshot

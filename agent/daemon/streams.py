@@ -13,13 +13,11 @@ from dataclasses import dataclass, field, replace
 
 from agent.bookkeeping import Cursor, JournalCursor
 from agent.config import SourceSection
-from agent.histograms import Buckets, add
 from agent.records import (
     CapacityFact,
     Event,
     GpuProcessSample,
     GpuSample,
-    HistogramWindow,
     LogLine,
     Record,
     Server,
@@ -153,15 +151,8 @@ class LogStream:
         return out
 
 
-def accumulate(held: HistogramWindow | None, window: HistogramWindow) -> HistogramWindow:
-    """`held` (every window so far) plus one more: a cumulative histogram for the exporter. Windows are
-    trimmed to the bounds they use (agent/histograms.py), so the sum is taken on the union of bounds,
-    which is lossless."""
-    if held is None:
-        return window
-    both = add([Buckets(held.bounds, held.counts, held.sum), Buckets(window.bounds, window.counts, window.sum)])
-    assert both is not None  # both parts have counts
-    return replace(window, bounds=both.bounds, counts=both.counts, sum=both.sum)
+_GAUGES = ("running", "waiting", "swapped", "kv_usage_ratio", "prompt_tps", "gen_tps", "prefix_hit_ratio",
+           "kv_used_tokens")
 
 
 @dataclass
@@ -172,16 +163,19 @@ class Latest:
     facts: dict[str, dict[str, float | str]] = field(default_factory=dict)
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[GpuProcessSample, ...] = ()
-    # (engine, signal) → every scrape window since the agent started, added up: a cumulative histogram
-    histograms: dict[tuple[str, str], HistogramWindow] = field(default_factory=dict)
 
-    def take(self, records: Iterable[Record | HistogramWindow]) -> None:
+    def take(self, records: Iterable[Record]) -> None:
         for r in records:
-            if isinstance(r, HistogramWindow):
-                self.histograms[(r.source, r.signal)] = accumulate(self.histograms.get((r.source, r.signal)), r)
-            elif isinstance(r, ServerStats):
+            if isinstance(r, ServerStats):
                 held = self.servers.get(r.source)
-                if held is None or (r.ts or 0) >= (held.ts or 0):
+                if held is None:
                     self.servers[r.source] = r
+                else:
+                    # Two witnesses of one engine (its log and its /metrics) each report what the other may
+                    # not (a V0 log has swapped requests, a scrape may not): the newer sample wins, and a
+                    # gauge it lacks keeps the value the older one gave.
+                    new, old = (r, held) if (r.ts or 0) >= (held.ts or 0) else (held, r)
+                    missing = {f: getattr(old, f) for f in _GAUGES if getattr(new, f) is None}
+                    self.servers[r.source] = new._replace(**missing) if missing else new
             elif isinstance(r, CapacityFact):
                 self.facts.setdefault(r.source, {})[r.name] = r.value

@@ -30,8 +30,7 @@ from agent.sinks.store import Store
 from agent.verdicts import Direction, Finding, LoadStep
 
 # The occurrences one stored event stands for, in SQL (as store.occurrences): `fields.count`, else 1.
-OCCURRENCES = ("CASE WHEN json_type(fields, '$.count') IN ('integer', 'real') AND json_extract(fields, '$.count') >= 0 "
-               "THEN CAST(json_extract(fields, '$.count') AS INTEGER) ELSE 1 END")
+OCCURRENCES = "coalesce(json_extract(fields, '$.count'), 1)"
 _EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
 _STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "
                   "prefix_hit_ratio, preemptions, kv_used_tokens, path, offset")

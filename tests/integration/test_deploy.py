@@ -338,17 +338,49 @@ def scenario_lines() -> list[str]:
     ]
 
 
-# A second engine in the V0 format, the one that reports swapped requests.
-V0_STATS = ("INFO 04-28 03:37:15 metrics.py:229] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
-            "950.1 tokens/s, Running: 256 reqs, Swapped: 3 reqs, Pending: 40 reqs, GPU KV cache usage: 99.9%, "
-            "CPU KV cache usage: 4.0%")
+def v0_stats() -> str:
+    """A stats line in the V0 format, the one that reports swapped requests, stamped now (the newest sample
+    of the second engine, after its scenario)."""
+    return (f"INFO {time.strftime('%m-%d %H:%M:%S', time.gmtime())} metrics.py:229] Avg prompt throughput: 0.0 "
+            "tokens/s, Avg generation throughput: 950.1 tokens/s, Running: 256 reqs, Swapped: 3 reqs, Pending: 40 "
+            "reqs, GPU KV cache usage: 99.9%, CPU KV cache usage: 4.0%")
+
+
+# vLLM's three latency histograms as its /metrics writes them (the 0.33 fixture above was taken idle): ten
+# requests per scrape, ttft 0.05–0.5 s, queue under 0.1 s, end to end 1–5 s.
+LATENCY = "".join(
+    f"# TYPE vllm:{name} histogram\n"
+    + "".join(f'vllm:{name}_bucket{{engine="0",le="{le}",model_name="Qwen/Qwen2.5-7B-Instruct"}} {n}\n'
+              for le, n in buckets)
+    + f'vllm:{name}_sum{{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"}} {total}\n'
+    + f'vllm:{name}_count{{engine="0",model_name="Qwen/Qwen2.5-7B-Instruct"}} 10.0\n'
+    for name, buckets, total in (
+        ("time_to_first_token_seconds", (("0.05", 2.0), ("0.5", 10.0), ("+Inf", 10.0)), 2.1),
+        ("request_queue_time_seconds", (("0.1", 10.0), ("+Inf", 10.0)), 0.3),
+        ("e2e_request_latency_seconds", (("1.0", 0.0), ("5.0", 10.0), ("+Inf", 10.0)), 31.0)))
+
+
+def grown(exposition: str, times: int) -> str:
+    """The exposition with every counter and histogram sample (`_total`, `_bucket`, `_sum`, `_count`)
+    multiplied by `times`: the same distribution and ratios, `times` as many requests, so each scrape sees
+    requests finish."""
+    out = []
+    for line in exposition.splitlines():
+        name, _, value = line.rpartition(" ")
+        if line and not line.startswith("#") and name.split("{")[0].endswith(("_total", "_bucket", "_sum", "_count")):
+            line = f"{name} {float(value) * times!r}"
+        out.append(line)
+    return "\n".join(out) + "\n"
 
 
 class _EngineMetrics(BaseHTTPRequestHandler):
-    """An engine's /metrics, served from a real vLLM exposition fixture."""
+    """An engine's /metrics, served from a real vLLM exposition fixture, its histograms growing per scrape."""
+
+    served = 0
 
     def do_GET(self) -> None:
-        body = ENGINE_METRICS.read_bytes()
+        _EngineMetrics.served += 1
+        body = grown(ENGINE_METRICS.read_text() + LATENCY, _EngineMetrics.served).encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(body)))
@@ -379,6 +411,13 @@ class Fleet:
             return []
         return list(body["data"]["result"])
 
+    def label_values(self, selector: str, label: str) -> list[str]:
+        """What a Grafana `label_values(selector, label)` variable offers (the same API call)."""
+        url = (f"http://127.0.0.1:{self.prom_port}/api/v1/label/{label}/values?"
+               + urllib.parse.urlencode({"match[]": selector}))
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return sorted(v for v in json.load(response)["data"] if v)
+
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: Path) -> Iterator[Fleet]:
@@ -407,7 +446,8 @@ sources:
   - {{path: {logs}/vllm.log, server: vllm, name: vllm, poll_interval_seconds: 0.2, start_at: beginning}}
   - {{path: {logs}/legacy.log, server: vllm, name: legacy, poll_interval_seconds: 0.2, start_at: beginning}}
 scrape:
-  - {{url: "http://127.0.0.1:{engine.server_address[1]}/metrics", server: vllm, name: engine, interval_seconds: 1}}
+  - {{url: "http://127.0.0.1:{engine.server_address[1]}/metrics", server: vllm, name: vllm, interval_seconds: 1}}
+  - {{url: "http://127.0.0.1:{engine.server_address[1]}/metrics", server: vllm, name: legacy, interval_seconds: 1}}
 nvml: {{enabled: true, interval_seconds: 0.5}}
 metrics: {{listen: 127.0.0.1, port: 0}}
 store: {{path: {tmp}/state/agent.db}}
@@ -432,7 +472,7 @@ scrape_configs:
                  timeout=30)
         # The incidents arrive after the first scrape, so counters rise while Prometheus watches.
         append(logs / "vllm.log", *scenario_lines())
-        append(logs / "legacy.log", V0_STATS)
+        append(logs / "legacy.log", *scenario_lines(), v0_stats())
         nvml.queue_xid(0, 43)
         wait_for("the timeout event", lambda: agent.value("deepinfer_events_total", kind="deadline_exceeded"))
         wait_for("the Xid", lambda: agent.value("deepinfer_gpu_xid_errors_total", gpu="0", xid="43"))
@@ -452,10 +492,12 @@ scrape_configs:
         engine.server_close()
 
 
-def substitute(expr: str) -> str:
-    """What Grafana does before sending a query: variables at "All" (`.*`) and the rate window."""
-    for var in ("$job", "$instance", "$engine"):
-        expr = expr.replace(var, ".*")
+def substitute(expr: str, values: dict[str, str] | None = None) -> str:
+    """What Grafana does before sending a query: each variable at its value (regex-escaped, as Grafana does
+    for a Prometheus regex matcher) or at "All" (`.*`), and the rate window."""
+    for var in ("job", "instance", "engine"):
+        value = (values or {}).get(var)
+        expr = expr.replace(f"${var}", ".*" if value is None else re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", value))
     return expr.replace("$__rate_interval", "1m")
 
 
@@ -465,7 +507,7 @@ def exported_metrics(exposition: str) -> set[str]:
     for line in exposition.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ", 3)
-            suffix = {"counter": "_total", "info": "_info"}.get(kind, "")
+            suffix = {"counter": "_total", "info": "_info", "histogram": "_bucket"}.get(kind, "")
             names.add(name if name.endswith(suffix) else name + suffix)
     return names
 
@@ -490,6 +532,50 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(fleet: Fleet) -> 
     print("skipped, pending:", *skipped, sep="\n  ")
 
 
+# Panels that draw only what NVML or the kernel reports about the card: empty on a node without a GPU.
+GPU_PANELS = frozenset({"GPU memory: used vs total vs the engine's ceiling", "GPU utilization",
+                        "GPU temperature and power", "GPUs", "Xid errors"})
+
+
+def dropdown_values(fleet: Fleet, model: dict[str, Any]) -> dict[str, list[str]]:
+    """Each query variable's concrete values as Grafana would list them (job first: the others depend on it)."""
+    values: dict[str, list[str]] = {}
+    for variable in model["templating"]["list"]:
+        if variable["type"] != "query":
+            continue
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable["query"])
+        assert match, variable["query"]
+        values[variable["name"]] = wait_for(f"values for ${variable['name']}", lambda m=match: fleet.label_values(
+            substitute(m.group(1)), m.group(2)))
+    return values
+
+
+def test_every_panel_returns_data_for_each_value_the_dropdowns_offer(fleet: Fleet) -> None:
+    """Grafana with one job, one node and one engine picked (each engine in turn): every query is run, and
+    every panel but the GPU-only ones must draw something for each engine. The counts are printed."""
+    gen = generator()
+    for spec, panel in gen.panels():  # first everything at "All", so that Prometheus has scraped enough
+        for expr in (substitute(q.expr) for q in panel.queries):
+            wait_for(f"{spec.uid} / {panel.title}", lambda e=expr: fleet.query(e), timeout=30)
+    values = dropdown_values(fleet, gen.build(gen.NODE_OVERVIEW))
+    assert values["engine"] == ["legacy", "vllm"], values  # two engines, each a log and a scrape
+    combos = [{"job": j, "instance": i, "engine": e}
+              for j in values["job"] for i in values["instance"] for e in values["engine"]]
+    empty: dict[str, list[str]] = {}
+    for combo in combos:
+        panels = queries = panels_with_data = queries_with_data = 0
+        for spec, panel in gen.panels():
+            answered = [bool(fleet.query(substitute(q.expr, combo))) for q in panel.queries]
+            panels, queries = panels + 1, queries + len(answered)
+            panels_with_data += any(answered)
+            queries_with_data += sum(answered)
+            if not any(answered) and panel.title not in GPU_PANELS:
+                empty.setdefault(combo["engine"], []).append(f"{spec.uid} / {panel.title}")
+        print(f"engine={combo['engine']}: panels with data {panels_with_data}/{panels}, "
+              f"queries with data {queries_with_data}/{queries}")
+    assert empty == {}, "panels empty for a concrete engine"
+
+
 def test_template_variable_queries_return_values(fleet: Fleet) -> None:
     gen = generator()
     for variable in gen.build(gen.NODE_OVERVIEW)["templating"]["list"]:
@@ -500,7 +586,9 @@ def test_template_variable_queries_return_values(fleet: Fleet) -> None:
         expr, label = substitute(match.group(1)), match.group(2)
         result = wait_for(f"values for ${variable['name']}", lambda e=expr: fleet.query(e))
         assert all(label in r["metric"] for r in result), (variable["name"], result)
-    engines = {r["metric"]["source"] for r in fleet.query("deepinfer_source_up")}
+    sources = {r["metric"]["source"] for r in fleet.query("deepinfer_source_up")}
+    assert sources == {"vllm", "legacy"}
+    engines = {r["metric"]["engine"] for r in fleet.query('{__name__=~"deepinfer_source_up|deepinfer_scrape_up"}')}
     assert engines == {"vllm", "legacy"}
 
 
