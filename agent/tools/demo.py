@@ -7,8 +7,12 @@ What it does, each step printed as it happens:
 2. starts the agent (`run`) on that log, as it would run on a GPU node;
 3. runs the step-up load test (`loadtest`) against the engine, level by level, until preemptions
    show that the KV cache ran out, and keeps each level in the agent's store;
-4. prints the advisor's recommendation (`advise`) over what the agent stored;
-5. writes the HTML report (`report`) and says where it is.
+4. prints the advisor's recommendation (`advise`) over what the agent stored during this run;
+5. writes the HTML report (`report`) of exactly this run (`--from` its start `--to` its end) and says
+   where it is.
+
+A `--workdir` that holds an earlier demo's files starts fresh: the demo removes the files it makes
+(store, log, config, outputs, report) and says so, so two runs never merge into one report.
 
 Every part runs as its own process through the real command line, exactly as an operator would run
 it; the demo only orchestrates. The processes are stopped on exit, on an error and on Ctrl-C.
@@ -17,6 +21,7 @@ it; the demo only orchestrates. The processes are stopped on exit, on an error a
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import socket
 import subprocess
@@ -38,6 +43,7 @@ INPUT_TOKENS, OUTPUT_TOKENS = 7168, 1024  # a request that fills its max_model_l
 SPEED = 40.0  # simulated time runs this many times faster than the token rates say
 LEVELS = "2,4,8,12,16,24"
 STARTUP_TIMEOUT_SECONDS = 30.0
+STEPS = ("simulate", "run", "loadtest", "advise", "report")  # each leaves <step>.out in the workdir
 
 
 class DemoError(AgentError):
@@ -67,6 +73,13 @@ class Demo:
     @property
     def report(self) -> Path:
         return self.workdir / "report.html"
+
+    def made(self) -> list[Path]:
+        """Every file a demo run makes here (the store with its WAL files, the log, the config, each
+        command's output, the report): what a rerun removes, and nothing else."""
+        names = [self.log, self.config, self.report, *(self.workdir / f"{step}.out" for step in STEPS)]
+        names += [self.db, self.db.with_name(self.db.name + "-wal"), self.db.with_name(self.db.name + "-shm")]
+        return [p for p in names if p.exists()]
 
 
 def _command(*args: str) -> list[str]:
@@ -112,9 +125,9 @@ def _start(demo: Demo, name: str, args: Sequence[str]) -> tuple[subprocess.Popen
     return process, output
 
 
-def _config_text(demo: Demo, metrics_port: int) -> str:
-    # The log alone: a scrape of the same engine under the same name would count each preemption twice
-    # (once from the stats line, once from the counter), and under another name it would be a second engine.
+def _config_text(demo: Demo, metrics_port: int, engine_url: str) -> str:
+    # The log and the engine's /metrics under one name: one engine, two witnesses (docs/sources.md), each
+    # preemption counted once (from the counter), the latency histograms from the scrape.
     return f"""# Written by `deepinfer-agent demo`: the agent watching the SIMULATED engine.
 model: {{preset: {MODEL}, weights_gib: {WEIGHTS_GIB}}}
 gpu: {{vram_gib: {VRAM_GIB}, overhead_gib: {OVERHEAD_GIB}}}
@@ -122,6 +135,8 @@ server: {{gpu_memory_fraction: {UTIL}, max_model_len: {MAX_MODEL_LEN}, max_num_s
 limits: {{max_output_tokens: {OUTPUT_TOKENS}}}
 sources:
   - {{path: {demo.log.name}, server: vllm, name: vllm, start_at: beginning, poll_interval_seconds: 0.2}}
+scrape:
+  - {{url: "{engine_url}/metrics", server: vllm, name: vllm, interval_seconds: 1}}
 nvml: {{enabled: false}}
 metrics: {{listen: 127.0.0.1, port: {metrics_port}}}
 store: {{path: {demo.db.name}}}
@@ -143,7 +158,13 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
     root = workdir or Path(tempfile.mkdtemp(prefix="deepinfer-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     demo = Demo(root.resolve(), say, [])
+    earlier = demo.made()
+    if earlier:
+        for path in earlier:
+            path.unlink()
+        say(f"{demo.workdir} held an earlier demo run: its {len(earlier)} files were removed, this run starts fresh")
     started = time.monotonic()
+    began_at = time.time()
     with _stopped_at_exit(demo):
         engine_port, metrics_port = _free_port(), _free_port()
         engine_url = f"http://127.0.0.1:{engine_port}"
@@ -158,7 +179,7 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
 
         say(f"[2/5] starting the agent on the engine's log {demo.log.name} "
             f"(its metrics on http://127.0.0.1:{metrics_port}/metrics)")
-        demo.config.write_text(_config_text(demo, metrics_port), encoding="utf-8")
+        demo.config.write_text(_config_text(demo, metrics_port, engine_url), encoding="utf-8")
         agent, output = _start(demo, "run", ["run", "--config", str(demo.config)])
         _wait_until("the agent", lambda: _answers(f"http://127.0.0.1:{metrics_port}/metrics"), agent, output)
 
@@ -172,12 +193,15 @@ def run_demo(workdir: Path | None, say: Callable[[str], None]) -> Path:
         time.sleep(2.0)  # the agent reads the last stats lines and preemption warnings
 
         say("[4/5] what the advisor recommends, from what the agent stored:")
+        # The windows are this run's: from its start (a second early, for the clock's rounding) to now.
+        ran_for = f"{math.ceil(time.time() - began_at) + 1}s"
         advice = _run_step(demo, "advise", ["advise", "--db", str(demo.db), "--config", str(demo.config),
-                                            "--since", "1h"])
+                                            "--since", ran_for])
         say(_indent(advice))
 
         say("[5/5] writing the post-incident report")
-        _run_step(demo, "report", ["report", "--db", str(demo.db), "--config", str(demo.config), "--since", "1h",
+        _run_step(demo, "report", ["report", "--db", str(demo.db), "--config", str(demo.config),
+                                   "--from", f"{began_at - 1:.0f}", "--to", f"{time.time() + 1:.0f}",
                                    "--format", "html", "--output", str(demo.report)])
     say(f"done in {time.monotonic() - started:.0f} s. Report: {demo.report}\n"
         f"Everything the demo made (config, store, logs, each command's output) is in {demo.workdir}")
