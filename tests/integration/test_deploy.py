@@ -550,15 +550,18 @@ def dropdown_values(fleet: Fleet, model: dict[str, Any]) -> dict[str, list[str]]
     return values
 
 
-def test_every_panel_returns_data_for_each_value_the_dropdowns_offer(fleet: Fleet) -> None:
-    """Grafana with one job, one node and one engine picked (each engine in turn): every query is run, and
-    every panel but the GPU-only ones must draw something for each engine. The counts are printed."""
+def empty_panels_per_engine(fleet: Fleet, expected_engines: list[str]) -> dict[str, list[str]]:
+    """Grafana with one job, one node and one engine picked (each value the dropdowns offer, in turn): every
+    query is run; the panels that drew nothing (GPU-only ones aside) per engine. Prints the counts."""
     gen = generator()
-    for spec, panel in gen.panels():  # first everything at "All", so that Prometheus has scraped enough
-        for expr in (substitute(q.expr) for q in panel.queries):
-            wait_for(f"{spec.uid} / {panel.title}", lambda e=expr: fleet.query(e), timeout=30)
+    deadline = time.monotonic() + 30  # first each panel at "All", so that Prometheus has scraped enough
+    for _, panel in gen.panels():
+        exprs = [substitute(q.expr) for q in panel.queries]
+        while (panel.title not in GPU_PANELS and time.monotonic() < deadline
+               and not any(fleet.query(e) for e in exprs)):
+            time.sleep(0.5)
     values = dropdown_values(fleet, gen.build(gen.NODE_OVERVIEW))
-    assert values["engine"] == ["legacy", "vllm"], values  # two engines, each a log and a scrape
+    assert values["engine"] == expected_engines, values
     combos = [{"job": j, "instance": i, "engine": e}
               for j in values["job"] for i in values["instance"] for e in values["engine"]]
     empty: dict[str, list[str]] = {}
@@ -573,7 +576,64 @@ def test_every_panel_returns_data_for_each_value_the_dropdowns_offer(fleet: Flee
                 empty.setdefault(combo["engine"], []).append(f"{spec.uid} / {panel.title}")
         print(f"engine={combo['engine']}: panels with data {panels_with_data}/{panels}, "
               f"queries with data {queries_with_data}/{queries}")
-    assert empty == {}, "panels empty for a concrete engine"
+    return empty
+
+
+def test_every_panel_returns_data_for_each_value_the_dropdowns_offer(fleet: Fleet) -> None:
+    """Two engines (each a log and a scrape) and two GPUs: every panel draws something for each engine."""
+    assert empty_panels_per_engine(fleet, ["legacy", "vllm"]) == {}
+
+
+def test_on_the_simulator_demo_every_panel_but_the_gpu_ones_returns_data(tmp_path: Path) -> None:
+    """What `deepinfer-agent demo` runs (the simulated engine, the agent on its log and /metrics with the
+    demo's own config, a step-up load test), scraped by a real Prometheus: with no GPU, every other panel
+    draws data for the demo's engine."""
+    from agent.tools import demo
+
+    prometheus = tool("prometheus")
+    engine_port = free_port()
+    engine_url = f"http://127.0.0.1:{engine_port}"
+    sim = subprocess.Popen([sys.executable, "-m", "agent", "simulate", "--port", str(engine_port), "--model",
+                            demo.MODEL, "--vram-gib", str(demo.VRAM_GIB), "--util", str(demo.UTIL), "--weights-gib",
+                            str(demo.WEIGHTS_GIB), "--overhead-gib", str(demo.OVERHEAD_GIB), "--max-model-len",
+                            str(demo.MAX_MODEL_LEN), "--max-num-seqs", str(demo.MAX_NUM_SEQS), "--speed",
+                            str(demo.SPEED), "--stats-interval", "0.5", "--log", str(tmp_path / "vllm.log")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agent: Agent | None = None
+    prom: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for("the simulated engine", lambda: demo._answers(f"{engine_url}/v1/models"))
+        config = tmp_path / "agent.yaml"
+        config.write_text(demo._config_text(demo.Demo(tmp_path, print, []), 0, engine_url))
+        agent = Agent(config, {**os.environ, "PYTHONUNBUFFERED": "1"}, 0).start()
+        prom_port = free_port()
+        (tmp_path / "prometheus.yml").write_text(f"""
+global: {{scrape_interval: 1s, evaluation_interval: 1s}}
+scrape_configs:
+  - job_name: deepinfer-agent
+    static_configs: [{{targets: ["127.0.0.1:{agent.port}"]}}]
+""")
+        prom = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{prom_port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        fleet = Fleet(agent, prom_port)
+        wait_for("Prometheus's first scrape", lambda: fleet.query('up{job="deepinfer-agent"} == 1'), timeout=30)
+        load = subprocess.run([sys.executable, "-m", "agent", "loadtest", f"{engine_url}/v1/completions",
+                               "--levels", "8,16", "--requests-per-level", "16", "--input-tokens",
+                               str(demo.INPUT_TOKENS), "--output-tokens", str(demo.OUTPUT_TOKENS), "--pause", "1",
+                               "--timeout", "60", "--db", str(tmp_path / "agent.db"), "--config", str(config),
+                               "--no-gpu"], capture_output=True, text=True, timeout=180, check=False)
+        assert load.returncode in (0, 1), load.stdout + load.stderr
+        assert empty_panels_per_engine(fleet, ["vllm"]) == {}
+    finally:
+        if prom is not None:
+            prom.terminate()
+            prom.wait(10)
+        if agent is not None:
+            agent.kill()
+        sim.terminate()
+        sim.wait(10)
 
 
 def test_template_variable_queries_return_values(fleet: Fleet) -> None:
