@@ -240,7 +240,7 @@ class Daemon:
             return []
         self._nvml_due = now + self.config.nvml.interval_seconds
         result = self._nvml.poll(now)
-        self._latest.gpus, self._latest.processes = result.gpus, result.processes
+        self._latest.gpus, self._latest.processes, self._latest.health = result.gpus, result.processes, result.health
         return [*result.gpus, *result.processes, *result.events]
 
     def _commit(self, records: Sequence[StoredRecord], cursors: Sequence[Cursor | JournalCursor],
@@ -281,7 +281,7 @@ class Daemon:
             version=__version__, started_at=self._started_at, totals=dict(self.totals.values),
             sources=[s.reader.stats() for s in self._sources or ()], servers=dict(self._latest.servers),
             facts={k: dict(v) for k, v in self._latest.facts.items()}, gpus=self._latest.gpus,
-            gpu_processes=self._latest.processes, nvml_enabled=self._nvml is not None,
+            gpu_processes=self._latest.processes, gpu_health=self._latest.health, nvml_enabled=self._nvml is not None,
             nvml_up=self._nvml.up if self._nvml else False,
             targets=[TargetState(t.target, t.up, t.last_duration_seconds) for t in (s.stats() for s in self._scrapers)],
             store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,

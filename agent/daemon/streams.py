@@ -26,6 +26,7 @@ from agent.records import (
 )
 from agent.sources.engines import engine_name
 from agent.sources.journal import JournalSource
+from agent.sources.nvml_model import GpuHealth
 from agent.sources.tailer import FileTailer
 from parsers import Parser, make_parser
 
@@ -163,6 +164,7 @@ class Latest:
     facts: dict[str, dict[str, float | str]] = field(default_factory=dict)
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[GpuProcessSample, ...] = ()
+    health: tuple[GpuHealth, ...] = ()  # clocks, throttling, ECC: shown, never stored
 
     def take(self, records: Iterable[Record]) -> None:
         for r in records:

@@ -34,6 +34,7 @@ from agent.bookkeeping import SourceStats
 from agent.buildinfo import BuildInfo
 from agent.capacity.capacity import Capacity
 from agent.records import EventKind, GpuProcessSample, GpuSample, HistogramWindow, ServerStats
+from agent.sources.nvml_model import CLOCKS_EVENT_REASONS, GpuHealth
 from agent.verdicts import Finding
 
 Labels = tuple[str, ...]
@@ -97,6 +98,7 @@ class Snapshot:
     facts: Mapping[str, Mapping[str, float | str]] = field(default_factory=dict)
     gpus: Sequence[GpuSample] = ()
     gpu_processes: Sequence[GpuProcessSample] = ()
+    gpu_health: Sequence[GpuHealth] = ()
     nvml_enabled: bool = False
     nvml_up: bool = False
     targets: Sequence[TargetState] = ()
@@ -327,10 +329,13 @@ def _le(bound: float) -> str:
 
 
 def _gpus(snap: Snapshot) -> Iterator[Metric]:
-    info = InfoMetricFamily("deepinfer_gpu", "Identity of each GPU NVML reports.", labels=["gpu", "uuid", "name"])
+    info = InfoMetricFamily("deepinfer_gpu", "Identity of each GPU NVML reports (join on gpu: "
+                            "`* on (instance, gpu) group_left (uuid, name) deepinfer_gpu_info`).",
+                            labels=["gpu", "uuid", "name", "pci_bus_id"])
     for g in snap.gpus:
-        info.add_metric([str(g.gpu), g.uuid, g.name], {})
+        info.add_metric([str(g.gpu), g.uuid, g.name, g.pci_bus_id or ""], {})
     yield info
+    yield from _gpu_health(snap.gpu_health)
     for metric, attr, doc in _GPU_GAUGES:
         family = _gauge(metric, doc, ("gpu",))
         for g in snap.gpus:
@@ -351,6 +356,45 @@ def _gpus(snap: Snapshot) -> Iterator[Metric]:
             used.add_metric([str(gpu)], float(sum(known)))
     yield used
     yield count
+
+
+def _gpu_health(health: Sequence[GpuHealth]) -> Iterator[Metric]:
+    """Clocks, throttle reasons, ECC and row remapping (dcgm-exporter's fields), and for each group whether
+    the driver reports it: `deepinfer_gpu_field_up 0` says "not supported here", where no sample could
+    only say "nothing"."""
+    field_up = _gauge("gpu_field_up", "1 when NVML reports this group of fields on the GPU (clocks, "
+                      "clocks_event_reasons, ecc, remapped_rows); 0 when the driver or card does not.",
+                      ("gpu", "field"))
+    clocks = _gauge("gpu_clock_hertz", "Current clock (sm, memory).", ("gpu", "clock"))
+    reasons = _gauge("gpu_clocks_event_reason", "1 while this reason holds the clocks down (NVML's clocks event, "
+                     "formerly throttle, reasons): sw_power_cap, hw_thermal_slowdown, …", ("gpu", "reason"))
+    ecc = CounterMetricFamily("deepinfer_gpu_ecc_errors", "ECC errors over the GPU's life (aggregate), "
+                              "corrected and uncorrected.", labels=["gpu", "type"])
+    rows = _gauge("gpu_remapped_rows", "Memory rows remapped, by the kind of error that caused it.", ("gpu", "cause"))
+    pending = _gauge("gpu_row_remap_pending", "1 when a row remap waits for a GPU reset.", ("gpu",))
+    failed = _gauge("gpu_row_remap_failed", "1 when a row remap failed (the card needs service).", ("gpu",))
+    for h in sorted(health, key=lambda h: h.gpu):
+        gpu = str(h.gpu)
+        field_up.add_metric([gpu, "clocks"], float(h.sm_clock_hz is not None or h.memory_clock_hz is not None))
+        field_up.add_metric([gpu, "clocks_event_reasons"], float(h.clocks_event_reasons is not None))
+        field_up.add_metric([gpu, "ecc"], float(h.ecc_corrected is not None or h.ecc_uncorrected is not None))
+        field_up.add_metric([gpu, "remapped_rows"], float(h.remapped_rows is not None))
+        for name, hz in (("sm", h.sm_clock_hz), ("memory", h.memory_clock_hz)):
+            if hz is not None:
+                clocks.add_metric([gpu, name], hz)
+        if h.clocks_event_reasons is not None:
+            for reason, bit in CLOCKS_EVENT_REASONS.items():
+                reasons.add_metric([gpu, reason], float(bool(h.clocks_event_reasons & bit)))
+        for kind, count in (("corrected", h.ecc_corrected), ("uncorrected", h.ecc_uncorrected)):
+            if count is not None:
+                ecc.add_metric([gpu, kind], float(count))
+        if h.remapped_rows is not None:
+            correctable, uncorrectable, is_pending, is_failed = h.remapped_rows
+            rows.add_metric([gpu, "correctable"], float(correctable))
+            rows.add_metric([gpu, "uncorrectable"], float(uncorrectable))
+            pending.add_metric([gpu], float(bool(is_pending)))
+            failed.add_metric([gpu], float(bool(is_failed)))
+    yield from (field_up, clocks, reasons, ecc, rows, pending, failed)
 
 
 _BUDGET_GAUGES: tuple[tuple[str, str, str], ...] = (

@@ -1,4 +1,5 @@
-"""The NVML source: GPU memory, utilization, temperature, power, per-process memory and Xid events.
+"""The NVML source: GPU memory, utilization, temperature, power, clocks and their throttle reasons, ECC
+errors and remapped rows, per-process memory and Xid events.
 
 This is the only module that imports `pynvml` (from the `nvidia-ml-py` package; the PyPI `pynvml` shim
 is deprecated and warns on import). Every call into the driver goes through one choke-point,
@@ -33,7 +34,7 @@ import pynvml
 
 from agent.records import Event, EventKind, GpuProcessSample, GpuSample, Phase, Server, Severity
 from agent.sources import nvml_model as policy
-from agent.sources.nvml_model import SOURCE, Backoff, Gpu, NvmlPoll, xid_event
+from agent.sources.nvml_model import SOURCE, Backoff, Gpu, GpuHealth, NvmlPoll, xid_event
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class GpuPoller:
             return NvmlPoll(events=tuple(events))
         gpus: list[GpuSample] = []
         processes: list[GpuProcessSample] = []
+        health: list[GpuHealth] = []
         for index in list(self._gpus):
             if index in self._lost and not self._reprobe(index, now):
                 continue
@@ -152,10 +154,30 @@ class GpuPoller:
             try:
                 gpus.append(self._sample(gpu, now))
                 processes.extend(self._processes(gpu, now))
+                health.append(self._health(gpu))
             except GpuLostError as lost:
                 events.append(self._mark_lost(gpu, lost.call, now))
         events.extend(self._drain_events(now))
-        return NvmlPoll(tuple(gpus), tuple(processes), tuple(events))
+        return NvmlPoll(tuple(gpus), tuple(processes), tuple(events), tuple(health))
+
+    def _health(self, gpu: Gpu) -> GpuHealth:
+        """Clocks, throttle reasons, ECC and row remapping: each None where the driver does not say."""
+        def clock(kind: int) -> float | None:
+            mhz = self._call("nvmlDeviceGetClockInfo", gpu, pynvml.nvmlDeviceGetClockInfo, gpu.handle, kind)
+            return mhz * 1e6 if mhz is not None else None
+
+        def ecc(kind: int) -> int | None:
+            value = self._call("nvmlDeviceGetTotalEccErrors", gpu, pynvml.nvmlDeviceGetTotalEccErrors, gpu.handle,
+                               kind, pynvml.NVML_AGGREGATE_ECC)
+            return int(value) if value is not None else None
+
+        rows = self._call("nvmlDeviceGetRemappedRows", gpu, pynvml.nvmlDeviceGetRemappedRows, gpu.handle)
+        reasons = self._call("nvmlDeviceGetCurrentClocksEventReasons", gpu,
+                             pynvml.nvmlDeviceGetCurrentClocksEventReasons, gpu.handle)
+        return GpuHealth(gpu.index, clock(pynvml.NVML_CLOCK_SM), clock(pynvml.NVML_CLOCK_MEM),
+                         int(reasons) if reasons is not None else None,
+                         ecc(pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED), ecc(pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+                         tuple(int(v) for v in rows) if rows is not None else None)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Free the event set and shut NVML down; the poller can be polled again afterwards (re-init)."""

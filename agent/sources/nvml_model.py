@@ -80,6 +80,36 @@ class NvmlPoll:
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[GpuProcessSample, ...] = ()
     events: tuple[Event, ...] = ()
+    health: tuple[GpuHealth, ...] = ()
+
+
+# NVML's clocks-event (throttle) reason bits, by the name the exporter's `reason` label carries (nvml.h).
+CLOCKS_EVENT_REASONS: dict[str, int] = {
+    "gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+    "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """What NVML says about a card's clocks and memory health at one poll: shown, not stored (dcgm-exporter's
+    fields for the same). Each group is None where the driver does not report it (a consumer card has no
+    ECC, a card before Ampere no row remapping), and the exporter says so with a 0 in
+    `deepinfer_gpu_field_up`.
+
+    `clocks_event_reasons` is NVML's bitmask (CLOCKS_EVENT_REASONS); ECC counts are the aggregate
+    (lifetime) volatile-and-persistent totals; `remapped_rows` is (correctable, uncorrectable, pending,
+    failed) as nvmlDeviceGetRemappedRows returns them.
+    """
+
+    gpu: int
+    sm_clock_hz: float | None = None
+    memory_clock_hz: float | None = None
+    clocks_event_reasons: int | None = None
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    remapped_rows: tuple[int, int, int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -426,7 +426,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, fake_nvml_library: Path) -> 
     engine = ThreadingHTTPServer(("127.0.0.1", 0), _EngineMetrics)
     threading.Thread(target=engine.serve_forever, daemon=True).start()
     nvml = FakeNvml(tmp / "nvml.conf", fake_nvml_library)
-    gpu = {"name": "NVIDIA H100 80GB HBM3", "memory_total": 85899345920, "memory_used": 77309411328,
+    gpu = {"name": "NVIDIA H100 80GB HBM3", "sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "clocks_event_reasons": 4,
+           "ecc_corrected": 2, "remapped_correctable": 1, "memory_total": 85899345920, "memory_used": 77309411328,
            "memory_free": 8589934592, "memory_reserved": 536870912, "util_gpu": 97, "util_memory": 60,
            "temperature": 71, "power_mw": 650000, "power_limit_mw": 700000, "procs": "1234:75161927680"}
     nvml.set({"count": 2, **{f"gpu{i}.{k}": v for i in (0, 1) for k, v in gpu.items()},
@@ -534,7 +535,8 @@ def test_every_panel_query_returns_data_from_a_real_prometheus(fleet: Fleet) -> 
 
 # Panels that draw only what NVML or the kernel reports about the card: empty on a node without a GPU.
 GPU_PANELS = frozenset({"GPU memory: used vs total vs the engine's ceiling", "GPU utilization",
-                        "GPU temperature and power", "GPUs", "Xid errors"})
+                        "GPU temperature and power", "GPU clocks and throttling", "GPU memory health", "GPUs",
+                        "Xid errors"})
 
 
 def dropdown_values(fleet: Fleet, model: dict[str, Any]) -> dict[str, list[str]]:
