@@ -626,7 +626,7 @@ scrape_configs:
                                str(demo.INPUT_TOKENS), "--output-tokens", str(demo.OUTPUT_TOKENS), "--pause", "1",
                                "--timeout", "60", "--db", str(tmp_path / "agent.db"), "--config", str(config),
                                "--no-gpu"], capture_output=True, text=True, timeout=180, check=False)
-        assert load.returncode in (0, 1), load.stdout + load.stderr
+        assert load.returncode in (0, 4), load.stdout + load.stderr  # 4: it ran, no level was safe
         assert empty_panels_per_engine(fleet, ["vllm"]) == {}
     finally:
         if prom is not None:
