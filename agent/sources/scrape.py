@@ -217,8 +217,9 @@ class Scraper:
         self._errors += 1
         self._last_error = self._describe(exc)
         if not self._failing:
-            log.warning("scrape %s: %s: %s; the target is down until a scrape succeeds (retried every %g s)",
-                        self.source, self.url, self._last_error, self.interval_seconds)
+            retry = f"every {self.interval_seconds:g} s" if self.interval_seconds > 0 else "at every step"
+            log.warning("scrape %s: %s: %s; the target is down until a scrape succeeds (retried %s)",
+                        self.source, self.url, self._last_error, retry)
         self._failing = True
 
     def _describe(self, exc: BaseException) -> str:
