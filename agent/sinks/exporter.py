@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -32,124 +31,34 @@ from prometheus_client.registry import Collector
 
 from agent.bookkeeping import SourceStats
 from agent.buildinfo import BuildInfo
-from agent.capacity.capacity import Capacity
-from agent.records import EventKind, GpuProcessSample, GpuSample, HistogramWindow, ServerStats
+from agent.records import EventKind, GpuProcessSample, HistogramWindow, ServerStats
+from agent.sinks.families import (
+    BUDGET_GAUGES,
+    COUNTERS,
+    ENGINE_COUNTERS,
+    FACT_GAUGES,
+    GPU_GAUGES,
+    LATENCY_HISTOGRAMS,
+    SERVER_GAUGES,
+    Labels,
+)
+from agent.sinks.landing import landing
+from agent.sinks.snapshot import (
+    Snapshot,
+    TargetState,
+    Totals,
+    engines_of,
+    source_of,
+)
 from agent.sources.nvml_model import CLOCKS_EVENT_REASONS, GpuHealth
 from agent.verdicts import Finding
-
-Labels = tuple[str, ...]
-Totals = Mapping[tuple[str, Labels], float]
-
-# Restart-safe counters: totals key (the metric name without `deepinfer_`) → (help, label names). The
-# daemon keeps their values in SQLite's `totals` table under the same keys.
-COUNTERS: dict[str, tuple[str, Labels]] = {
-    "events_total": ("Occurrences of classified events (OOM, preemption, pending, queue_full, deadline_exceeded, "
-                     "http_429/503, engine_dead, cuda_error, nccl_timeout, xid, gpu_lost): each event adds its "
-                     "count (docs/metrics.md says what one increment means per kind).", ("source", "server", "kind")),
-    "gpu_xid_errors_total": ("NVIDIA driver Xid errors, from NVML events and the kernel log.", ("gpu", "xid")),
-    "source_lines_total": ("Log lines delivered by the source.", ("source",)),
-    "source_bytes_total": ("Bytes read by the source.", ("source",)),
-    "source_rotations_total": ("Log rotations followed (rename, replace, delete, symlink swap).", ("source",)),
-    "source_truncations_total": ("Truncations noticed (copytruncate).", ("source",)),
-    "source_read_errors_total": ("Files that could not be opened or read.", ("source",)),
-    "source_partial_flushes_total": ("Unfinished last lines delivered after a quiet time.", ("source",)),
-    "source_invalid_utf8_total": ("Lines with bytes that are not UTF-8 (replaced).", ("source",)),
-    "source_truncated_lines_total": ("Lines cut at max_line_bytes.", ("source",)),
-    "source_framing_errors_total": ("Lines that did not parse as the source's envelope (Docker, CRI, journal).",
-                              ("source",)),
-    "source_restarts_total": ("journald: times journalctl exited and was restarted.", ("source",)),
-    "source_emfile_total": ("Files that could not be opened because the agent ran out of file descriptors.",
-                            ("source",)),
-    "parse_errors_total": ("Lines a parser skipped because their numbers could not be read.", ("source",)),
-    "nvml_errors_total": ("NVML calls that failed, by call.", ("call",)),
-    "scrapes_total": ("Scrapes of an engine's /metrics.", ("target",)),
-    "scrape_errors_total": ("Failed scrapes of an engine's /metrics.", ("target",)),
-    "store_write_errors_total": ("SQLite write failures (full disk, locked or corrupt database).", ()),
-    "store_dropped_records_total": ("Records dropped because the write buffer was full during a store outage.", ()),
-    "config_reloads_total": ("Config reloads attempted (SIGHUP).", ()),
-    "config_reload_errors_total": ("Config reloads rejected; the last good config stays in force.", ()),
-    "rule_load_errors_total": ("Rule loads (start-up or SIGHUP) rejected; the last good rule set stays in force.",
-                               ()),
-}
-
-
-# Totals keys whose first label is an engine: exported with `engine` first and the deprecated `source` last.
-ENGINE_COUNTERS = frozenset({"events_total"})
-
-
-@dataclass(frozen=True)
-class TargetState:
-    """One engine /metrics target as the exporter reports it."""
-
-    target: str
-    up: bool
-    last_duration_seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything the exporter shows, taken at one instant by the daemon loop."""
-
-    version: str
-    started_at: float
-    totals: Totals = field(default_factory=dict)
-    sources: Sequence[SourceStats] = ()
-    servers: Mapping[str, ServerStats] = field(default_factory=dict)
-    facts: Mapping[str, Mapping[str, float | str]] = field(default_factory=dict)
-    gpus: Sequence[GpuSample] = ()
-    gpu_processes: Sequence[GpuProcessSample] = ()
-    gpu_health: Sequence[GpuHealth] = ()
-    nvml_enabled: bool = False
-    nvml_up: bool = False
-    targets: Sequence[TargetState] = ()
-    store_up: bool = True
-    store_buffered_records: int = 0
-    store_size_bytes: int | None = None
-    budget: Mapping[str, float] = field(default_factory=dict)
-    capacities: Mapping[str, Capacity] = field(default_factory=dict)
-    configured: Mapping[str, float] = field(default_factory=dict)
-    config_last_reload_ok: bool = True
-    findings: Sequence[Finding] = ()
-    histograms: Mapping[tuple[str, str], HistogramWindow] = field(default_factory=dict)
-    build: BuildInfo | None = None
 
 
 def _gauge(name: str, doc: str, labels: Labels = ()) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"deepinfer_{name}", doc, labels=list(labels))
 
 
-_SERVER_GAUGES: tuple[tuple[str, str, str, float], ...] = (
-    # (metric suffix, ServerStats field, help, scale)
-    ("running_requests", "running", "Requests being computed (the engine's running batch).", 1.0),
-    ("waiting_requests", "waiting", "Requests accepted but waiting for a slot.", 1.0),
-    ("swapped_requests", "swapped", "Requests whose KV cache was swapped to CPU (vLLM V0).", 1.0),
-    ("kv_cache_usage_ratio", "kv_usage_ratio", "Share of the KV cache in use (0–1).", 1.0),
-    ("prompt_tokens_per_second", "prompt_tps", "Prompt (prefill) throughput.", 1.0),
-    ("generation_tokens_per_second", "gen_tps", "Generation (decode) throughput.", 1.0),
-    ("prefix_cache_hit_ratio", "prefix_hit_ratio", "Prefix-cache hit ratio (0–1).", 1.0),
-)
-_FACT_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("server_kv_cache_tokens", "kv_cache_tokens", "KV-cache capacity in tokens, as the engine reported it."),
-    ("server_kv_cache_bytes", "kv_cache_bytes", "Memory the engine gave the KV cache."),
-    ("server_max_concurrency", "max_concurrency",
-     "Requests of tokens_per_request tokens the engine's KV cache holds at once, as it reported."),
-    ("server_max_num_seqs", "max_num_seqs", "The engine's max_num_seqs, as it reported it."),
-    ("server_max_model_len", "max_model_len", "The engine's max_model_len, as it reported it."),
-    ("server_gpu_memory_utilization_ratio", "gpu_memory_utilization",
-     "The share of each GPU's memory the engine may use (its gpu_memory_utilization), as it reported it."),
-)
-_GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("gpu_memory_total_bytes", "memory_total_bytes", "GPU memory in total."),
-    ("gpu_memory_used_bytes", "memory_used_bytes", "GPU memory in use."),
-    ("gpu_memory_free_bytes", "memory_free_bytes", "GPU memory free."),
-    ("gpu_memory_reserved_bytes", "memory_reserved_bytes", "GPU memory reserved by the driver."),
-    ("gpu_utilization_ratio", "utilization_gpu_ratio", "Share of time a kernel was running (0–1)."),
-    ("gpu_memory_utilization_ratio", "utilization_memory_ratio",
-     "Share of time GPU memory was being read or written (0–1)."),
-    ("gpu_temperature_celsius", "temperature_celsius", "GPU temperature."),
-    ("gpu_power_watts", "power_watts", "GPU power draw."),
-    ("gpu_power_limit_watts", "power_limit_watts", "GPU power limit."),
-)
+__all__ = ["COUNTERS", "MetricsServer", "Snapshot", "SnapshotCollector", "TargetState", "landing"]
 
 
 class SnapshotCollector(Collector):
@@ -168,20 +77,6 @@ class SnapshotCollector(Collector):
         yield from _gpus(snap)
         yield from _budget(snap)
         yield from _findings(snap.findings)
-
-
-def engines_of(snap: Snapshot) -> set[str]:
-    """Every engine the snapshot knows of: by an event, a load sample, a start-up fact or a scrape."""
-    engines = {labels[0] for (name, labels) in snap.totals if name in ENGINE_COUNTERS and labels}
-    engines |= set(snap.servers) | set(snap.facts) | {t.target for t in snap.targets}
-    return engines
-
-
-def source_of(engine: str, sources: Iterable[str]) -> str | None:
-    """The log source an engine's lines come from: the source itself, or the glob source `<source>/<file>`
-    names (the longest match, since a source's name may itself contain `/`)."""
-    matches = [s for s in sources if engine == s or engine.startswith(s + "/")]
-    return max(matches, key=len) if matches else None
 
 
 def _with_zero_events(totals: Totals, servers: Mapping[str, ServerStats]) -> dict[tuple[str, Labels], float]:
@@ -278,7 +173,7 @@ def _sources(sources: Sequence[SourceStats], engines: set[str]) -> Iterator[Metr
 
 def _servers(servers: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str, float | str]]) -> Iterator[Metric]:
     # `source` repeats `engine` on these series: deprecated, kept until 0.3 (docs/metrics.md).
-    for suffix, attr, doc, scale in _SERVER_GAUGES:
+    for suffix, attr, doc, scale in SERVER_GAUGES:
         family = _gauge(f"server_{suffix}", doc, ("engine", "server", "source"))
         for engine, stats in sorted(servers.items()):
             value = getattr(stats, attr)
@@ -291,24 +186,13 @@ def _servers(servers: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str
         if stats.ts is not None:
             last.add_metric([engine, stats.server.value, engine], stats.ts)
     yield last
-    for metric, name, doc in _FACT_GAUGES:
+    for metric, name, doc in FACT_GAUGES:
         family = _gauge(metric, doc, ("engine", "source"))
         for engine, values in sorted(facts.items()):
             value = values.get(name)
             if isinstance(value, int | float):
                 family.add_metric([engine, engine], float(value))
         yield family
-
-
-# Scraped per-request histograms exported for histogram_quantile: signal → (metric, help).
-LATENCY_HISTOGRAMS: dict[str, tuple[str, str]] = {
-    "ttft_seconds": ("request_ttft_seconds", "Time to first token of the requests the engine finished, from its "
-                     "/metrics (cumulative since the agent started)."),
-    "queue_time_seconds": ("request_queue_time_seconds", "Time the engine's finished requests waited in its queue, "
-                           "from its /metrics (cumulative since the agent started)."),
-    "e2e_latency_seconds": ("request_e2e_latency_seconds", "End-to-end latency of the engine's finished requests, "
-                            "from its /metrics (cumulative since the agent started)."),
-}
 
 
 def _latency(histograms: Mapping[tuple[str, str], HistogramWindow]) -> Iterator[Metric]:
@@ -336,7 +220,7 @@ def _gpus(snap: Snapshot) -> Iterator[Metric]:
         info.add_metric([str(g.gpu), g.uuid, g.name, g.pci_bus_id or ""], {})
     yield info
     yield from _gpu_health(snap.gpu_health)
-    for metric, attr, doc in _GPU_GAUGES:
+    for metric, attr, doc in GPU_GAUGES:
         family = _gauge(metric, doc, ("gpu",))
         for g in snap.gpus:
             value = getattr(g, attr)
@@ -397,21 +281,8 @@ def _gpu_health(health: Sequence[GpuHealth]) -> Iterator[Metric]:
     yield from (field_up, clocks, reasons, ecc, rows, pending, failed)
 
 
-_BUDGET_GAUGES: tuple[tuple[str, str, str], ...] = (
-    # (metric, key in Snapshot.budget / Snapshot.configured, help)
-    ("budget_max_concurrency", "max_concurrency",
-     "Max concurrent requests the computed KV budget allows (deepinfer-agent budget)."),
-    ("budget_usable_kv_bytes", "usable_kv_bytes", "KV-cache memory per GPU in the computed budget."),
-    ("budget_kv_bytes_per_token", "kv_bytes_per_token", "KV-cache bytes per token per GPU in the computed budget."),
-    ("budget_tokens_per_request", "tokens_per_request", "Tokens per request the computed budget assumes."),
-    ("config_max_num_seqs", "max_num_seqs", "max_num_seqs as configured (server.max_num_seqs)."),
-    ("config_max_queue_size", "max_queue_size", "max_queue_size as configured (server.max_queue_size)."),
-    ("config_max_model_len", "max_model_len", "max_model_len as configured (server.max_model_len)."),
-)
-
-
 def _budget(snap: Snapshot) -> Iterator[Metric]:
-    for metric, key, doc in _BUDGET_GAUGES:
+    for metric, key, doc in BUDGET_GAUGES:
         values = snap.budget if metric.startswith("budget_") else snap.configured
         yield _single(metric, doc, values.get(key))
     governing = _gauge("capacity_max_concurrency", "Requests the engine holds at once at the budget's tokens per "
@@ -440,27 +311,6 @@ def _findings(findings: Sequence[Finding]) -> Iterator[Metric]:
 
 
 # --- serving -----------------------------------------------------------------------------------------
-
-def landing(snap: Snapshot) -> bytes:
-    """The page at `/` (as mtail's): each source, whether it reads, the lines it delivered and how far it
-    is behind, then the engines it feeds; a link to /metrics. Every name is escaped (paths are the
-    operator's, but a file name is anyone's)."""
-    from html import escape
-
-    lines = {labels[0]: v for (name, labels), v in snap.totals.items() if name == "source_lines_total" and labels}
-    engines = engines_of(snap)
-    rows = []
-    for s in snap.sources:
-        fed = sorted(e for e in engines if source_of(e, [x.source for x in snap.sources]) == s.source)
-        state = "up" if s.up else f"down: {s.down_reason or 'cannot read'}"
-        rows.append(f"<tr><td>{escape(s.source)}</td><td>{escape(state)}</td><td>{int(lines.get(s.source, 0)):,}</td>"
-                    f"<td>{s.lag_bytes:,}</td><td>{s.files}</td><td>{escape(', '.join(fed))}</td></tr>")
-    table = ("<table><tr><th>source</th><th>state</th><th>lines read</th><th>lag (bytes)</th><th>open files</th>"
-             f"<th>engines</th></tr>{''.join(rows)}</table>" if rows else "<p>No log sources configured.</p>")
-    return (f"<!doctype html><html><head><meta charset=\"utf-8\"><title>deepinfer-agent</title></head><body>"
-            f"<h1>deepinfer-agent {escape(snap.version)}</h1>{table}"
-            f"<p>Prometheus metrics: <a href=\"/metrics\">/metrics</a></p></body></html>\n").encode()
-
 
 MAX_CONNECTIONS = 16  # scrapes are short; more at once are refused rather than allowed to eat descriptors
 IDLE_SECONDS = 5.0  # a connection that sends no complete request in this long is closed

@@ -9,6 +9,7 @@ fails loudly at import if a future nvidia-ml-py renames one.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +111,28 @@ class GpuHealth:
     ecc_corrected: int | None = None
     ecc_uncorrected: int | None = None
     remapped_rows: tuple[int, int, int, int] | None = None
+
+
+def health_of(gpu: int, sm_mhz: Any, memory_mhz: Any, reasons: Any, ecc_corrected: Any, ecc_uncorrected: Any,
+              rows: Any) -> GpuHealth:
+    """GpuHealth from what the NVML calls returned (None for each the driver did not answer)."""
+    def num(value: Any, scale: float = 1.0) -> float | None:
+        return float(value) * scale if value is not None else None
+
+    return GpuHealth(gpu, num(sm_mhz, 1e6), num(memory_mhz, 1e6), int(reasons) if reasons is not None else None,
+                     int(ecc_corrected) if ecc_corrected is not None else None,
+                     int(ecc_uncorrected) if ecc_uncorrected is not None else None,
+                     (int(rows[0]), int(rows[1]), int(rows[2]), int(rows[3])) if rows is not None else None)
+
+
+def address(handle: Any) -> int:
+    """A device handle's pointer value: how an event's `device` is matched to a GPU."""
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+def where(gpu: Gpu | None) -> str:
+    """The words a log line uses for the GPU a call was about."""
+    return "the system" if gpu is None else f"GPU {gpu.index}"
 
 
 @dataclass(frozen=True)
