@@ -39,12 +39,74 @@ NOT_RUNNING = 3  # `status` when nothing answers on the metrics port (as `system
 _display_type = typer.core.TyperOption.display_type_rich
 
 
+# What `--help` shows after an option, in words a person types, never a Python type (`<list[Path]>`).
+_HUMAN_TYPES = {"<list[Path]>": "<file>", "<int>": "<n>", "<int range>": "<n>", "<float>": "<number>",
+                "<str>": "<text>", "<list[str]>": "<text>"}
+_HUMAN_OPTIONS = {"--rules": "<dir>", "--since": "<duration>", "--from": "<time>", "--to": "<time>", "--tz": "<zone>",
+                  "--levels": "<n,n,…>", "--model": "<preset|config.json>", "--metrics-url": "<url>",
+                  "--host": "<address>", "--jobs": "<n>", "--color": "<auto|always|never>"}
+
+
 def _flag_without_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
-    """`--help` lists a switch without a `<bool>` after it: a switch takes no value."""
-    return None if self.is_flag else _display_type(self, ctx)
+    """`--help` lists a switch without a `<bool>` after it (a switch takes no value), and every other
+    option with a human placeholder (`--since <duration>`, `--log <file>`)."""
+    if self.is_flag:
+        return None
+    for name in self.opts:
+        if name in _HUMAN_OPTIONS:
+            return _HUMAN_OPTIONS[name]
+    shown = _display_type(self, ctx)
+    return _HUMAN_TYPES.get(shown, shown) if shown is not None else None
+
+
+_argument_type = typer.core.TyperArgument.display_type_rich
+
+
+def _argument_placeholder(self: typer.core.TyperArgument, ctx: typer.Context) -> str | None:
+    shown = _argument_type(self, ctx)
+    return _HUMAN_TYPES.get(shown, shown) if shown is not None else None
 
 
 setattr(typer.core.TyperOption, "display_type_rich", _flag_without_type)  # noqa: B010
+setattr(typer.core.TyperArgument, "display_type_rich", _argument_placeholder)  # noqa: B010
+
+
+class Output(str, Enum):
+    """`--format` of a command that prints data: text for people, json for programs."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+FORMAT_HELP = "text (for people) or json (one JSON document, for programs)."
+JSON_ALIAS_HELP = "Same as --format json."
+
+
+class Color(str, Enum):
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+def use_color(choice: Color, stream_is_tty: bool) -> bool:
+    """Colour or not: `--color always|never` decides; `auto` colours a terminal unless NO_COLOR is set
+    (no-color.org: any non-empty value) or TERM is `dumb`."""
+    if choice != Color.AUTO:  # typer may hand over the enum's value: compare by value
+        return bool(choice == Color.ALWAYS)
+    import os
+
+    return stream_is_tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+
+
+def write_output(text: str, output: Path | None) -> None:
+    """Print `text`, or write it to `output`; `-` is standard output, as for every file argument."""
+    if output is None or str(output) == "-":
+        typer.echo(text, nl=False, color=True)  # colour was decided already (use_color): click must not strip it
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"{output}: cannot write: {exc.strerror or exc}")
 
 
 def fail(message: str) -> NoReturn:
@@ -69,10 +131,13 @@ def main(
 @app.command()
 def check(
     config: Annotated[Path, typer.Option("--config", "-c", help="Config file to validate.")] = DEFAULT_CONFIG_PATH,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+    output_format: Annotated[Output, typer.Option("--format", help=FORMAT_HELP)] = Output.TEXT,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_ALIAS_HELP)] = False,
 ) -> None:
     """Validate a config file: print every problem (file:line: field: expected …) or a one-line summary,
-    and warn about sources that cannot be read now (exit 0: the files may appear later)."""
+    and warn about sources that cannot be read now (exit 0: the files may appear later).
+
+    Exit 0 when the config is valid (warnings or not), 1 when it is not or cannot be read, 2 on a usage error."""
     from agent.capacity.capacity import budget_or_reason
     from agent.config import load_config
     from agent.sources.patterns import pattern_problems, store_files
@@ -80,7 +145,7 @@ def check(
     try:
         cfg = load_config(config)
     except ConfigError as exc:
-        if as_json:
+        if as_json or output_format == Output.JSON:
             typer.echo(json.dumps({"config": str(config), "ok": False, "problems": list(exc.problems)}))
             raise typer.Exit(1) from None
         for problem in exc.problems:
@@ -92,7 +157,7 @@ def check(
     paper, why = budget_or_reason(cfg)
     if paper is None and cfg.model != type(cfg.model)():  # a model was given, so a budget was meant
         warnings.append(f"budget: not computed ({why}); the engine's own figures govern once it reports them")
-    if as_json:
+    if as_json or output_format == Output.JSON:
         typer.echo(json.dumps({"config": str(config), "ok": True, "summary": cfg.summary(), "warnings": warnings}))
         return
     for warning in warnings:
@@ -107,7 +172,10 @@ def run(
     nvml_library: Annotated[Path | None, typer.Option(help="Load this libnvidia-ml.so.1 instead of the "
                                                       "system's (unusual installs, e.g. WSL).")] = None,
 ) -> None:
-    """Run the agent: follow logs, poll NVML and engines, store events, serve /metrics (SIGHUP reloads)."""
+    """Run the agent: follow logs, poll NVML and engines, store events, serve /metrics (SIGHUP reloads).
+
+    Exit 0 after SIGTERM or SIGINT (or one step with --once), 1 when it cannot start (a bad config, the
+    store cannot be opened, the metrics port is taken), 2 on a usage error."""
     from agent.config import load_config
     from agent.daemon.service import serve, setup_logging
 
@@ -126,11 +194,15 @@ def run(
 @app.command()
 def status(
     config: Annotated[Path, typer.Option("--config", "-c", help="The agent's config file.")] = DEFAULT_CONFIG_PATH,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+    output_format: Annotated[Output, typer.Option("--format", help=FORMAT_HELP)] = Output.TEXT,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_ALIAS_HELP)] = False,
+    watch: Annotated[float | None, typer.Option("--watch", "-w", metavar="<seconds>", help="Redraw every this "
+                                                "many seconds, as `watch` does, until Ctrl-C (text only).")] = None,
 ) -> None:
     """What the running agent sees now: sources, load vs budget, GPUs, last events (from the store).
 
-    Exits 0 when the agent answers, 3 when it is not running (what the store holds is still shown).
+    Exits 0 when the agent answers, 3 when it is not running (what the store holds is still shown);
+    with --watch, 0 on Ctrl-C.
     """
     from agent.capacity.capacity import paper_budget
     from agent.config import load_config
@@ -143,9 +215,14 @@ def status(
     except ConfigError as exc:
         fail("\n".join(exc.problems))
     paper = paper_budget(cfg)
-    report = gather(cfg)
     limit = paper.max_concurrency if paper is not None else None
-    if as_json:
+    if watch is not None:
+        if not watch > 0 or watch == float("inf"):
+            fail(f"--watch {watch:g}: a number of seconds above 0")
+        _watch(lambda: render_status(gather(cfg), cfg, limit), watch)
+        return
+    report = gather(cfg)
+    if as_json or output_format == Output.JSON:
         typer.echo(json.dumps(status_json(report, cfg, limit), indent=2, default=str))
     else:
         typer.echo(render_status(report, cfg, limit))
@@ -153,15 +230,32 @@ def status(
         raise typer.Exit(NOT_RUNNING)
 
 
+def _watch(draw: Callable[[], str], every: float) -> None:
+    """Redraw `draw()` every `every` seconds: the screen cleared on a terminal, a separator line when piped
+    (so a log of it stays readable), until Ctrl-C."""
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    try:
+        while True:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+            typer.echo(f"{clear}every {every:g} s · {stamp} · Ctrl-C to stop" if clear else f"--- {stamp}")
+            typer.echo(draw())
+            time.sleep(every)
+    except KeyboardInterrupt:
+        return
+
+
 @app.command()
 def models(
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object per preset, in a list.")] = False,
+    output_format: Annotated[Output, typer.Option("--format", help=FORMAT_HELP)] = Output.TEXT,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_ALIAS_HELP)] = False,
 ) -> None:
-    """List the model presets with the per-token KV size (bf16) each implies."""
+    """List the model presets with the per-token KV size (bf16) each implies.
+
+    Exit 0; 2 on a usage error."""
     from agent.capacity.shapes import PRESETS
     from agent.views.units import size
 
-    if as_json:
+    if as_json or output_format == Output.JSON:
         typer.echo(json.dumps([{"name": p.name, "hf_id": p.hf_id, "params": p.params, "layers": p.layers,
                                 "kv_heads": p.kv_heads, "head_dim": p.head_dim, "mla": p.is_mla,
                                 "sliding_layers": p.sliding_layers,

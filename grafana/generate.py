@@ -9,7 +9,8 @@ agent's metric names; written as data here, every query can be listed, run again
 and checked against the exporter (tests/integration/test_deploy.py). The JSON is built with Grafana's
 own typed builders (grafana-foundation-sdk, pinned in pyproject.toml), so the schema is Grafana's,
 not a guess. Each dashboard serves a fleet: `datasource`, `job`, `instance` and `engine` variables
-(`engine` is the agent's `source` label: one engine's log, named in the agent's config).
+(`engine` is the agent's `engine` label: one engine instance, a source's name or `<source>/<file>` for a
+glob; its list comes from `deepinfer_source_up` and `deepinfer_scrape_up`, which carry it).
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ from grafana_foundation_sdk.models import prometheus as mp
 
 HERE = Path(__file__).resolve().parent
 
-# Selectors every query uses; the test replaces the variables with `.*` (what "All" means here).
+# Selectors every query uses; the tests replace the variables with `.*` (what "All" means here) and with
+# each value the dropdowns offer.
 NODE = 'job=~"$job", instance=~"$instance"'
-ENGINE = f'{NODE}, source=~"$engine"'
-ADVISOR = f'{NODE}, engine=~"$engine"'
+ENGINE = f'{NODE}, engine=~"$engine"'
+ADVISOR = ENGINE
+# A source's own self-metrics are per source: this keeps the sources that feed the chosen engines.
+OF_ENGINE = f"and on (job, instance, source) deepinfer_source_up{{{ENGINE}}}"
+ENGINE_VARIABLE = ('label_values({__name__=~"deepinfer_source_up|deepinfer_scrape_up", job=~"$job", '
+                   'instance=~"$instance"}, engine)')
 RATE = "$__rate_interval"
 
 # Metrics a panel queries that the agent does not export yet. A test skips their queries with this
@@ -48,6 +54,8 @@ PENDING_ADVISOR: dict[str, str] = {}
 PENDING_EXPORTER: dict[str, str] = {}
 # Made by Prometheus itself, not by the agent.
 PROMETHEUS_METRICS = frozenset({"up"})
+# prometheus_client's process collector, on the agent's endpoint but not deepinfer_-prefixed.
+PROCESS_METRICS = frozenset({"process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"})
 # Exported on purpose but on no panel, each with its reason (the test checks this list is exact).
 NOT_ON_A_PANEL: dict[str, str] = {
     "deepinfer_rule_load_errors_total": "a rejected rule file is rare and logged with every problem (file, line, "
@@ -60,6 +68,11 @@ NOT_ON_A_PANEL: dict[str, str] = {
     "deepinfer_source_restarts_total": "journald sources only; journalctl restarts show as a source going down",
     "deepinfer_source_down_info": "the reason text behind deepinfer_source_up 0 (on the source panel); "
                                   "`deepinfer-agent status` prints it",
+    "deepinfer_agent_info": "the Job and Node dropdowns are drawn from it; deepinfer_build_info, on the Agents "
+                            "panel, carries the version too",
+    "process_virtual_memory_bytes": "resident memory, on the Agents panel, is what a node runs out of",
+    "process_max_fds": "the limit behind process_open_fds; deepinfer_source_emfile_total counts hitting it",
+    "process_start_time_seconds": "deepinfer_agent_start_time_seconds, on the Agents panel, says the same",
     "deepinfer_source_emfile_total": "descriptor exhaustion also takes the source down (deepinfer_source_up 0), "
                                      "which the source panel and the DeepinferSourceDown alert show",
 }
@@ -112,20 +125,32 @@ class Dashboard:
 def metrics_in(expr: str) -> set[str]:
     """Metric names a PromQL expression reads (ours start with deepinfer_; `up` is Prometheus's)."""
     names = set(re.findall(r"\bdeepinfer_[a-z0-9_]+", expr))
-    names |= {m for m in re.findall(r"\b([a-z_]+)\s*\{", expr) if m in PROMETHEUS_METRICS}
+    names |= {m for m in re.findall(r"\b([a-z_]+)\s*\{", expr) if m in PROMETHEUS_METRICS | PROCESS_METRICS}
     return names
 
 
-def events(kinds: str, legend: str = "{{instance}} {{source}}") -> Query:
-    """Events of the given kinds (a regex) counted per graph interval."""
-    by = "instance, source, kind" if "|" in kinds else "instance, source"
+def events(kinds: str, legend: str = "{{instance}} {{engine}}") -> Query:
+    """Occurrences of the given event kinds (a regex) per graph interval."""
+    by = "instance, engine, kind" if "|" in kinds else "instance, engine"
     return Query(f'sum by ({by}) (increase(deepinfer_events_total{{{ENGINE}, kind=~"{kinds}"}}[{RATE}]))',
                  legend if "|" not in kinds else legend + " {{kind}}")
 
 
 def per_second(metric: str, labels: str, legend: str) -> Query:
     by = f"instance, {labels}" if labels else "instance"
-    return Query(f"sum by ({by}) (rate({metric}{{{NODE}}}[{RATE}]))", legend, unit="ops")
+    of = f" {OF_ENGINE}" if labels == "source" else ""
+    return Query(f"sum by ({by}) (rate({metric}{{{NODE}}}[{RATE}]){of})", legend, unit="ops")
+
+
+def latency(signal: str, title: str, what: str) -> Panel:
+    """p50/p95/p99 of one of the engines' latency histograms, per engine, from the buckets' rate."""
+    metric = f"deepinfer_request_{signal}_bucket"
+    return Panel(title, f"{what} The engine's own histogram (its /metrics, scraped by the agent); the quantile "
+                 "is interpolated inside a bucket, as fine as the engine's buckets.",
+                 tuple(Query(f"histogram_quantile({q}, sum by (instance, engine, le) (rate({metric}{{{ENGINE}}}"
+                             f"[{RATE}])))", f"{{{{instance}}}} {{{{engine}}}} p{round(q * 100)}")
+                       for q in (0.5, 0.95, 0.99)),
+                 unit="s", width=8, min=0)
 
 
 NODE_OVERVIEW = Dashboard(
@@ -161,8 +186,24 @@ NODE_OVERVIEW = Dashboard(
                    Query(f"deepinfer_gpu_power_limit_watts{{{NODE}}}", "{{instance}} GPU {{gpu}} power limit",
                          unit="watt")),
                   unit="short", min=0),
+            Panel("GPU clocks and throttling",
+                  "SM and memory clocks, and each reason NVML gives for holding them down (1 while it holds): "
+                  "sw_power_cap or hw_thermal_slowdown under load means the card, not the engine, sets the pace.",
+                  (Query(f"deepinfer_gpu_clock_hertz{{{NODE}}}", "{{instance}} GPU {{gpu}} {{clock}}", unit="hertz"),
+                   Query(f"deepinfer_gpu_clocks_event_reason{{{NODE}}} == 1", "{{instance}} GPU {{gpu}} {{reason}}")),
+                  min=0),
+            Panel("GPU memory health",
+                  "ECC errors in the interval, rows remapped, a remap waiting for a reset or failed, and which of "
+                  "these the card reports at all (0: not supported by this card or driver).",
+                  (Query(f"sum by (instance, gpu, type) (increase(deepinfer_gpu_ecc_errors_total{{{NODE}}}[{RATE}]))",
+                         "{{instance}} GPU {{gpu}} ECC {{type}}"),
+                   Query(f"deepinfer_gpu_remapped_rows{{{NODE}}}", "{{instance}} GPU {{gpu}} remapped ({{cause}})"),
+                   Query(f"deepinfer_gpu_row_remap_pending{{{NODE}}}", "{{instance}} GPU {{gpu}} remap pending"),
+                   Query(f"deepinfer_gpu_row_remap_failed{{{NODE}}}", "{{instance}} GPU {{gpu}} remap failed"),
+                   Query(f"deepinfer_gpu_field_up{{{NODE}}}", "{{instance}} GPU {{gpu}} reports {{field}}")),
+                  min=0),
             Panel("GPUs",
-                  "Which card each index is (NVML), with the compute processes on it.",
+                  "Which card each index is (NVML: UUID, model, PCI bus), with the compute processes on it.",
                   (Query(f"deepinfer_gpu_info{{{NODE}}}", instant=True),
                    Query(f"deepinfer_gpu_processes{{{NODE}}}", instant=True)),
                   kind="table"),
@@ -171,36 +212,36 @@ NODE_OVERVIEW = Dashboard(
             Panel("KV cache: tokens in use vs capacity",
                   "Tokens held in the KV cache (usage × the capacity the engine reported at start-up) against "
                   "that capacity. At capacity the engine preempts running requests or queues new ones.",
-                  (Query(f"deepinfer_server_kv_cache_usage_ratio{{{ENGINE}}} * on (job, instance, source) "
+                  (Query(f"deepinfer_server_kv_cache_usage_ratio{{{ENGINE}}} * on (job, instance, engine) "
                          f"group_left () deepinfer_server_kv_cache_tokens{{{ENGINE}}}",
-                         "{{instance}} {{source}} in use"),
-                   Query(f"deepinfer_server_kv_cache_tokens{{{ENGINE}}}", "{{instance}} {{source}} capacity")),
+                         "{{instance}} {{engine}} in use"),
+                   Query(f"deepinfer_server_kv_cache_tokens{{{ENGINE}}}", "{{instance}} {{engine}} capacity")),
                   unit="short", min=0),
             Panel("KV cache usage and prefix-cache hits",
                   "Share of the KV cache in use (the alert fires at 95% for 10 minutes), and the prefix-cache hit "
                   "ratio.",
-                  (Query(f"deepinfer_server_kv_cache_usage_ratio{{{ENGINE}}}", "{{instance}} {{source}} KV used"),
+                  (Query(f"deepinfer_server_kv_cache_usage_ratio{{{ENGINE}}}", "{{instance}} {{engine}} KV used"),
                    Query(f"deepinfer_server_prefix_cache_hit_ratio{{{ENGINE}}}",
-                         "{{instance}} {{source}} prefix hits")),
+                         "{{instance}} {{engine}} prefix hits")),
                   unit="percentunit", min=0, max=1, thresholds=((0.95, "red"),)),
             Panel("KV memory: the budget vs the engine",
                   "KV-cache memory per GPU in the agent's budget (deepinfer-agent budget) and what the engine "
                   "actually allocated; the per-token cost the budget used.",
                   (Query(f"deepinfer_budget_usable_kv_bytes{{{NODE}}}", "{{instance}} budget"),
-                   Query(f"deepinfer_server_kv_cache_bytes{{{ENGINE}}}", "{{instance}} {{source}} engine"),
+                   Query(f"deepinfer_server_kv_cache_bytes{{{ENGINE}}}", "{{instance}} {{engine}} engine"),
                    Query(f"deepinfer_budget_kv_bytes_per_token{{{NODE}}}", "{{instance}} per token", unit="bytes")),
                   kind="stat", unit="bytes", width=8),
             Panel("Concurrency: the budget vs the engine",
                   "Requests of the assumed length the KV cache holds at once: the agent's arithmetic and the "
                   "engine's own start-up figure.",
                   (Query(f"deepinfer_budget_max_concurrency{{{NODE}}}", "{{instance}} budget"),
-                   Query(f"deepinfer_server_max_concurrency{{{ENGINE}}}", "{{instance}} {{source}} engine")),
+                   Query(f"deepinfer_server_max_concurrency{{{ENGINE}}}", "{{instance}} {{engine}} engine")),
                   kind="stat", width=8),
             Panel("Context length",
                   "Tokens per request the budget assumes, and max_model_len as configured and as the engine reported.",
                   (Query(f"deepinfer_budget_tokens_per_request{{{NODE}}}", "{{instance}} budget tokens/request"),
                    Query(f"deepinfer_config_max_model_len{{{NODE}}}", "{{instance}} max_model_len (config)"),
-                   Query(f"deepinfer_server_max_model_len{{{ENGINE}}}", "{{instance}} {{source}} max_model_len")),
+                   Query(f"deepinfer_server_max_model_len{{{ENGINE}}}", "{{instance}} {{engine}} max_model_len")),
                   kind="stat", width=8),
         )),
         Row("Load vs limits", (
@@ -208,25 +249,25 @@ NODE_OVERVIEW = Dashboard(
                   "Requests computed at once and waiting for a slot, against max_num_seqs (configured and as the "
                   "engine reported) and the concurrency the KV budget allows. Running pinned at max_num_seqs "
                   "with a queue: capacity-bound. max_num_seqs above the budget line: OOM or preemption risk.",
-                  (Query(f"deepinfer_server_running_requests{{{ENGINE}}}", "{{instance}} {{source}} running"),
-                   Query(f"deepinfer_server_waiting_requests{{{ENGINE}}}", "{{instance}} {{source}} waiting"),
-                   Query(f"deepinfer_server_swapped_requests{{{ENGINE}}}", "{{instance}} {{source}} swapped"),
+                  (Query(f"deepinfer_server_running_requests{{{ENGINE}}}", "{{instance}} {{engine}} running"),
+                   Query(f"deepinfer_server_waiting_requests{{{ENGINE}}}", "{{instance}} {{engine}} waiting"),
+                   Query(f"deepinfer_server_swapped_requests{{{ENGINE}}}", "{{instance}} {{engine}} swapped"),
                    Query(f"deepinfer_config_max_num_seqs{{{NODE}}}", "{{instance}} max_num_seqs (config)"),
-                   Query(f"deepinfer_server_max_num_seqs{{{ENGINE}}}", "{{instance}} {{source}} max_num_seqs (engine)"),
+                   Query(f"deepinfer_server_max_num_seqs{{{ENGINE}}}", "{{instance}} {{engine}} max_num_seqs (engine)"),
                    Query(f"deepinfer_budget_max_concurrency{{{NODE}}}", "{{instance}} KV budget"),
                    Query(f"deepinfer_capacity_max_concurrency{{{ENGINE}}}",
-                         "{{instance}} {{source}} KV capacity ({{basis}})")),
+                         "{{instance}} {{engine}} KV capacity ({{basis}})")),
                   min=0),
             Panel("Queue vs max_queue_size",
                   "Waiting requests against the configured queue size: beyond it requests are rejected (429/503).",
-                  (Query(f"deepinfer_server_waiting_requests{{{ENGINE}}}", "{{instance}} {{source}} waiting"),
+                  (Query(f"deepinfer_server_waiting_requests{{{ENGINE}}}", "{{instance}} {{engine}} waiting"),
                    Query(f"deepinfer_config_max_queue_size{{{NODE}}}", "{{instance}} max_queue_size")),
                   min=0),
             Panel("Throughput",
                   "Prompt (prefill) and generation (decode) tokens per second, as the engine reported them.",
-                  (Query(f"deepinfer_server_prompt_tokens_per_second{{{ENGINE}}}", "{{instance}} {{source}} prompt"),
+                  (Query(f"deepinfer_server_prompt_tokens_per_second{{{ENGINE}}}", "{{instance}} {{engine}} prompt"),
                    Query(f"deepinfer_server_generation_tokens_per_second{{{ENGINE}}}",
-                         "{{instance}} {{source}} generation")),
+                         "{{instance}} {{engine}} generation")),
                   unit="short", min=0),
             Panel("Events per minute by kind",
                   "Classified events per minute: OOM, preemption, pending, queue_full, deadline_exceeded, "
@@ -234,6 +275,14 @@ NODE_OVERVIEW = Dashboard(
                   (Query(f"sum by (instance, kind) (rate(deepinfer_events_total{{{ENGINE}}}[{RATE}])) * 60",
                          "{{instance}} {{kind}}"),),
                   kind="bars", stacked=True, min=0),
+        )),
+        Row("Latency", (
+            latency("ttft_seconds", "Time to first token", "How long a request waited for its first token: "
+                    "queueing plus prefill."),
+            latency("queue_time_seconds", "Queue time", "How long requests waited for a slot before running: "
+                    "grows when running is pinned at max_num_seqs."),
+            latency("e2e_latency_seconds", "End-to-end latency", "From arrival to the last token: what a client "
+                    "timeout is compared with."),
         )),
         Row("Advisor", (
             Panel("Active findings",
@@ -275,9 +324,10 @@ INCIDENTS = Dashboard(
             Panel("Sources up",
                   "1 when up: each log source, NVML, each engine /metrics the agent scrapes, the agent's store, and "
                   "Prometheus's own scrape of the agent.",
-                  (Query(f"deepinfer_source_up{{{ENGINE}}}", "{{instance}} source {{source}}"),
+                  (Query(f"max by (job, instance, source) (deepinfer_source_up{{{ENGINE}}})",
+                         "{{instance}} source {{source}}"),
                    Query(f"deepinfer_nvml_up{{{NODE}}}", "{{instance}} NVML"),
-                   Query(f"deepinfer_scrape_up{{{NODE}}}", "{{instance}} {{target}}"),
+                   Query(f"deepinfer_scrape_up{{{ENGINE}}}", "{{instance}} {{target}}"),
                    Query(f"deepinfer_store_up{{{NODE}}}", "{{instance}} store"),
                    Query(f"up{{{NODE}}}", "{{instance}} agent")),
                   min=0, max=1),
@@ -285,14 +335,15 @@ INCIDENTS = Dashboard(
                   "Lines each source delivers, and bytes written but not read yet (a growing lag: the agent is "
                   "behind).",
                   (per_second("deepinfer_source_lines_total", "source", "{{instance}} {{source}} lines/s"),
-                   Query(f"deepinfer_source_lag_bytes{{{ENGINE}}}", "{{instance}} {{source}} lag", unit="bytes"),
-                   Query(f"deepinfer_source_files{{{ENGINE}}}", "{{instance}} {{source}} open files")),
+                   Query(f"deepinfer_source_lag_bytes{{{NODE}}} {OF_ENGINE}", "{{instance}} {{source}} lag",
+                         unit="bytes"),
+                   Query(f"deepinfer_source_files{{{NODE}}} {OF_ENGINE}", "{{instance}} {{source}} open files")),
                   min=0),
             Panel("Seconds since the last load sample",
                   "How old the latest stats line of each engine is: an engine that stopped logging stats is stuck "
                   "or dead.",
                   (Query(f"time() - deepinfer_server_last_sample_timestamp_seconds{{{ENGINE}}}",
-                         "{{instance}} {{source}}"),),
+                         "{{instance}} {{engine}}"),),
                   unit="s", min=0),
             Panel("Rotations and truncations", "Log rotations followed and copytruncate truncations seen.",
                   (per_second("deepinfer_source_rotations_total", "source", "{{instance}} {{source}} rotations"),
@@ -312,7 +363,7 @@ INCIDENTS = Dashboard(
                   (per_second("deepinfer_nvml_errors_total", "call", "{{instance}} NVML {{call}}"),
                    per_second("deepinfer_scrapes_total", "target", "{{instance}} scrapes {{target}}"),
                    per_second("deepinfer_scrape_errors_total", "target", "{{instance}} failed {{target}}"),
-                   Query(f"deepinfer_scrape_duration_seconds{{{NODE}}}", "{{instance}} last scrape {{target}}",
+                   Query(f"deepinfer_scrape_duration_seconds{{{ENGINE}}}", "{{instance}} last scrape {{target}}",
                          unit="s")),
                   min=0),
             Panel("Store",
@@ -332,8 +383,11 @@ INCIDENTS = Dashboard(
                    Query(f"deepinfer_config_last_reload_success{{{NODE}}}", "{{instance}} last accepted")),
                   min=0),
             Panel("Agents",
-                  "Version and uptime of the agent on each node.",
-                  (Query(f"deepinfer_agent_info{{{NODE}}}", instant=True),
+                  "Version, revision and Python of the agent on each node, its uptime, CPU and memory.",
+                  (Query(f"deepinfer_build_info{{{NODE}}}", instant=True),
+                   Query(f"rate(process_cpu_seconds_total{{{NODE}}}[{RATE}])", instant=True, unit="percentunit"),
+                   Query(f"process_resident_memory_bytes{{{NODE}}}", instant=True, unit="bytes"),
+                   Query(f"process_open_fds{{{NODE}}}", instant=True),
                    Query(f"time() - deepinfer_agent_start_time_seconds{{{NODE}}}", instant=True, unit="s")),
                   kind="table"),
         )),
@@ -354,8 +408,7 @@ def _variables() -> list[Any]:
         gd.DatasourceVariable("datasource").label("Data source").type("prometheus"),
         query_variable("job", "Job", "label_values(deepinfer_agent_info, job)"),
         query_variable("instance", "Node", 'label_values(deepinfer_agent_info{job=~"$job"}, instance)'),
-        query_variable("engine", "Engine (log source)",
-                       'label_values(deepinfer_source_up{job=~"$job", instance=~"$instance"}, source)'),
+        query_variable("engine", "Engine", ENGINE_VARIABLE),
     ]
 
 

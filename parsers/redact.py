@@ -6,7 +6,8 @@ SGLang prints whole request objects with `--log-requests`; llama.cpp's verbose m
 response bodies; access lines carry query strings; exceptions quote their arguments. Records go to
 SQLite, Prometheus and reports that more people can read than the inference logs, so the rule is
 strict: request-log lines produce no record at all, and what is kept of any other line has every
-quoted string, bracketed body, query string and credential replaced before it leaves the parser.
+quoted string, bracketed body, query string, credential and client address replaced before it leaves
+the parser.
 
 Patterns here are linear (no nested quantifiers) so a hostile line cannot make them backtrack.
 """
@@ -44,6 +45,11 @@ _QUOTED = re.compile(r"(?<![\w`])'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){
 assert f"{{0,{_QUOTED_MAX}}}" in _QUOTED.pattern, "opens_request_text counts on it"
 _BODY = re.compile(r"\{[^{}]{0,1600}\}")
 _QUERY = re.compile(r"\?[^\s\"]+")
+# A client's address where an access line starts with it (uvicorn's `10.1.2.3:40000 - "POST …"`, nginx's
+# `10.1.2.3 - - […]`): who called is not the agent's to keep. Server addresses elsewhere in a message
+# (an NCCL peer, a proxy's upstream) stay: they say where the fault is.
+_CLIENT = re.compile(r"(?:(?<=\s)|^)(?:\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]{2,39}\])(?::\d{1,5})? - ")
+CLIENT = "<client>"
 # An opening quote left unmatched (its string ran past the cut): everything after it is dropped.
 _OPEN_QUOTE = re.compile(r"(?:^|(?<=[\s=(\[:,{]))['\"]")
 _HOLE = "\x00"
@@ -109,6 +115,8 @@ def _redact_once(text: str) -> str:
         text = text.replace(_HOLE, REDACTED)
     text = _BODY.sub("{" + REDACTED + "}", text)
     text = _QUERY.sub("?" + REDACTED, text)
+    if " - " in text:
+        text = _CLIENT.sub(CLIENT + " - ", text, count=1)
     text = " ".join(text.split())
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[: MAX_MESSAGE_CHARS - 1] + "…"

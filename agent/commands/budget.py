@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import app, fail
+from agent.cli import FORMAT_HELP, JSON_ALIAS_HELP, Output, app, fail
 from agent.errors import AgentError, BudgetError, ConfigError
 from agent.records import KvDtype, WeightsDtype
 
@@ -42,9 +42,13 @@ def budget(
                                                            "requests.")] = None,
     from_log: Annotated[Path | None, typer.Option(help="A vLLM start-up log: compare with what the engine "
                                                   "reported.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+    output_format: Annotated[Output, typer.Option("--format", help=FORMAT_HELP)] = Output.TEXT,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_ALIAS_HELP)] = False,
 ) -> None:
-    """Compute the KV-cache budget and max concurrency, showing every step of the arithmetic."""
+    """Compute the KV-cache budget and max concurrency, showing every step of the arithmetic.
+
+    Exit 0 with the budget (also when not one request fits: it says so), 1 on bad input (a value out of
+    range, an unknown preset, an unreadable config or log), 2 on a usage error."""
     from agent.capacity.budget import compute
     from agent.capacity.capacity import capacity_of
     from agent.capacity.inputs import SizingRequest, resolve
@@ -90,7 +94,7 @@ def budget(
         fail("\n".join(exc.problems))
     except AgentError as exc:
         fail(str(exc))
-    if as_json:
+    if as_json or output_format == Output.JSON:
         typer.echo(json.dumps(to_json(result, sizing, the_plan, rec, cap), indent=2, default=str))
         return
     typer.echo(render_budget(result, sizing, cfg, the_plan, rec, cap))

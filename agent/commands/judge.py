@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import app, fail
+from agent.cli import FORMAT_HELP, JSON_ALIAS_HELP, Color, Output, app, fail, use_color, write_output
 from agent.errors import AgentError, ConfigError
 
 rules_app = typer.Typer(help="Check the advisor's rule files.", no_args_is_help=True)
@@ -50,8 +50,8 @@ def rules_check(
 
 @app.command()
 def advise(
-    log: Annotated[list[Path] | None, typer.Option("--log", exists=True, dir_okay=False, help="Saved engine "
-                                                   "logs to judge (no daemon; each file is one engine).")] = None,
+    log: Annotated[list[Path] | None, typer.Option("--log", help="Saved engine logs to judge (no daemon; each "
+                                                   "file is one engine; - reads standard input).")] = None,
     db: Annotated[Path | None, typer.Option("--db", help="The agent's store (default: the config's "
                                             "store.path).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Config: the budget's inputs, the knobs' "
@@ -61,7 +61,8 @@ def advise(
     rules_dir: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule folders (after "
                                                          "the config's).")] = None,
     tz: Annotated[str, typer.Option(help="--log: zone of time stamps that carry none.")] = "UTC",
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text.")] = False,
+    output_format: Annotated[Output, typer.Option("--format", help=FORMAT_HELP)] = Output.TEXT,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_ALIAS_HELP)] = False,
     fail_on_finding: Annotated[bool, typer.Option("--fail-on-finding", help="Exit 3 when any rule fired (for "
                                                   "scripts and CI).")] = False,
 ) -> None:
@@ -109,7 +110,7 @@ def advise(
         fail(f"--since: {exc}")
     except AgentError as exc:
         fail(str(exc))
-    if as_json:
+    if as_json or output_format == Output.JSON:
         out = replay_json(result)
         out["not_visible"] = {e: [{"what": b.what, "detail": b.detail, "remedy": b.remedy} for b in spots]
                               for e, spots in blind.items()}
@@ -133,7 +134,8 @@ def report(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's config: its store and its "
                                                 "budget (the paper capacity).")] = None,
     logs: Annotated[list[Path] | None, typer.Option("--log", help="Report on saved logs instead of a store (no "
-                                                    "daemon needed); repeat for several files.")] = None,
+                                                    "daemon needed); repeat for several files; - reads "
+                                                    "standard input.")] = None,
     since: Annotated[str | None, typer.Option(help="The last DURATION up to now: 90s, 30m, 2h, 1d.")] = None,
     start: Annotated[str | None, typer.Option("--from", help="Window start: ISO time (UTC unless it names a "
                                               "zone) or epoch seconds.")] = None,
@@ -143,7 +145,10 @@ def report(
     output_format: Annotated[ReportFormat, typer.Option("--format", help="text (terminal), md (issue "
                                                         "trackers), html (one file with charts), json.")]
     = ReportFormat.TEXT,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout (- is "
+                                                "stdout).")] = None,
+    color: Annotated[Color, typer.Option("--color", help="Colour the text report: auto (a terminal, unless "
+                                         "NO_COLOR is set), always, never.")] = Color.AUTO,
 ) -> None:
     """Post-incident summary: verdict, timeline, peaks vs capacity, findings, top errors, blind spots.
 
@@ -160,11 +165,6 @@ def report(
         fail("\n".join(exc.problems))
     except AgentError as exc:
         fail(str(exc))
-    text = report_cli.render(result, output_format.value, color=output is None and sys.stdout.isatty())
-    if output is None:
-        typer.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        fail(f"{output}: cannot write: {exc.strerror or exc}")
+    to_stdout = output is None or str(output) == "-"
+    text = report_cli.render(result, output_format.value, color=use_color(color, to_stdout and sys.stdout.isatty()))
+    write_output(text, output)

@@ -8,8 +8,11 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import app, fail
+from agent.cli import FORMAT_HELP, JSON_ALIAS_HELP, Output, app, fail
 from agent.errors import AgentError, ConfigError
+
+# `loadtest`'s exit code when it ran but no level was safe (1 is an error, 2 a usage error, as everywhere).
+NO_SAFE_LEVEL = 4
 
 
 @app.command()
@@ -38,26 +41,32 @@ def loadtest(
     gpu: Annotated[bool, typer.Option(help="Sample GPU memory through NVML when a driver is present.")] = True,
     nvml_library: Annotated[Path | None, typer.Option(help="Load this libnvidia-ml.so.1 instead of the "
                                                       "system's.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
-    save: Annotated[Path | None, typer.Option(help="Also write the JSON result to this file.")] = None,
+    output_format: Annotated[Output, typer.Option("--format", help=FORMAT_HELP)] = Output.TEXT,
+    as_json: Annotated[bool, typer.Option("--json", help=JSON_ALIAS_HELP)] = False,
+    save: Annotated[Path | None, typer.Option(help="Also write the JSON result to this file (- is stdout).")] = None,
 ) -> None:
     """Step-up load test: raise concurrency level by level, watch the engine, compare with the budget.
 
     The API key comes from DEEPINFER_API_KEY or OPENAI_API_KEY (never a flag). Stops at the first level
     that breaks (OOM, preemption or failed requests) unless --keep-going; levels and requests are capped.
+
+    Exit 0 when at least one level was safe, 4 when none was (the table or JSON is printed all the same),
+    1 on an error (the engine does not answer, a bad payload or config), 2 on a usage error.
     """
     from agent.tools.loadtest_cli import run_loadtest
 
     try:
-        run_loadtest(url=url, levels=levels, requests_per_level=requests_per_level, payload=payload,
+        result = run_loadtest(url=url, levels=levels, requests_per_level=requests_per_level, payload=payload,
                      input_tokens=input_tokens, output_tokens=output_tokens, timeout=timeout, stream=stream,
                      pause=pause, metrics_url=metrics_url, log=log, db=db, capacity=capacity, config=config,
                      keep_going=keep_going, gpu=gpu, nvml_library=str(nvml_library) if nvml_library else None,
-                     as_json=as_json, save=save)
+                     as_json=as_json or output_format == Output.JSON, save=save)
     except ConfigError as exc:
         fail("\n".join(exc.problems))
     except AgentError as exc:
         fail(str(exc))
+    if result.verdict.safe_level is None:
+        raise typer.Exit(NO_SAFE_LEVEL)
 
 
 @app.command()
@@ -92,6 +101,9 @@ def simulate(
     """Run a SIMULATED vLLM-like engine (no GPU, no model): paged-KV scheduling, vLLM logs and /metrics.
 
     For trying the load test, the parsers and the scraper end to end. Every output says SIMULATED.
+
+    Exit 0 when stopped (Ctrl-C, SIGTERM, --duration), 1 when it cannot start or its simulated engine
+    died (--oom-on-overcommit), 2 on a usage error.
     """
     from agent.tools.sim_cli import run_simulator
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from agent import __version__
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor
+from agent.buildinfo import read_build_info
 from agent.capacity.budget import Budget
 from agent.capacity.capacity import Capacity, budget_or_reason, capacity_of, paper_budget
 from agent.config import Config, SourceSection, shipped_rules_dir
@@ -80,7 +81,8 @@ class Daemon:
         self._latest = Latest()
         self.totals = Totals({})
         self._started_at = time.time()
-        self._snapshot = Snapshot(version=__version__, started_at=self._started_at)
+        self._build_info = read_build_info()
+        self._snapshot = Snapshot(version=__version__, started_at=self._started_at, build=self._build_info)
         self._snapshot_lock = threading.Lock()
         self._budget: Budget | None = None
         self._reload_ok = True
@@ -239,7 +241,7 @@ class Daemon:
             return []
         self._nvml_due = now + self.config.nvml.interval_seconds
         result = self._nvml.poll(now)
-        self._latest.gpus, self._latest.processes = result.gpus, result.processes
+        self._latest.gpus, self._latest.processes, self._latest.health = result.gpus, result.processes, result.health
         return [*result.gpus, *result.processes, *result.events]
 
     def _commit(self, records: Sequence[StoredRecord], cursors: Sequence[Cursor | JournalCursor],
@@ -247,8 +249,8 @@ class Daemon:
         self._observe_counters()
         result = self._writer.commit(records, cursors, expired, totals=self.totals.take_dirty(), now=now)
         for event in result.new_events:
-            for key in event_counters(event):
-                self.totals.absorb(key, 1.0)
+            for key, n in event_counters(event):
+                self.totals.absorb(key, float(n))
         self._observe_store()  # this very commit may have failed: show it now, persist it with the next
         self._latest.take(r for r in records if isinstance(r, ServerStats | CapacityFact))
         return result
@@ -280,13 +282,14 @@ class Daemon:
             version=__version__, started_at=self._started_at, totals=dict(self.totals.values),
             sources=[s.reader.stats() for s in self._sources or ()], servers=dict(self._latest.servers),
             facts={k: dict(v) for k, v in self._latest.facts.items()}, gpus=self._latest.gpus,
-            gpu_processes=self._latest.processes, nvml_enabled=self._nvml is not None,
+            gpu_processes=self._latest.processes, gpu_health=self._latest.health, nvml_enabled=self._nvml is not None,
             nvml_up=self._nvml.up if self._nvml else False,
             targets=[TargetState(t.target, t.up, t.last_duration_seconds) for t in (s.stats() for s in self._scrapers)],
             store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,
             budget=_budget_gauges(self._budget), capacities=self.capacities(),
             configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
-            findings=self.advisor.active(),
+            findings=self.advisor.active(), build=self._build_info,
+            histograms={(h.source, h.signal): h for s in self._scrapers for h in s.histograms_since_start(now)},
         )
         with self._snapshot_lock:
             self._snapshot = snapshot

@@ -4,11 +4,13 @@ A log copied from another node goes through the same parsers as the daemon's, an
 a store (usually `:memory:`) where the same read queries, rules and views work on it. Each file is its
 own engine instance, named by its path (or by `engine` when the caller names it), so two engines'
 logs are never judged as one. Records carry their own times; lines without a time are dated by the
-file's modification time, as `scan` does.
+file's modification time, as `scan` does; `-` is standard input (its lines dated by now).
 """
 
 from __future__ import annotations
 
+import sys
+import time
 from collections.abc import Sequence
 from datetime import timezone, tzinfo
 from pathlib import Path
@@ -25,6 +27,12 @@ def load_logs(paths: Sequence[Path], store: Store, *, server: Server = Server.AU
     records, which are in the store). An unreadable file is an AgentError naming it."""
     out: list[FileScan] = []
     for path in paths:
+        if str(path) == "-":  # standard input, as `scan -` reads it
+            scan = scan_stream(sys.stdin.buffer, "-", server, time.time(), tz)
+            store.commit(scan.records, now=time.time())
+            scan.records = []
+            out.append(scan)
+            continue
         try:
             with path.open("rb") as handle:
                 scan = scan_stream(handle, str(path), server, path.stat().st_mtime, tz)

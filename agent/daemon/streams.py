@@ -26,6 +26,7 @@ from agent.records import (
 )
 from agent.sources.engines import engine_name
 from agent.sources.journal import JournalSource
+from agent.sources.nvml_model import GpuHealth
 from agent.sources.tailer import FileTailer
 from parsers import Parser, make_parser
 
@@ -151,6 +152,10 @@ class LogStream:
         return out
 
 
+_GAUGES = ("running", "waiting", "swapped", "kv_usage_ratio", "prompt_tps", "gen_tps", "prefix_hit_ratio",
+           "kv_used_tokens")
+
+
 @dataclass
 class Latest:
     """What the exporter and `status` show: the newest sample of everything."""
@@ -159,12 +164,20 @@ class Latest:
     facts: dict[str, dict[str, float | str]] = field(default_factory=dict)
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[GpuProcessSample, ...] = ()
+    health: tuple[GpuHealth, ...] = ()  # clocks, throttling, ECC: shown, never stored
 
     def take(self, records: Iterable[Record]) -> None:
         for r in records:
             if isinstance(r, ServerStats):
                 held = self.servers.get(r.source)
-                if held is None or (r.ts or 0) >= (held.ts or 0):
+                if held is None:
                     self.servers[r.source] = r
+                else:
+                    # Two witnesses of one engine (its log and its /metrics) each report what the other may
+                    # not (a V0 log has swapped requests, a scrape may not): the newer sample wins, and a
+                    # gauge it lacks keeps the value the older one gave.
+                    new, old = (r, held) if (r.ts or 0) >= (held.ts or 0) else (held, r)
+                    missing = {f: getattr(old, f) for f in _GAUGES if getattr(new, f) is None}
+                    self.servers[r.source] = new._replace(**missing) if missing else new
             elif isinstance(r, CapacityFact):
                 self.facts.setdefault(r.source, {})[r.name] = r.value

@@ -6,132 +6,59 @@ shares mutable state with the HTTP thread (it swaps in a new snapshot; the colle
 Counters come from restart-safe totals kept in SQLite, so `rate()` sees no false reset after a restart.
 Conventions: `deepinfer_` prefix, base units, `_total` counters, `_ratio` 0–1, labels bounded (source
 names from the config, GPU indexes, event kinds, Xid codes, NVML call names) — never request ids,
-prompts, pids or hostnames.
+prompts, pids or hostnames. Every series about one engine carries `engine` (the engine's name:
+the source's, or `<source>/<file>` for a glob); the same value under `source` on those series is
+deprecated (docs/metrics.md, "Deprecated labels") and goes in 0.3.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
+from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from agent.bookkeeping import SourceStats
-from agent.capacity.capacity import Capacity
-from agent.records import EventKind, GpuProcessSample, GpuSample, ServerStats
+from agent.buildinfo import BuildInfo
+from agent.records import EventKind, GpuProcessSample, HistogramWindow, ServerStats
+from agent.sinks.families import (
+    BUDGET_GAUGES,
+    COUNTERS,
+    ENGINE_COUNTERS,
+    FACT_GAUGES,
+    GPU_GAUGES,
+    LATENCY_HISTOGRAMS,
+    SERVER_GAUGES,
+    Labels,
+)
+from agent.sinks.landing import landing
+from agent.sinks.snapshot import (
+    Snapshot,
+    TargetState,
+    Totals,
+    engines_of,
+    source_of,
+)
+from agent.sources.nvml_model import CLOCKS_EVENT_REASONS, GpuHealth
 from agent.verdicts import Finding
-
-Labels = tuple[str, ...]
-Totals = Mapping[tuple[str, Labels], float]
-
-# Restart-safe counters: totals key (the metric name without `deepinfer_`) → (help, label names). The
-# daemon keeps their values in SQLite's `totals` table under the same keys.
-COUNTERS: dict[str, tuple[str, Labels]] = {
-    "events_total": ("Classified events (OOM, preemption, pending, queue_full, deadline_exceeded, http_429/503, "
-               "request_failed, engine_dead, cuda_error, nccl_timeout, xid, gpu_lost).", ("source", "server", "kind")),
-    "gpu_xid_errors_total": ("NVIDIA driver Xid errors, from NVML events and the kernel log.", ("gpu", "xid")),
-    "source_lines_total": ("Log lines delivered by the source.", ("source",)),
-    "source_bytes_total": ("Bytes read by the source.", ("source",)),
-    "source_rotations_total": ("Log rotations followed (rename, replace, delete, symlink swap).", ("source",)),
-    "source_truncations_total": ("Truncations noticed (copytruncate).", ("source",)),
-    "source_read_errors_total": ("Files that could not be opened or read.", ("source",)),
-    "source_partial_flushes_total": ("Unfinished last lines delivered after a quiet time.", ("source",)),
-    "source_invalid_utf8_total": ("Lines with bytes that are not UTF-8 (replaced).", ("source",)),
-    "source_truncated_lines_total": ("Lines cut at max_line_bytes.", ("source",)),
-    "source_framing_errors_total": ("Lines that did not parse as the source's envelope (Docker, CRI, journal).",
-                              ("source",)),
-    "source_restarts_total": ("journald: times journalctl exited and was restarted.", ("source",)),
-    "source_emfile_total": ("Files that could not be opened because the agent ran out of file descriptors.",
-                            ("source",)),
-    "parse_errors_total": ("Lines a parser skipped because their numbers could not be read.", ("source",)),
-    "nvml_errors_total": ("NVML calls that failed, by call.", ("call",)),
-    "scrapes_total": ("Scrapes of an engine's /metrics.", ("target",)),
-    "scrape_errors_total": ("Failed scrapes of an engine's /metrics.", ("target",)),
-    "store_write_errors_total": ("SQLite write failures (full disk, locked or corrupt database).", ()),
-    "store_dropped_records_total": ("Records dropped because the write buffer was full during a store outage.", ()),
-    "config_reloads_total": ("Config reloads attempted (SIGHUP).", ()),
-    "config_reload_errors_total": ("Config reloads rejected; the last good config stays in force.", ()),
-    "rule_load_errors_total": ("Rule loads (start-up or SIGHUP) rejected; the last good rule set stays in force.",
-                               ()),
-}
-
-
-@dataclass(frozen=True)
-class TargetState:
-    """One engine /metrics target as the exporter reports it."""
-
-    target: str
-    up: bool
-    last_duration_seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything the exporter shows, taken at one instant by the daemon loop."""
-
-    version: str
-    started_at: float
-    totals: Totals = field(default_factory=dict)
-    sources: Sequence[SourceStats] = ()
-    servers: Mapping[str, ServerStats] = field(default_factory=dict)
-    facts: Mapping[str, Mapping[str, float | str]] = field(default_factory=dict)
-    gpus: Sequence[GpuSample] = ()
-    gpu_processes: Sequence[GpuProcessSample] = ()
-    nvml_enabled: bool = False
-    nvml_up: bool = False
-    targets: Sequence[TargetState] = ()
-    store_up: bool = True
-    store_buffered_records: int = 0
-    store_size_bytes: int | None = None
-    budget: Mapping[str, float] = field(default_factory=dict)
-    capacities: Mapping[str, Capacity] = field(default_factory=dict)
-    configured: Mapping[str, float] = field(default_factory=dict)
-    config_last_reload_ok: bool = True
-    findings: Sequence[Finding] = ()
 
 
 def _gauge(name: str, doc: str, labels: Labels = ()) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"deepinfer_{name}", doc, labels=list(labels))
 
 
-_SERVER_GAUGES: tuple[tuple[str, str, str, float], ...] = (
-    # (metric suffix, ServerStats field, help, scale)
-    ("running_requests", "running", "Requests being computed (the engine's running batch).", 1.0),
-    ("waiting_requests", "waiting", "Requests accepted but waiting for a slot.", 1.0),
-    ("swapped_requests", "swapped", "Requests whose KV cache was swapped to CPU (vLLM V0).", 1.0),
-    ("kv_cache_usage_ratio", "kv_usage_ratio", "Share of the KV cache in use (0–1).", 1.0),
-    ("prompt_tokens_per_second", "prompt_tps", "Prompt (prefill) throughput.", 1.0),
-    ("generation_tokens_per_second", "gen_tps", "Generation (decode) throughput.", 1.0),
-    ("prefix_cache_hit_ratio", "prefix_hit_ratio", "Prefix-cache hit ratio (0–1).", 1.0),
-)
-_FACT_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("server_kv_cache_tokens", "kv_cache_tokens", "KV-cache capacity in tokens, as the engine reported it."),
-    ("server_kv_cache_bytes", "kv_cache_bytes", "Memory the engine gave the KV cache."),
-    ("server_max_concurrency", "max_concurrency",
-     "Requests of tokens_per_request tokens the engine's KV cache holds at once, as it reported."),
-    ("server_max_num_seqs", "max_num_seqs", "The engine's max_num_seqs, as it reported it."),
-    ("server_max_model_len", "max_model_len", "The engine's max_model_len, as it reported it."),
-    ("server_gpu_memory_utilization_ratio", "gpu_memory_utilization",
-     "The share of each GPU's memory the engine may use (its gpu_memory_utilization), as it reported it."),
-)
-_GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("gpu_memory_total_bytes", "memory_total_bytes", "GPU memory in total."),
-    ("gpu_memory_used_bytes", "memory_used_bytes", "GPU memory in use."),
-    ("gpu_memory_free_bytes", "memory_free_bytes", "GPU memory free."),
-    ("gpu_memory_reserved_bytes", "memory_reserved_bytes", "GPU memory reserved by the driver."),
-    ("gpu_utilization_ratio", "utilization_gpu_ratio", "Share of time a kernel was running (0–1)."),
-    ("gpu_memory_utilization_ratio", "utilization_memory_ratio",
-     "Share of time GPU memory was being read or written (0–1)."),
-    ("gpu_temperature_celsius", "temperature_celsius", "GPU temperature."),
-    ("gpu_power_watts", "power_watts", "GPU power draw."),
-    ("gpu_power_limit_watts", "power_limit_watts", "GPU power limit."),
-)
+__all__ = ["COUNTERS", "MetricsServer", "Snapshot", "SnapshotCollector", "TargetState", "landing"]
 
 
 class SnapshotCollector(Collector):
@@ -144,8 +71,9 @@ class SnapshotCollector(Collector):
         snap = self._latest()
         yield from _counters(_with_zero_events(snap.totals, snap.servers))
         yield from _agent(snap)
-        yield from _sources(snap.sources)
+        yield from _sources(snap.sources, engines_of(snap))
         yield from _servers(snap.servers, snap.facts)
+        yield from _latency(snap.histograms)
         yield from _gpus(snap)
         yield from _budget(snap)
         yield from _findings(snap.findings)
@@ -168,10 +96,14 @@ def _counters(totals: Totals) -> Iterator[Metric]:
     for (name, labels), value in totals.items():
         by_name.setdefault(name, []).append((labels, value))
     for name, (doc, label_names) in COUNTERS.items():
-        family = CounterMetricFamily(f"deepinfer_{name.removesuffix('_total')}", doc, labels=list(label_names))
+        engine_first = name in ENGINE_COUNTERS
+        exported = ("engine", *label_names[1:], "source") if engine_first else label_names
+        family = CounterMetricFamily(f"deepinfer_{name.removesuffix('_total')}", doc, labels=list(exported))
+        if not label_names:  # a counter without labels is 0 until it moves, so its first step is seen
+            by_name.setdefault(name, [((), 0.0)])
         for labels, value in sorted(by_name.get(name, [])):
             if len(labels) == len(label_names):
-                family.add_metric(list(labels), value)
+                family.add_metric([*labels, labels[0]] if engine_first else list(labels), value)
         yield family
 
 
@@ -187,6 +119,12 @@ def _agent(snap: Snapshot) -> Iterator[Metric]:
     info = InfoMetricFamily("deepinfer_agent", "The agent's version.", labels=["version"])
     info.add_metric([snap.version], {})
     yield info
+    build = snap.build or BuildInfo(version=snap.version)
+    built = InfoMetricFamily("deepinfer_build", "What the running agent was built from (as node_exporter's "
+                             "build_info): version, git revision and branch, Python version.",
+                             labels=["version", "revision", "branch", "python"])
+    built.add_metric([build.version, build.revision, build.branch, build.python], {})
+    yield built
     yield _single("agent_start_time_seconds", "When the agent process started (Unix time).", snap.started_at)
     yield _single("store_up", "1 while SQLite writes succeed; 0 while records are buffered or dropped.",
                   snap.store_up)
@@ -198,26 +136,34 @@ def _agent(snap: Snapshot) -> Iterator[Metric]:
                   snap.config_last_reload_ok)
     yield _single("nvml_up", "1 while NVML answers for every GPU; 0 when the driver is missing or a GPU is lost.",
                   snap.nvml_up if snap.nvml_enabled else None)
-    up = _gauge("scrape_up", "1 when the last scrape of the engine's /metrics succeeded.", ("target",))
+    up = _gauge("scrape_up", "1 when the last scrape of the engine's /metrics succeeded.", ("target", "engine"))
     duration = _gauge("scrape_duration_seconds", "How long the last scrape of the engine's /metrics took.",
-                      ("target",))
+                      ("target", "engine"))
     for t in snap.targets:
-        up.add_metric([t.target], float(t.up))
+        up.add_metric([t.target, t.target], float(t.up))  # a target's records carry its name as their engine
         if t.last_duration_seconds is not None:
-            duration.add_metric([t.target], t.last_duration_seconds)
+            duration.add_metric([t.target, t.target], t.last_duration_seconds)
     yield up
     yield duration
 
 
-def _sources(sources: Iterable[SourceStats]) -> Iterator[Metric]:
+def _sources(sources: Sequence[SourceStats], engines: set[str]) -> Iterator[Metric]:
     up = _gauge("source_up", "1 while the log source can read; 0 when its path is missing, a directory, a dangling "
-                "symlink, unreadable, or the agent's own store.", ("source",))
+                "symlink, unreadable, or the agent's own store. One sample per engine the source feeds "
+                "(`engine`; empty before its first line), so a dashboard can pick an engine and find its source.",
+                ("source", "engine"))
+    fed: dict[str, list[str]] = {}
+    for engine in engines:
+        source = source_of(engine, [s.source for s in sources])
+        if source is not None:
+            fed.setdefault(source, []).append(engine)
     lag = _gauge("source_lag_bytes", "Bytes written to the source's files but not read yet.", ("source",))
     files = _gauge("source_files", "Files the source has open (live and draining rotated ones).", ("source",))
     down = InfoMetricFamily("deepinfer_source_down", "Why a source is down (no sample while it is up).",
                             labels=["source", "reason"])
     for s in sources:
-        up.add_metric([s.source], float(s.up))
+        for engine in sorted(fed.get(s.source, [""])):
+            up.add_metric([s.source, engine], float(s.up))
         lag.add_metric([s.source], s.lag_bytes)
         files.add_metric([s.source], s.files)
         if not s.up and s.down_reason:
@@ -226,34 +172,55 @@ def _sources(sources: Iterable[SourceStats]) -> Iterator[Metric]:
 
 
 def _servers(servers: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str, float | str]]) -> Iterator[Metric]:
-    for suffix, attr, doc, scale in _SERVER_GAUGES:
-        family = _gauge(f"server_{suffix}", doc, ("source", "server"))
-        for source, stats in sorted(servers.items()):
+    # `source` repeats `engine` on these series: deprecated, kept until 0.3 (docs/metrics.md).
+    for suffix, attr, doc, scale in SERVER_GAUGES:
+        family = _gauge(f"server_{suffix}", doc, ("engine", "server", "source"))
+        for engine, stats in sorted(servers.items()):
             value = getattr(stats, attr)
             if value is not None:
-                family.add_metric([source, stats.server.value], float(value) * scale)
+                family.add_metric([engine, stats.server.value, engine], float(value) * scale)
         yield family
     last = _gauge("server_last_sample_timestamp_seconds", "Time of the latest load sample (Unix time).",
-                  ("source", "server"))
-    for source, stats in sorted(servers.items()):
+                  ("engine", "server", "source"))
+    for engine, stats in sorted(servers.items()):
         if stats.ts is not None:
-            last.add_metric([source, stats.server.value], stats.ts)
+            last.add_metric([engine, stats.server.value, engine], stats.ts)
     yield last
-    for metric, name, doc in _FACT_GAUGES:
-        family = _gauge(metric, doc, ("source",))
-        for source, values in sorted(facts.items()):
+    for metric, name, doc in FACT_GAUGES:
+        family = _gauge(metric, doc, ("engine", "source"))
+        for engine, values in sorted(facts.items()):
             value = values.get(name)
             if isinstance(value, int | float):
-                family.add_metric([source], float(value))
+                family.add_metric([engine, engine], float(value))
         yield family
+
+
+def _latency(histograms: Mapping[tuple[str, str], HistogramWindow]) -> Iterator[Metric]:
+    """The engines' latency histograms, accumulated from the scrape windows, in Prometheus' own histogram
+    form (cumulative `_bucket{le}`, `_sum`, `_count`), so `histogram_quantile` reads them per engine."""
+    for signal, (metric, doc) in LATENCY_HISTOGRAMS.items():
+        family = HistogramMetricFamily(f"deepinfer_{metric}", doc, labels=["engine", "server"])
+        for (engine, sig), h in sorted(histograms.items()):
+            if sig != signal:
+                continue
+            buckets = [(_le(bound), count) for bound, count in zip(h.bounds, h.counts, strict=True)]
+            family.add_metric([engine, h.server.value], buckets, h.sum)
+        yield family
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 def _gpus(snap: Snapshot) -> Iterator[Metric]:
-    info = InfoMetricFamily("deepinfer_gpu", "Identity of each GPU NVML reports.", labels=["gpu", "uuid", "name"])
+    info = InfoMetricFamily("deepinfer_gpu", "Identity of each GPU NVML reports (join on gpu: "
+                            "`* on (instance, gpu) group_left (uuid, name) deepinfer_gpu_info`).",
+                            labels=["gpu", "uuid", "name", "pci_bus_id"])
     for g in snap.gpus:
-        info.add_metric([str(g.gpu), g.uuid, g.name], {})
+        info.add_metric([str(g.gpu), g.uuid, g.name, g.pci_bus_id or ""], {})
     yield info
-    for metric, attr, doc in _GPU_GAUGES:
+    yield from _gpu_health(snap.gpu_health)
+    for metric, attr, doc in GPU_GAUGES:
         family = _gauge(metric, doc, ("gpu",))
         for g in snap.gpus:
             value = getattr(g, attr)
@@ -275,29 +242,55 @@ def _gpus(snap: Snapshot) -> Iterator[Metric]:
     yield count
 
 
-_BUDGET_GAUGES: tuple[tuple[str, str, str], ...] = (
-    # (metric, key in Snapshot.budget / Snapshot.configured, help)
-    ("budget_max_concurrency", "max_concurrency",
-     "Max concurrent requests the computed KV budget allows (deepinfer-agent budget)."),
-    ("budget_usable_kv_bytes", "usable_kv_bytes", "KV-cache memory per GPU in the computed budget."),
-    ("budget_kv_bytes_per_token", "kv_bytes_per_token", "KV-cache bytes per token per GPU in the computed budget."),
-    ("budget_tokens_per_request", "tokens_per_request", "Tokens per request the computed budget assumes."),
-    ("config_max_num_seqs", "max_num_seqs", "max_num_seqs as configured (server.max_num_seqs)."),
-    ("config_max_queue_size", "max_queue_size", "max_queue_size as configured (server.max_queue_size)."),
-    ("config_max_model_len", "max_model_len", "max_model_len as configured (server.max_model_len)."),
-)
+def _gpu_health(health: Sequence[GpuHealth]) -> Iterator[Metric]:
+    """Clocks, throttle reasons, ECC and row remapping (dcgm-exporter's fields), and for each group whether
+    the driver reports it: `deepinfer_gpu_field_up 0` says "not supported here", where no sample could
+    only say "nothing"."""
+    field_up = _gauge("gpu_field_up", "1 when NVML reports this group of fields on the GPU (clocks, "
+                      "clocks_event_reasons, ecc, remapped_rows); 0 when the driver or card does not.",
+                      ("gpu", "field"))
+    clocks = _gauge("gpu_clock_hertz", "Current clock (sm, memory).", ("gpu", "clock"))
+    reasons = _gauge("gpu_clocks_event_reason", "1 while this reason holds the clocks down (NVML's clocks event, "
+                     "formerly throttle, reasons): sw_power_cap, hw_thermal_slowdown, …", ("gpu", "reason"))
+    ecc = CounterMetricFamily("deepinfer_gpu_ecc_errors", "ECC errors over the GPU's life (aggregate), "
+                              "corrected and uncorrected.", labels=["gpu", "type"])
+    rows = _gauge("gpu_remapped_rows", "Memory rows remapped, by the kind of error that caused it.", ("gpu", "cause"))
+    pending = _gauge("gpu_row_remap_pending", "1 when a row remap waits for a GPU reset.", ("gpu",))
+    failed = _gauge("gpu_row_remap_failed", "1 when a row remap failed (the card needs service).", ("gpu",))
+    for h in sorted(health, key=lambda h: h.gpu):
+        gpu = str(h.gpu)
+        field_up.add_metric([gpu, "clocks"], float(h.sm_clock_hz is not None or h.memory_clock_hz is not None))
+        field_up.add_metric([gpu, "clocks_event_reasons"], float(h.clocks_event_reasons is not None))
+        field_up.add_metric([gpu, "ecc"], float(h.ecc_corrected is not None or h.ecc_uncorrected is not None))
+        field_up.add_metric([gpu, "remapped_rows"], float(h.remapped_rows is not None))
+        for name, hz in (("sm", h.sm_clock_hz), ("memory", h.memory_clock_hz)):
+            if hz is not None:
+                clocks.add_metric([gpu, name], hz)
+        if h.clocks_event_reasons is not None:
+            for reason, bit in CLOCKS_EVENT_REASONS.items():
+                reasons.add_metric([gpu, reason], float(bool(h.clocks_event_reasons & bit)))
+        for kind, count in (("corrected", h.ecc_corrected), ("uncorrected", h.ecc_uncorrected)):
+            if count is not None:
+                ecc.add_metric([gpu, kind], float(count))
+        if h.remapped_rows is not None:
+            correctable, uncorrectable, is_pending, is_failed = h.remapped_rows
+            rows.add_metric([gpu, "correctable"], float(correctable))
+            rows.add_metric([gpu, "uncorrectable"], float(uncorrectable))
+            pending.add_metric([gpu], float(bool(is_pending)))
+            failed.add_metric([gpu], float(bool(is_failed)))
+    yield from (field_up, clocks, reasons, ecc, rows, pending, failed)
 
 
 def _budget(snap: Snapshot) -> Iterator[Metric]:
-    for metric, key, doc in _BUDGET_GAUGES:
+    for metric, key, doc in BUDGET_GAUGES:
         values = snap.budget if metric.startswith("budget_") else snap.configured
         yield _single(metric, doc, values.get(key))
     governing = _gauge("capacity_max_concurrency", "Requests the engine holds at once at the budget's tokens per "
                        "request: the engine's own figure once it reported one, else the paper budget "
-                       "(`basis` says which).", ("source", "basis"))
-    for source, cap in sorted(snap.capacities.items()):
+                       "(`basis` says which).", ("engine", "basis", "source"))
+    for engine, cap in sorted(snap.capacities.items()):
         if cap.max_concurrency is not None and cap.governs is not None:
-            governing.add_metric([source, cap.governs], float(cap.max_concurrency))
+            governing.add_metric([engine, cap.governs, engine], float(cap.max_concurrency))
     yield governing
 
 
@@ -318,11 +311,6 @@ def _findings(findings: Sequence[Finding]) -> Iterator[Metric]:
 
 
 # --- serving -----------------------------------------------------------------------------------------
-
-_LANDING = b"""<!doctype html><html><head><title>deepinfer-agent</title></head><body>
-<h1>deepinfer-agent</h1><p>Prometheus metrics: <a href="/metrics">/metrics</a></p></body></html>
-"""
-
 
 MAX_CONNECTIONS = 16  # scrapes are short; more at once are refused rather than allowed to eat descriptors
 IDLE_SECONDS = 5.0  # a connection that sends no complete request in this long is closed
@@ -368,12 +356,13 @@ class MetricsServer:
     def __init__(self, latest: Callable[[], Snapshot], host: str, port: int) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(latest))
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory, open fds (Linux)
         metrics_app = make_wsgi_app(self.registry)
 
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             if environ.get("PATH_INFO") in ("", "/"):
                 start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-                return [_LANDING]
+                return [landing(latest())]
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
 
         self._httpd = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.messages import fold
 from agent.records import (
     Event,
     EventKind,
@@ -29,6 +30,8 @@ from agent.sinks.rows import LOAD_STEP_COLUMNS
 from agent.sinks.store import Store
 from agent.verdicts import Direction, Finding, LoadStep
 
+# The occurrences one stored event stands for, in SQL (as store.occurrences): `fields.count`, else 1.
+OCCURRENCES = "coalesce(json_extract(fields, '$.count'), 1)"
 _EVENT_COLUMNS = "ts, at, source, server, kind, severity, phase, message, fields, path, offset"
 _STATS_COLUMNS = ("ts, at, source, server, running, waiting, swapped, kv_usage_ratio, prompt_tps, gen_tps, "
                   "prefix_hit_ratio, preemptions, kv_used_tokens, path, offset")
@@ -80,8 +83,10 @@ class Queries:
         self._store = store
 
     def event_totals(self) -> dict[tuple[str, str, str], int]:
-        """Stored events by (source, server, kind) — what retention has left, not a counter."""
-        rows = self._store.query("SELECT source, server, kind, count(*) FROM events GROUP BY source, server, kind", ())
+        """Occurrences of stored events by (source, server, kind) (each event's `count`, 1 without one) — what
+        retention has left, not a counter."""
+        rows = self._store.query(f"SELECT source, server, kind, sum({OCCURRENCES}) FROM events "
+                                 "GROUP BY source, server, kind", ())
         return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
 
     def event_counts(self, since: float, until: float | None = None) -> dict[tuple[str, str, str], int]:
@@ -290,17 +295,19 @@ class Queries:
 
     def top_messages(self, since: float, until: float, total: int, limit: int = 10,
                      exact_up_to: int = 100_000, slices: int = 40, per_slice: int = 500) -> MessageCounts:
-        """The most frequent distinct (kind, message) pairs of the window's `total` events (already redacted).
+        """The most frequent errors of the window's `total` events: grouped by kind and the message folded
+        (agent/messages.py: numbers, ids and addresses are placeholders), each group shown by its most
+        frequent message, counted in occurrences (`fields.count`); info-level events (a queue that became
+        non-empty) are not errors and are left out. Messages are already redacted.
 
         Exact up to `exact_up_to` events. Past that, counting every message means reading every row (a
         second per million), so the counts come from `slices` evenly spread runs of `per_slice` rows
         of the window's rowids and are scaled up: `sampled` says how many rows they stand on.
         """
         if total <= exact_up_to:
-            rows = self._store.query("SELECT kind, message, count(*) AS n FROM events WHERE at >= ? AND at < ? "
-                                     "GROUP BY kind, message ORDER BY n DESC, kind, message LIMIT ?",
-                                     (since, until, limit))
-            return MessageCounts([(str(r[0]), str(r[1]), int(r[2])) for r in rows], None)
+            rows = self._store.query(f"SELECT kind, message, sum({OCCURRENCES}) FROM events WHERE at >= ? AND "
+                                     "at < ? AND severity != 'info' GROUP BY kind, message", (since, until))
+            return MessageCounts(_grouped(((str(r[0]), str(r[1]), int(r[2])) for r in rows), limit), None)
         bounds = self._store.query("SELECT min(rowid), max(rowid) FROM events WHERE at >= ? AND at < ?",
                                    (since, until))[0]  # a scan of the covering time index, no row reads
         first, last = (int(bounds[0]), int(bounds[1])) if bounds[0] is not None else (0, -1)
@@ -308,13 +315,15 @@ class Queries:
         counts: dict[tuple[str, str], int] = {}
         sampled = 0
         for start in range(first, last + 1, step):
-            for kind, message in self._store.query("SELECT kind, message FROM events WHERE rowid >= ? AND rowid < ? "
-                                                   "AND at >= ? AND at < ?", (start, start + per_slice, since, until)):
-                counts[(kind, message)] = counts.get((kind, message), 0) + 1
+            for kind, message, severity, n in self._store.query(
+                    f"SELECT kind, message, severity, {OCCURRENCES} FROM events WHERE rowid >= ? AND rowid < ? "
+                    "AND at >= ? AND at < ?", (start, start + per_slice, since, until)):
                 sampled += 1
+                if severity != "info":
+                    counts[(kind, message)] = counts.get((kind, message), 0) + int(n)
         scale = total / sampled if sampled else 0.0
-        top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:limit]
-        return MessageCounts([(k, m, round(n * scale)) for (k, m), n in top], sampled)
+        top = _grouped(((k, m, n) for (k, m), n in counts.items()), limit)
+        return MessageCounts([(k, m, round(n * scale)) for k, m, n in top], sampled)
 
     def time_range(self) -> tuple[float, float] | None:
         """The oldest and newest record time over events, load samples and GPU samples; None when empty.
@@ -362,6 +371,20 @@ class MessageCounts:
 
     rows: list[tuple[str, str, int]]
     sampled: int | None
+
+
+def _grouped(rows: Iterable[tuple[str, str, int]], limit: int) -> list[tuple[str, str, int]]:
+    """(kind, message, count) rows summed by kind and folded message; each group named by its most frequent
+    message (the first in order on a tie), the `limit` largest first."""
+    groups: dict[tuple[str, str], list[Any]] = {}  # key → [count, best count, sample]
+    for kind, message, n in sorted(rows, key=lambda r: (r[0], r[1])):
+        group = groups.setdefault((kind, fold(message)), [0, -1, message])
+        group[0] += n
+        if n > group[1]:
+            group[1], group[2] = n, message
+    top = sorted(((kind, sample, count) for (kind, _), (count, _, sample) in groups.items()),
+                 key=lambda r: (-r[2], r[0], r[1]))
+    return top[:limit]
 
 
 def _finding(row: Sequence[Any]) -> Finding:

@@ -66,23 +66,34 @@ SCHEMA_VERSION = len(KNOWN_MIGRATIONS)
 TotalsKey = tuple[str, tuple[str, ...]]
 
 
-def event_counters(event: Event) -> Iterable[TotalsKey]:
-    """The one place that decides which counters a newly stored event moves: events by (source, server,
-    kind), and Xid errors by GPU and code (the GPU's index from NVML, else the PCI bus from the kernel
-    line). `Store.commit` runs it inside the commit's transaction, so stored counters always agree with
-    stored events, and the loop runs it on the commit's new events to mirror them in memory."""
-    yield ("events_total", (event.source, event.server.value, event.kind.value))
+def occurrences(event: Event) -> int:
+    """How many occurrences one event stands for: its `count` field (a stats line's preemptions, a scrape's
+    rejections since the last one), 1 when it has none. Counters, totals and reports add this, never rows."""
+    count = event.fields.get("count")
+    if isinstance(count, bool) or not isinstance(count, int | float) or count < 0:
+        return 1
+    return int(count)
+
+
+def event_counters(event: Event) -> Iterable[tuple[TotalsKey, int]]:
+    """The one place that decides which counters a newly stored event moves, and by how much (its
+    occurrences): events by (source, server, kind), and Xid errors by GPU and code (the GPU's index from
+    NVML, else the PCI bus from the kernel line). `Store.commit` runs it inside the commit's transaction,
+    so stored counters always agree with stored events, and the loop runs it on the commit's new events to
+    mirror them in memory."""
+    n = occurrences(event)
+    yield ("events_total", (event.source, event.server.value, event.kind.value)), n
     if event.kind in (EventKind.XID, EventKind.GPU_LOST) and "xid" in event.fields:
         gpu = event.fields.get("gpu", event.fields.get("pci_bus", "unknown"))
-        yield ("gpu_xid_errors_total", (str(gpu), str(event.fields["xid"])))
+        yield ("gpu_xid_errors_total", (str(gpu), str(event.fields["xid"]))), n
 
 
 def _counted(events: Iterable[Event]) -> dict[TotalsKey, int]:
     """How much each counter moves for these new events."""
     out: dict[TotalsKey, int] = {}
     for event in events:
-        for key in event_counters(event):
-            out[key] = out.get(key, 0) + 1
+        for key, n in event_counters(event):
+            out[key] = out.get(key, 0) + n
     return out
 
 

@@ -1,4 +1,4 @@
-"""The NVML source: GPU memory, utilization, temperature, power, per-process memory and Xid events.
+"""The NVML source: GPU memory, utilization, temperature, power, clocks, health, processes, Xid events.
 
 This is the only module that imports `pynvml` (from the `nvidia-ml-py` package; the PyPI `pynvml` shim
 is deprecated and warns on import). Every call into the driver goes through one choke-point,
@@ -33,7 +33,7 @@ import pynvml
 
 from agent.records import Event, EventKind, GpuProcessSample, GpuSample, Phase, Server, Severity
 from agent.sources import nvml_model as policy
-from agent.sources.nvml_model import SOURCE, Backoff, Gpu, NvmlPoll, xid_event
+from agent.sources.nvml_model import SOURCE, Backoff, Gpu, GpuHealth, NvmlPoll, address, health_of, where, xid_event
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +58,6 @@ class GpuLostError(Exception):
     def __init__(self, call: str) -> None:
         super().__init__(call)
         self.call = call
-
-
-def _address(handle: Any) -> int:
-    """A device handle's pointer value: how an event's `device` is matched to a GPU."""
-    return ctypes.cast(handle, ctypes.c_void_p).value or 0
 
 
 class GpuPoller:
@@ -145,6 +140,7 @@ class GpuPoller:
             return NvmlPoll(events=tuple(events))
         gpus: list[GpuSample] = []
         processes: list[GpuProcessSample] = []
+        health: list[GpuHealth] = []
         for index in list(self._gpus):
             if index in self._lost and not self._reprobe(index, now):
                 continue
@@ -152,10 +148,23 @@ class GpuPoller:
             try:
                 gpus.append(self._sample(gpu, now))
                 processes.extend(self._processes(gpu, now))
+                health.append(self._health(gpu))
             except GpuLostError as lost:
                 events.append(self._mark_lost(gpu, lost.call, now))
         events.extend(self._drain_events(now))
-        return NvmlPoll(tuple(gpus), tuple(processes), tuple(events))
+        return NvmlPoll(tuple(gpus), tuple(processes), tuple(events), tuple(health))
+
+    def _health(self, gpu: Gpu) -> GpuHealth:
+        """Clocks, throttle reasons, ECC and row remapping: each None where the driver does not say."""
+        n, h = pynvml, gpu.handle
+        sm, mem = (self._call("nvmlDeviceGetClockInfo", gpu, n.nvmlDeviceGetClockInfo, h, k)
+                   for k in (n.NVML_CLOCK_SM, n.NVML_CLOCK_MEM))
+        fixed, lost = (self._call("nvmlDeviceGetTotalEccErrors", gpu, n.nvmlDeviceGetTotalEccErrors, h, k,
+                                  n.NVML_AGGREGATE_ECC)
+                       for k in (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED))
+        reasons = self._call("nvmlDeviceGetCurrentClocksEventReasons", gpu, n.nvmlDeviceGetCurrentClocksEventReasons, h)
+        return health_of(gpu.index, sm, mem, reasons, fixed, lost,
+                         self._call("nvmlDeviceGetRemappedRows", gpu, n.nvmlDeviceGetRemappedRows, h))
 
     def close(self) -> None:
         """Free the event set and shut NVML down; the poller can be polled again afterwards (re-init)."""
@@ -193,14 +202,14 @@ class GpuPoller:
                 raise _RestartError(int(err.value), f"{call}: {err}") from err
             if err.value in _UNSUPPORTED:
                 self._unsupported.add(key)
-                log.debug("NVML %s not supported on %s: %s", call, _where(gpu), err)
+                log.debug("NVML %s not supported on %s: %s", call, where(gpu), err)
             elif key not in self._failing:
                 self._failing.add(key)
-                log.warning("NVML %s failed on %s: %s (logged once until it succeeds)", call, _where(gpu), err)
+                log.warning("NVML %s failed on %s: %s (logged once until it succeeds)", call, where(gpu), err)
             return None
         if key in self._failing:
             self._failing.discard(key)
-            log.info("NVML %s works again on %s", call, _where(gpu))
+            log.info("NVML %s works again on %s", call, where(gpu))
         return result
 
     def _count(self, call: str, gpu: Gpu | None, err: Exception) -> None:
@@ -369,14 +378,14 @@ class GpuPoller:
         """Read the Xid events already queued (timeout 0: never waits), at most `max_events_per_poll`."""
         if self._event_set is None:
             return []
-        by_address = {_address(g.handle): g for g in self._gpus.values() if g.handle is not None}
+        by_address = {address(g.handle): g for g in self._gpus.values() if g.handle is not None}
         events: list[Event] = []
         for _ in range(self._max_events):
             data = self._call("nvmlEventSetWait", None, _wait_without_blocking, self._event_set)
             if data is None:
                 break
             if data.eventType & pynvml.nvmlEventTypeXidCriticalError:
-                events.append(xid_event(by_address.get(_address(data.device)), int(data.eventData), now))
+                events.append(xid_event(by_address.get(address(data.device)), int(data.eventData), now))
         return events
 
 
@@ -387,6 +396,3 @@ def _wait_without_blocking(event_set: Any) -> Any:
     except pynvml.NVMLError_Timeout:
         return None
 
-
-def _where(gpu: Gpu | None) -> str:
-    return "the system" if gpu is None else f"GPU {gpu.index}"

@@ -9,6 +9,7 @@ fails loudly at import if a future nvidia-ml-py renames one.
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,58 @@ class NvmlPoll:
     gpus: tuple[GpuSample, ...] = ()
     processes: tuple[GpuProcessSample, ...] = ()
     events: tuple[Event, ...] = ()
+    health: tuple[GpuHealth, ...] = ()
+
+
+# NVML's clocks-event (throttle) reason bits, by the name the exporter's `reason` label carries (nvml.h).
+CLOCKS_EVENT_REASONS: dict[str, int] = {
+    "gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+    "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80,
+    "display_clock_setting": 0x100,
+}
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """What NVML says about a card's clocks and memory health at one poll: shown, not stored (dcgm-exporter's
+    fields for the same). Each group is None where the driver does not report it (a consumer card has no
+    ECC, a card before Ampere no row remapping), and the exporter says so with a 0 in
+    `deepinfer_gpu_field_up`.
+
+    `clocks_event_reasons` is NVML's bitmask (CLOCKS_EVENT_REASONS); ECC counts are the aggregate
+    (lifetime) volatile-and-persistent totals; `remapped_rows` is (correctable, uncorrectable, pending,
+    failed) as nvmlDeviceGetRemappedRows returns them.
+    """
+
+    gpu: int
+    sm_clock_hz: float | None = None
+    memory_clock_hz: float | None = None
+    clocks_event_reasons: int | None = None
+    ecc_corrected: int | None = None
+    ecc_uncorrected: int | None = None
+    remapped_rows: tuple[int, int, int, int] | None = None
+
+
+def health_of(gpu: int, sm_mhz: Any, memory_mhz: Any, reasons: Any, ecc_corrected: Any, ecc_uncorrected: Any,
+              rows: Any) -> GpuHealth:
+    """GpuHealth from what the NVML calls returned (None for each the driver did not answer)."""
+    def num(value: Any, scale: float = 1.0) -> float | None:
+        return float(value) * scale if value is not None else None
+
+    return GpuHealth(gpu, num(sm_mhz, 1e6), num(memory_mhz, 1e6), int(reasons) if reasons is not None else None,
+                     int(ecc_corrected) if ecc_corrected is not None else None,
+                     int(ecc_uncorrected) if ecc_uncorrected is not None else None,
+                     (int(rows[0]), int(rows[1]), int(rows[2]), int(rows[3])) if rows is not None else None)
+
+
+def address(handle: Any) -> int:
+    """A device handle's pointer value: how an event's `device` is matched to a GPU."""
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+def where(gpu: Gpu | None) -> str:
+    """The words a log line uses for the GPU a call was about."""
+    return "the system" if gpu is None else f"GPU {gpu.index}"
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ class Scraper:
         self.histogram_seconds = histogram_seconds
         self._held: dict[str, histograms.Buckets] = {}  # signal → requests since the last stored window
         self._held_since: float | None = None
+        self._since_start: dict[str, histograms.Buckets] = {}  # signal → every window since the agent started
         self._start_time: float | None = None
         self._last_ok_at: float | None = None
         self._waiting = 0
@@ -151,6 +152,13 @@ class Scraper:
                    interval_seconds=target.interval_seconds, timeout_seconds=target.timeout())
 
     # -- state the metrics and status read -------------------------------------------------------
+
+    def histograms_since_start(self, now: float) -> list[HistogramWindow]:
+        """Each signal's requests since the agent started, on the engine's own buckets (untrimmed, so the
+        exporter's `le` series stay the same from scrape to scrape): a cumulative histogram to export."""
+        server = self._detected or Server.AUTO
+        return [HistogramWindow(now, self.source, server, signal, h.bounds, h.counts, h.sum)
+                for signal, h in sorted(self._since_start.items())]
 
     def counted(self) -> frozenset[EventKind]:
         """The event kinds this target counts exactly (its last successful reading had their counters);
@@ -209,8 +217,9 @@ class Scraper:
         self._errors += 1
         self._last_error = self._describe(exc)
         if not self._failing:
-            log.warning("scrape %s: %s: %s; the target is down until a scrape succeeds (retried every %g s)",
-                        self.source, self.url, self._last_error, self.interval_seconds)
+            retry = f"every {self.interval_seconds:g} s" if self.interval_seconds > 0 else "at every step"
+            log.warning("scrape %s: %s: %s; the target is down until a scrape succeeds (retried %s)",
+                        self.source, self.url, self._last_error, retry)
         self._failing = True
 
     def _describe(self, exc: BaseException) -> str:
@@ -286,6 +295,8 @@ class Scraper:
         scrapes would be 8,640 rows per signal and engine; the rules' windows are minutes), trimmed to the
         buckets that hold requests; a signal without requests stores nothing."""
         for signal, window in r.histograms.items():
+            since = self._since_start.get(signal)
+            self._since_start[signal] = window if since is None else histograms.add([since, window]) or window
             if window.count > 0:
                 held = self._held.get(signal)
                 self._held[signal] = window if held is None else histograms.add([held, window]) or window

@@ -9,8 +9,12 @@ What it does, each step printed as it happens:
 2. starts the agent (`run`) on that log and the engine's /metrics, as it would run on a GPU node;
 3. runs the step-up load test (`loadtest`) against the engine, level by level, until preemptions
    show that the KV cache ran out, and keeps each level in the agent's store;
-4. prints the advisor's recommendation (`advise`) over what the agent stored;
-5. writes the HTML report (`report`) and says where it is.
+4. prints the advisor's recommendation (`advise`) over what the agent stored during this run;
+5. writes the HTML report (`report`) of exactly this run (`--from` its start `--to` its end) and says
+   where it is.
+
+A `--workdir` that holds an earlier demo's files starts fresh: the demo removes the files it makes
+(store, log, config, outputs, report) and says so, so two runs never merge into one report.
 
 Every part runs as its own process through the real command line, exactly as an operator would run
 it; the demo only orchestrates. The processes are stopped on exit, on an error and on Ctrl-C.
@@ -19,6 +23,7 @@ it; the demo only orchestrates. The processes are stopped on exit, on an error a
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import socket
@@ -45,6 +50,7 @@ STARTUP_TIMEOUT_SECONDS = 30.0
 # The real vLLM (--engine vllm): 250 + 250 tokens a request; 2 fit its cache, 3 and more preempt
 REAL_LEVELS = "1,2,3,4,6"
 REAL_STARTUP_TIMEOUT_SECONDS = 300.0
+STEPS = ("simulate", "run", "loadtest", "advise", "report")  # each leaves <step>.out in the workdir
 
 
 class DemoError(AgentError):
@@ -74,6 +80,13 @@ class Demo:
     @property
     def report(self) -> Path:
         return self.workdir / "report.html"
+
+    def made(self) -> list[Path]:
+        """Every file a demo run makes here (the store with its WAL files, the log, the config, each
+        command's output, the report): what a rerun removes, and nothing else."""
+        names = [self.log, self.config, self.report, *(self.workdir / f"{step}.out" for step in STEPS)]
+        names += [self.db, self.db.with_name(self.db.name + "-wal"), self.db.with_name(self.db.name + "-shm")]
+        return [p for p in names if p.exists()]
 
 
 def _command(*args: str) -> list[str]:
@@ -183,8 +196,14 @@ def run_demo(workdir: Path | None, say: Callable[[str], None], engine: str = "si
     root = workdir or Path(tempfile.mkdtemp(prefix="deepinfer-demo-"))
     root.mkdir(parents=True, exist_ok=True)
     demo = Demo(root.resolve(), say, [])
+    earlier = demo.made()
+    if earlier:
+        for path in earlier:
+            path.unlink()
+        say(f"{demo.workdir} held an earlier demo run: its {len(earlier)} files were removed, this run starts fresh")
     started = time.monotonic()
     real = engine == "vllm"
+    began_at = time.time()
     with _stopped_at_exit(demo):
         engine_port, metrics_port = _free_port(), _free_port()
         engine_url = f"http://127.0.0.1:{engine_port}"
@@ -204,17 +223,20 @@ def run_demo(workdir: Path | None, say: Callable[[str], None], engine: str = "si
             "loadtest", f"{engine_url}/v1/completions", "--levels", levels, "--requests-per-level", per_level,
             "--input-tokens", str(prompt), "--output-tokens", str(answer), "--pause", "1",
             "--timeout", "120" if real else "60", "--db", str(demo.db), "--config", str(demo.config), "--no-gpu"],
-            allow_exit=(0, 4) if real else (0,))
+            allow_exit=(0, 4))  # 4: no level was safe, which is the demo's point on the real engine
         say(_indent(table))
         time.sleep(2.0)  # the agent reads the last stats lines and preemption warnings
 
         say("[4/5] what the advisor recommends, from what the agent stored:")
+        # The windows are this run's: from its start (a second early, for the clock's rounding) to now.
+        ran_for = f"{math.ceil(time.time() - began_at) + 1}s"
         advice = _run_step(demo, "advise", ["advise", "--db", str(demo.db), "--config", str(demo.config),
-                                            "--since", "1h"])
+                                            "--since", ran_for])
         say(_indent(advice))
 
         say("[5/5] writing the post-incident report")
-        _run_step(demo, "report", ["report", "--db", str(demo.db), "--config", str(demo.config), "--since", "1h",
+        _run_step(demo, "report", ["report", "--db", str(demo.db), "--config", str(demo.config),
+                                   "--from", f"{began_at - 1:.0f}", "--to", f"{time.time() + 1:.0f}",
                                    "--format", "html", "--output", str(demo.report)])
     say(f"done in {time.monotonic() - started:.0f} s. Report: {demo.report}\n"
         f"Everything the demo made (config, store, logs, each command's output) is in {demo.workdir}")

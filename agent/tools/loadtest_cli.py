@@ -47,7 +47,7 @@ def run_loadtest(*, url: str, levels: str, requests_per_level: int | None, paylo
                  input_tokens: int, output_tokens: int, timeout: float, stream: bool, pause: float,
                  metrics_url: str | None, log: Path | None, db: Path | None, capacity: int | None,
                  config: Path | None, keep_going: bool, gpu: bool, nvml_library: str | None, as_json: bool,
-                 save: Path | None) -> None:
+                 save: Path | None) -> LoadTestResult:
     target = endpoint_url(url)
     chat = is_chat(target)
     body = load_payload(payload, chat) if payload is not None else synthetic_payload(input_tokens, output_tokens, chat)
@@ -64,12 +64,15 @@ def run_loadtest(*, url: str, levels: str, requests_per_level: int | None, paylo
     if db is not None:
         store_steps(db, result)
     document = to_json(result)
-    if save is not None:
+    if save is not None and str(save) == "-":
+        typer.echo(json.dumps(document, indent=2))
+    elif save is not None:
         try:
             save.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
         except OSError as exc:
             raise LoadTestError(f"{save}: cannot write: {exc.strerror or exc}") from exc
     typer.echo(json.dumps(document, indent=2) if as_json else render_table(result))
+    return result
 
 
 def store_steps(db: Path, result: LoadTestResult) -> None:

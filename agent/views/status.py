@@ -10,12 +10,14 @@ when nothing answers there, the report says the agent is not running.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from agent.config import Config
 from agent.daemon.status import LATENCY_WINDOW_SECONDS, StatusReport
 from agent.judge.precedence import reconcile
-from agent.records import as_dict
+from agent.messages import fold
+from agent.records import Event, as_dict
 from agent.views.advice_text import finding_line, recommendation_line
 from agent.views.units import printable, size
 
@@ -164,6 +166,24 @@ def render(report: StatusReport, config: Config, budget_max: int | None, now: fl
     out.append("")
     totals = sorted(report.totals.items(), key=lambda kv: -kv[1])
     out.append("events (all time): " + (", ".join(f"{kind} {n}" for (_, _, kind), n in totals[:8]) or "none"))
-    for e in report.events:
-        out.append(f"  {_ago(e.ts, now):>10}  {e.severity.value:<8} {e.kind.value:<17} {e.source}: {e.message[:100]}")
+    for e, repeats in _runs(report.events):
+        again = f" (×{repeats}, the newest shown)" if repeats > 1 else ""
+        out.append(f"  {_ago(e.ts, now):>10}  {e.severity.value:<8} {e.kind.value:<17} {e.source}: "
+                   f"{e.message[:100]}{again}")
     return printable("\n".join(out))
+
+
+def _runs(events: Sequence[Event]) -> list[tuple[Event, int]]:
+    """Recent events with a run of the same event (kind, engine, message folded: another request id or
+    count) shown once with how many, so a storm of one refusal is one line, not ten identical ones."""
+    runs: list[tuple[Event, int]] = []
+    for e in events:
+        if runs and _same(runs[-1][0], e):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((e, 1))
+    return runs
+
+
+def _same(a: Event, b: Event) -> bool:
+    return (a.kind, a.source, a.severity) == (b.kind, b.source, b.severity) and fold(a.message) == fold(b.message)

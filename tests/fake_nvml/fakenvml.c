@@ -12,6 +12,9 @@
  *   gpu0.util_gpu=87  gpu0.util_memory=40  (percent)   gpu0.temperature=61  (°C)
  *   gpu0.power_mw=350000  gpu0.power_limit_mw=700000
  *   gpu0.procs=1234:21474836480,5678:1048576     pid:used_bytes, comma separated
+ *   gpu0.sm_clock_mhz=1980  gpu0.mem_clock_mhz=2619  gpu0.clocks_event_reasons=4  (NVML's bitmask)
+ *   gpu0.ecc_corrected=3  gpu0.ecc_uncorrected=0  (aggregate counts)
+ *   gpu0.remapped_correctable=2  gpu0.remapped_uncorrectable=1  gpu0.remap_pending=1  gpu0.remap_failure=0
  *   gpu0.lost=1                    every call on GPU 0 returns NVML_ERROR_GPU_IS_LOST
  *   gpu0.rc.nvmlDeviceGetTemperatureV=3          that call on GPU 0 returns 3 (NotSupported)
  *   rc.nvmlDeviceGetCount_v2=999                 that call returns 999 on every GPU
@@ -240,6 +243,40 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t dev, unsigned int *mw) {
 nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t dev, unsigned int *mw) {
     DEVICE_CALL("nvmlDeviceGetEnforcedPowerLimit", dev, gpu);
     *mw = (unsigned int)gpu_u64(gpu, "power_limit_mw", 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t dev, unsigned int type, unsigned int *mhz) {
+    DEVICE_CALL("nvmlDeviceGetClockInfo", dev, gpu);
+    /* NVML_CLOCK_GRAPHICS 0, SM 1, MEM 2, VIDEO 3 */
+    if (type > 3) return NVML_ERROR_INVALID_ARGUMENT;
+    static const char *names[] = {"graphics_clock_mhz", "sm_clock_mhz", "mem_clock_mhz", "video_clock_mhz"};
+    *mhz = (unsigned int)gpu_u64(gpu, names[type], 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t dev, unsigned long long *reasons) {
+    DEVICE_CALL("nvmlDeviceGetCurrentClocksEventReasons", dev, gpu);
+    *reasons = gpu_u64(gpu, "clocks_event_reasons", 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t dev, unsigned int error_type, unsigned int counter_type,
+                                         unsigned long long *count) {
+    DEVICE_CALL("nvmlDeviceGetTotalEccErrors", dev, gpu);
+    /* error_type: NVML_MEMORY_ERROR_TYPE_CORRECTED 0, UNCORRECTED 1; counter_type: VOLATILE 0, AGGREGATE 1 */
+    if (error_type > 1 || counter_type > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    *count = gpu_u64(gpu, error_type ? "ecc_uncorrected" : "ecc_corrected", 0);
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t dev, unsigned int *corr, unsigned int *unc,
+                                       unsigned int *pending, unsigned int *failure) {
+    DEVICE_CALL("nvmlDeviceGetRemappedRows", dev, gpu);
+    *corr = (unsigned int)gpu_u64(gpu, "remapped_correctable", 0);
+    *unc = (unsigned int)gpu_u64(gpu, "remapped_uncorrectable", 0);
+    *pending = (unsigned int)gpu_u64(gpu, "remap_pending", 0);
+    *failure = (unsigned int)gpu_u64(gpu, "remap_failure", 0);
     return NVML_SUCCESS;
 }
 

@@ -327,3 +327,19 @@ def test_gpu_memory_peak_comes_from_nvml(fake_nvml: FakeNvml) -> None:
         result = _run(_options(sim.url, payload=synthetic_payload(8, 8, False), levels=(2,), requests_per_level=4,
                                pause_seconds=0.0, gpu=True, nvml_library=str(fake_nvml.library)))
     assert result.steps[0].gpu_memory_peak_bytes == 61 * GIB
+
+
+def test_loadtest_exits_4_when_no_level_was_safe_and_still_prints_the_result() -> None:
+    """One running slot and no queue: at 4 concurrent requests three are refused, the first level breaks,
+    nothing was safe. Exit 4 (not 0, not an error's 1), with the JSON printed all the same."""
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    with simulator(SimConfig(kv_blocks=1000, speed=50.0, max_num_seqs=1, max_queue_size=0)) as sim:
+        result = CliRunner().invoke(app, ["loadtest", sim.url, "--levels", "4", "--requests-per-level", "8",
+                                          "--input-tokens", "8", "--output-tokens", "8", "--pause", "0",
+                                          "--no-gpu", "--format", "json"])
+    assert result.exit_code == 4, result.output
+    document = json.loads(result.output)
+    assert document["steps"][0]["broke"] and document["verdict"]["safe_level"] is None

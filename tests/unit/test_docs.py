@@ -81,3 +81,40 @@ def test_every_exported_metric_is_in_docs_metrics() -> None:
     for name in sorted(names):
         base = name.removesuffix("_created")
         assert any(f"`{base}{suffix}`" in documented for suffix in ("", "_total", "_info")), name
+
+
+# A repository path written in backticks: one of the top-level trees, then a file with an extension.
+REPO_PATH = re.compile(r"`((?:agent|parsers|tests|rules|examples|bench|grafana|prometheus|systemd|docs|\.ci)/"
+                       r"[\w./-]*\w\.\w+)`")
+# Files outside the repository that a reader cannot open: the docs must not send them there.
+OUTSIDE = re.compile(r"DESIGN\.md|STYLE\.md|design notes|shared/reference|server-formats\.md|\.\./shared|\.\./\.\./")
+# Paths the docs name as what the agent makes or expects on a node, not files of this repository.
+NOT_IN_REPO = re.compile(r"\{|<|\*|^tests/data/real/")
+
+
+def cited_paths() -> list[tuple[str, str]]:
+    """(page:line, path) for every repository path the README, docs/ and the folders' READMEs cite."""
+    found = []
+    readmes = [p for p in ROOT.glob("*/README.md") if p.parent.name != ".venv"]
+    for page in [*pages(), *sorted(readmes)]:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            for path in REPO_PATH.findall(line):
+                if not NOT_IN_REPO.search(path):
+                    found.append((f"{page.relative_to(ROOT)}:{number}", path))
+    return found
+
+
+def test_the_docs_cite_paths_of_this_repository() -> None:
+    assert len(cited_paths()) > 40  # the docs do cite the code: the pattern finds them
+
+
+def test_every_path_the_docs_cite_exists() -> None:
+    missing = [f"{where}: {path}" for where, path in cited_paths() if not (ROOT / path).exists()]
+    assert missing == [], "docs cite files that are not in the repository"
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: p.name if p.parent == DOCS else "README")
+def test_no_page_cites_a_file_outside_the_repository(page: Path) -> None:
+    hits = [f"{page.name}:{n}: {line.strip()}" for n, line in enumerate(page.read_text().splitlines(), 1)
+            if OUTSIDE.search(line)]
+    assert hits == []

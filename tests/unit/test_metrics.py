@@ -11,9 +11,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from agent.bookkeeping import SourceStats
+from agent.buildinfo import BuildInfo
 from agent.prom import exposition_samples
-from agent.records import EventKind, GpuProcessSample, GpuSample, Server, ServerStats
-from agent.sinks.exporter import MetricsServer, Snapshot, SnapshotCollector
+from agent.records import EventKind, GpuProcessSample, GpuSample, HistogramWindow, Server, ServerStats
+from agent.sinks.exporter import MetricsServer, Snapshot, SnapshotCollector, TargetState
 
 METRICS_DOC = (Path(__file__).parent.parent.parent / "docs" / "metrics.md").read_text()
 
@@ -46,7 +47,8 @@ def test_values_and_labels() -> None:
     assert set(events.values()) == {0.0} and len(events) == len(EventKind) - 1, \
         "every other kind at 0, so a first event is seen"
     assert samples["deepinfer_gpu_xid_errors"] == [({"gpu": "0", "xid": "79"}, 1.0)]
-    assert samples["deepinfer_server_kv_cache_usage_ratio"] == [({"source": "vllm", "server": "vllm"}, 0.42)]
+    assert samples["deepinfer_server_kv_cache_usage_ratio"] == [
+        ({"engine": "vllm", "server": "vllm", "source": "vllm"}, 0.42)]
     assert samples["deepinfer_gpu_process_memory_used_bytes"] == [({"gpu": "0"}, 20.0)]  # summed, no pid label
     assert samples["deepinfer_source_lag_bytes"] == [({"source": "vllm"}, 42.0)]
     assert "deepinfer_gpu_memory_reserved_bytes" not in samples  # None is no sample, never 0
@@ -85,3 +87,62 @@ def test_server_binds_loopback_port_zero_and_serves_a_landing_page() -> None:
             assert b"deepinfer_events_total" in metrics.read()
     finally:
         server.close()
+
+
+# A glob source `pods` feeding two engines, a single-file source `solo`, a scrape target `sgl` of its own.
+GLOB = Snapshot(
+    version="1.2.3", started_at=100.0,
+    totals={("events_total", ("pods/a", "vllm", "queue_full")): 46.0},
+    sources=[SourceStats("pods"), SourceStats("solo", up=False, down_reason="missing")],
+    servers={"pods/b": ServerStats(200.0, "pods/b", Server.VLLM, running=1)},
+    targets=[TargetState("sgl", up=True, last_duration_seconds=0.01)],
+    histograms={("sgl", "ttft_seconds"): HistogramWindow(200.0, "sgl", Server.SGLANG, "ttft_seconds",
+                                                         (0.1, 1.0, float("inf")), (2.0, 5.0, 6.0), 4.5)},
+    build=BuildInfo(version="1.2.3", revision="abc123", branch="main", python="3.11.2"),
+)
+
+
+def test_one_engine_label_on_every_engine_series_and_the_source_that_feeds_it() -> None:
+    samples = exposition_samples(exposition(GLOB))
+    # the dashboard's engine list: source_up carries each engine its source feeds, scrape_up its target's
+    assert sorted((labels["source"], labels["engine"]) for labels, _ in samples["deepinfer_source_up"]) == [
+        ("pods", "pods/a"), ("pods", "pods/b"), ("solo", "")]
+    assert samples["deepinfer_scrape_up"] == [({"target": "sgl", "engine": "sgl"}, 1.0)]
+    # engine series: `engine`, and the deprecated `source` with the same value
+    refused = [(labels, value) for labels, value in samples["deepinfer_events"] if labels["kind"] == "queue_full"]
+    assert sorted(refused, key=lambda r: r[0]["engine"]) == [
+        ({"engine": "pods/a", "server": "vllm", "kind": "queue_full", "source": "pods/a"}, 46.0),
+        ({"engine": "pods/b", "server": "vllm", "kind": "queue_full", "source": "pods/b"}, 0.0)]
+    assert samples["deepinfer_server_running_requests"] == [
+        ({"engine": "pods/b", "server": "vllm", "source": "pods/b"}, 1.0)]
+
+
+def test_latency_histograms_are_prometheus_histograms_per_engine() -> None:
+    samples = exposition_samples(exposition(GLOB))
+    buckets = {labels["le"]: value for labels, value in samples["deepinfer_request_ttft_seconds_bucket"]
+               if labels["engine"] == "sgl" and labels["server"] == "sglang"}
+    assert buckets == {"0.1": 2.0, "1.0": 5.0, "+Inf": 6.0}
+    assert samples["deepinfer_request_ttft_seconds_count"] == [({"engine": "sgl", "server": "sglang"}, 6.0)]
+    assert samples["deepinfer_request_ttft_seconds_sum"] == [({"engine": "sgl", "server": "sglang"}, 4.5)]
+
+
+def test_build_info_and_counters_without_labels_start_at_zero() -> None:
+    samples = exposition_samples(exposition(GLOB))
+    assert samples["deepinfer_build_info"] == [
+        ({"version": "1.2.3", "revision": "abc123", "branch": "main", "python": "3.11.2"}, 1.0)]
+    for counter in ("deepinfer_config_reloads", "deepinfer_config_reload_errors", "deepinfer_store_write_errors",
+                    "deepinfer_rule_load_errors"):
+        assert samples[counter] == [({}, 0.0)], counter
+
+
+def test_the_server_adds_process_metrics() -> None:
+    server = MetricsServer(lambda: GLOB, "127.0.0.1", 0)
+    server.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as metrics:
+            body = metrics.read().decode()
+    finally:
+        server.close()
+    samples = exposition_samples(body)
+    assert samples["process_resident_memory_bytes"][0][1] > 0
+    assert samples["process_open_fds"][0][1] > 0

@@ -372,3 +372,42 @@ def test_xid_table_covers_the_common_codes() -> None:
     assert xid_severity(79) is Severity.CRITICAL
     assert xid_severity(45) is Severity.WARNING
     assert xid_severity(31) is Severity.ERROR
+
+
+def test_clocks_throttle_reasons_ecc_and_remapped_rows_and_what_a_card_lacks(h100: FakeNvml,
+                                                                              poller: GpuPoller) -> None:
+    """GPU 0 answers every field; GPU 1 is a card without ECC or row remapping (NotSupported from the driver),
+    which the exporter must say with `deepinfer_gpu_field_up 0`, not with a missing sample."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from agent.prom import exposition_samples
+    from agent.sinks.exporter import Snapshot, SnapshotCollector
+
+    h100.set({**H100, "gpu0.sm_clock_mhz": 1980, "gpu0.mem_clock_mhz": 2619,
+              "gpu0.clocks_event_reasons": 0x4 | 0x40,  # sw_power_cap and hw_thermal_slowdown
+              "gpu0.ecc_corrected": 3, "gpu0.ecc_uncorrected": 1, "gpu0.remapped_correctable": 2,
+              "gpu0.remapped_uncorrectable": 1, "gpu0.remap_pending": 1,
+              "gpu1.rc.nvmlDeviceGetTotalEccErrors": NOT_SUPPORTED, "gpu1.rc.nvmlDeviceGetRemappedRows": NOT_SUPPORTED})
+    result = poller.poll(1000.0)
+    registry = CollectorRegistry(auto_describe=False)
+    snapshot = Snapshot(version="t", started_at=0.0, gpus=result.gpus, gpu_health=result.health)
+    registry.register(SnapshotCollector(lambda: snapshot))
+    samples = exposition_samples(generate_latest(registry).decode())
+
+    def by(name: str, *labels: str) -> dict[tuple[str, ...], float]:
+        return {tuple(s[k] for k in labels): v for s, v in samples[name]}
+
+    assert by("deepinfer_gpu_clock_hertz", "gpu", "clock") == {
+        ("0", "sm"): 1980e6, ("0", "memory"): 2619e6, ("1", "sm"): 0.0, ("1", "memory"): 0.0}
+    throttled = {r for (gpu, r), v in by("deepinfer_gpu_clocks_event_reason", "gpu", "reason").items()
+                 if gpu == "0" and v == 1}
+    assert throttled == {"sw_power_cap", "hw_thermal_slowdown"}
+    assert by("deepinfer_gpu_ecc_errors", "gpu", "type") == {("0", "corrected"): 3.0, ("0", "uncorrected"): 1.0}
+    assert by("deepinfer_gpu_remapped_rows", "gpu", "cause") == {("0", "correctable"): 2.0,
+                                                                  ("0", "uncorrectable"): 1.0}
+    assert by("deepinfer_gpu_row_remap_pending", "gpu") == {("0",): 1.0}
+    assert by("deepinfer_gpu_field_up", "gpu", "field") == {
+        ("0", "clocks"): 1.0, ("0", "clocks_event_reasons"): 1.0, ("0", "ecc"): 1.0, ("0", "remapped_rows"): 1.0,
+        ("1", "clocks"): 1.0, ("1", "clocks_event_reasons"): 1.0, ("1", "ecc"): 0.0, ("1", "remapped_rows"): 0.0}
+    info = by("deepinfer_gpu_info", "gpu", "uuid", "pci_bus_id")
+    assert ("0", "GPU-6f4c2d1e-0000-1111-2222-333344445555", "00000000:3B:00.0") in info

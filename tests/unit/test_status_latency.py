@@ -44,3 +44,24 @@ def test_status_shows_scraped_latency_percentiles_and_none_for_a_log_only_engine
     assert "vllm" in line and "100 requests" in line
     assert "TTFT p50 300 ms, p95 750 ms" in line and "e2e p50 5.5 s, p95 9.6 s" in line
     assert json.loads(json.dumps(to_json(report, config, None)))["latency"]["vllm"]["ttft_seconds"]["requests"] == 100
+
+
+def test_a_run_of_the_same_event_is_one_status_line_with_its_count(tmp_path: Path) -> None:
+    from agent.records import Event, EventKind, Phase, Severity
+
+    now = time.time()
+    refusals = [Event(now - i, "vllm", Server.VLLM, EventKind.HTTP_503, Severity.WARNING, Phase.ADMISSION,
+                      f'<client> - "<redacted>" 503 Service Unavailable req-{i}', {"status": 503}, "/v.log", i)
+                for i in range(9)]
+    oom = Event(now - 30, "vllm", Server.VLLM, EventKind.OOM, Severity.ERROR, Phase.RUNTIME, "CUDA out of memory",
+                {}, "/v.log", 100)
+    with Store.open(tmp_path / "agent.db") as store:
+        store.commit([*refusals, oom], now=now)
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text("store: {path: agent.db}\nmetrics: {port: 1}\nnvml: {enabled: false}\n")
+    config = load_config(config_path)
+    text = render(gather(config, timeout=0.2), config, None, now)
+    event_lines = [x for x in text.splitlines() if "vllm:" in x]
+    assert len(event_lines) == 2, text  # nine refusals in a row, then the OOM: two lines, none repeated
+    assert "(×9, the newest shown)" in event_lines[0] and "http_503" in event_lines[0]
+    assert "oom" in event_lines[1]

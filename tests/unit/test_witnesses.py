@@ -66,7 +66,7 @@ def run(tmp_path: Path, engine: Engine, target_name: str) -> tuple[dict[tuple[st
 
 def test_a_scrape_named_like_the_log_source_is_the_same_engine_and_counts_once(tmp_path: Path, engine: Engine) -> None:
     totals, store = run(tmp_path, engine, "vllm")
-    assert totals == {("events_total", "vllm", "vllm", "preemption"): 1,  # the scrape's one event (count 3)
+    assert totals == {("events_total", "vllm", "vllm", "preemption"): 3,  # the scrape's one event of count 3
                       ("events_total", "vllm", "vllm", "pending"): 1,  # not once from each witness
                       ("events_total", "vllm", "vllm", "oom"): 1}  # what only the log sees stays
     q = Queries(store)
@@ -80,8 +80,8 @@ def test_a_scrape_named_like_the_log_source_is_the_same_engine_and_counts_once(t
 
 def test_differently_named_they_are_two_engines_each_counting_its_own(tmp_path: Path, engine: Engine) -> None:
     totals, store = run(tmp_path, engine, "vllm-metrics")
-    assert totals[("events_total", "vllm", "vllm", "preemption")] == 1
-    assert totals[("events_total", "vllm-metrics", "vllm", "preemption")] == 1
+    assert totals[("events_total", "vllm", "vllm", "preemption")] == 3  # occurrences: the same 3, once each
+    assert totals[("events_total", "vllm-metrics", "vllm", "preemption")] == 3
     assert totals[("events_total", "vllm", "vllm", "pending")] == 1
     assert Queries(store).engines() == ["vllm", "vllm-metrics"]
     store.close()
