@@ -90,9 +90,10 @@ class Queries:
         return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
 
     def event_counts(self, since: float, until: float | None = None) -> dict[tuple[str, str, str], int]:
-        """Events by (source, server, kind) with `since <= at < until`, for the advisor's windows."""
-        rows = self._store.query("SELECT source, server, kind, count(*) FROM events WHERE at >= ? AND at < ? "
-                           "GROUP BY source, server, kind", (since, math.inf if until is None else until))
+        """Occurrences (each event's `count`, else 1) by (source, server, kind) with `since <= at < until`."""
+        rows = self._store.query(f"SELECT source, server, kind, sum({OCCURRENCES}) FROM events WHERE at >= ? "
+                                 "AND at < ? GROUP BY source, server, kind",
+                                 (since, math.inf if until is None else until))
         return {(row[0], row[1], row[2]): int(row[3]) for row in rows}
 
     def recent_events(self, limit: int = 50, since: float | None = None) -> list[Event]:
@@ -279,8 +280,8 @@ class Queries:
     def occurrences(self, kind: str, since: float, until: float) -> int:
         """How many occurrences the window's events of `kind` stand for: an event's `count` field where the
         line summed several (vLLM V0 logs every 50th preemption; V1 a per-interval count), else one."""
-        rows = self._store.query("SELECT sum(coalesce(json_extract(fields, '$.count'), 1)) FROM events WHERE "
-                                 "kind = ? AND at >= ? AND at < ?", (kind, since, until))
+        rows = self._store.query(f"SELECT sum({OCCURRENCES}) FROM events WHERE kind = ? AND at >= ? AND at < ?",
+                                 (kind, since, until))
         return int(rows[0][0] or 0)
 
     def last_event_time(self, kind: str, since: float, until: float) -> float | None:

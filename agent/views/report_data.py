@@ -30,9 +30,7 @@ MAX_POINTS = 2000
 AROUND_SECONDS = 1800.0
 """`--around EVENT_ID` reports on this many seconds either side of the event."""
 OCCURRENCES_UP_TO = 100_000
-"""Up to this many events of a counted kind in the window, their `count` fields are summed (see KindLine)."""
-COUNTED_KINDS = frozenset({"preemption"})
-"""Kinds whose lines carry a `count` of the occurrences they stand for (parsers/vllm.py, parsers/sglang.py)."""
+"""Up to this many events of a kind in the window, their `count` fields are summed (see KindLine)."""
 CONFIG_KNOBS = ("max_num_seqs", "max_model_len", "gpu_memory_fraction", "kv_cache_dtype")
 
 
@@ -321,11 +319,9 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
             continue
         events.series[kind] = [float(c) for c in counts]
         total = sum(counts)
-        # Only preemption lines stand for several (vLLM's every-50th warning, per-interval counts, SGLang's
-        # retract count). Summing reads every row of the kind, so it stops at OCCURRENCES_UP_TO lines.
-        occurrences: int | None = total
-        if kind in COUNTED_KINDS:
-            occurrences = queries.occurrences(kind, since, until) if total <= OCCURRENCES_UP_TO else None
+        # An event may stand for several (vLLM's every-50th preemption warning, a scrape's refusal or preemption
+        # count, SGLang's retract count). Summing reads every row of the kind, so it stops at OCCURRENCES_UP_TO.
+        occurrences = queries.occurrences(kind, since, until) if total <= OCCURRENCES_UP_TO else None
         timeline.append(KindLine(kind, total, float(head[1].ts or since),
                                  queries.last_event_time(kind, since, until) or since, head[0], head[1].message,
                                  occurrences))

@@ -107,9 +107,10 @@ def test_startup_failures(tmp_path: Path, name: str, extra: tuple[str, ...], env
     CHECKS[("vllm", name)](read_log(recording.log), recording.truth)
     log = _saved(recording, tmp_path)
     if name in ("startup_blocks_below_max_model_len", "startup_small_blocks"):
-        fits = int(read_log(recording.log).facts["estimated_max_model_len"])
+        facts = read_log(recording.log).facts
+        fits, block = int(facts["estimated_max_model_len"]), int(facts["block_size"])
         budget = agent("budget", "--model", str(bed.VLLM / "tiny-llama"), "--vram-gib", "1", "--util", "0.92",
                        "--weights-gib", "0.001", "--overhead-gib", "0", "--from-log", str(log)).stdout
         assert "the engine refused to start" in budget and f"the longest that fits is {fits} tokens" in budget
-        assert f"max_model_len: {fits // 32 * 32}" in budget and "max_num_seqs: 0" not in budget
+        assert f"max_model_len: {fits // block * block}" in budget and "max_num_seqs: 0" not in budget
         assert "agree" not in budget
