@@ -114,3 +114,12 @@ def test_startup_failures(tmp_path: Path, name: str, extra: tuple[str, ...], env
         assert "the engine refused to start" in budget and f"the longest that fits is {fits} tokens" in budget
         assert f"max_model_len: {fits // block * block}" in budget and "max_num_seqs: 0" not in budget
         assert "agree" not in budget
+
+
+def test_the_demo_runs_on_the_real_engine(tmp_path: Path) -> None:
+    bed.require(bed.VLLM, "vLLM 0.32.0 (CPU build)", "vllm")
+    out = agent("demo", "--engine", "vllm", "--workdir", str(tmp_path / "demo"), timeout=900).stdout
+    assert "REAL vLLM 0.32.0" in out and (tmp_path / "demo" / "report.html").is_file()
+    # 1,024 KV tokens hold 2 requests of 250 + 250: the step-up load test breaks from 3 on, and the advisor
+    # lowers max_num_seqs 4 → 2
+    assert "lower max_num_seqs 4 → 2" in out, out[-3000:]
