@@ -133,7 +133,7 @@ def _start(demo: Demo, name: str, args: Sequence[str]) -> tuple[subprocess.Popen
     return process, output
 
 
-def _config_text(demo: Demo, metrics_port: int, engine_url: str, real: bool) -> str:
+def _config_text(demo: Demo, metrics_port: int, engine_url: str, real: bool = False) -> str:
     # The log and the engine's /metrics under one name are one engine: the log tells what happened, the scrape
     # counts what a vLLM V1 log never prints (preemptions), and each occurrence is counted once.
     budget = ("server: {max_model_len: 512, max_num_seqs: 4}\n" if real else

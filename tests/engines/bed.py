@@ -210,9 +210,24 @@ def drive(engine: Engine, bodies: Sequence[Mapping[str, Any] | str], timeout: fl
     return out
 
 
+def wait_idle(engine: Engine, timeout: float = 120.0) -> None:
+    """Wait until the engine's own gauges say nothing runs or waits (a client that gave up leaves its request
+    running on), twice in a row."""
+    names = {"vllm": ("vllm:num_requests_running", "vllm:num_requests_waiting"),
+             "llamacpp": ("llamacpp:requests_processing", "llamacpp:requests_deferred")}[engine.kind]
+    deadline, quiet = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline and quiet < 2:
+        samples = engine.metrics()
+        busy = sum(v for name in names for _, v in samples.get(name, []))
+        quiet = quiet + 1 if busy == 0 else 0
+        time.sleep(0.3)
+
+
 def wait_for_stats(engine: Engine, since: int, timeout: float = 25.0) -> None:
-    """Wait until vLLM has printed a stats line after byte `since` with nothing running or waiting — every
-    request's last interval is in the log (the stats logger prints every 10 s)."""
+    """Wait until the engine is idle and vLLM has then printed a stats line with nothing running or waiting —
+    every request's last interval is in the log (the stats logger prints every 10 s)."""
+    wait_idle(engine)
+    since = max(since, engine.log_size())
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         tail = engine.log.read_bytes()[since:].decode(errors="replace")

@@ -99,10 +99,10 @@ def vllm_client_errors(seen: Seen, truth: dict[str, Any]) -> None:
 
 
 def vllm_client_timeouts(seen: Seen, truth: dict[str, Any]) -> None:
-    # every client gave up, yet the access log says 200 OK for each (written when the answer starts) and the
-    # engine finished them (or aborted them, when it noticed the disconnect in time): invisible in this log
+    # every client gave up, yet the engine's own HTTP counter (and its access log) says 200 for each — the status
+    # is written when the answer starts; whether vLLM then finishes or drops the request (request_success_total
+    # moved by 3 in one run and by 0 in another) the log cannot tell: invisible here, and said so
     assert truth["client_timeout"] == 3 and truth["http_2xx"] == 3
-    assert truth["finished_length"] + truth["finished_abort"] == 3
     assert seen.count(EventKind.DEADLINE_EXCEEDED) == 0 and "client_timeouts" in seen.blind
     _no_phantoms(seen, EventKind.REQUEST_FAILED, EventKind.ENGINE_DEAD)
 
