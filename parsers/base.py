@@ -41,7 +41,6 @@ from parsers.prefix import (
     ANSI,
     COMPOSE,
     CONTINUATION,
-    MONTHS,
     OPENS_BLOCK,
     OUTER,
     REFUSALS,
@@ -51,6 +50,7 @@ from parsers.prefix import (
     earliest,
     last_segment,
     source_last,
+    syslog_month,
 )
 from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
 from parsers.signature import Signature, index_of
@@ -139,8 +139,8 @@ class StreamParser(Stamps, Lanes):
         syslog_ts = None
         if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
             text = text[cm.end():]
-        if text[:3] in MONTHS and (sm := SYSLOG.match(text)) is not None:
-            syslog_ts = self.yearless(MONTHS[text[:3]], int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
+        if (month := syslog_month(text)) is not None and (sm := SYSLOG.match(text)) is not None:
+            syslog_ts = self.yearless(month, int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
         elif self.OUTER_STAMP and (text[:1].isdigit() or text[:5] == "[pod/") and (

@@ -13,7 +13,7 @@ import re
 from datetime import timedelta, timezone
 
 from agent.records import Server
-from parsers import families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
@@ -26,8 +26,9 @@ class GenericParser(StreamParser):
 
     server = Server.AUTO
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *http_access.HTTP_SIGNATURES,
-                  *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
-    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
+                  *http_access.TIMEOUT_SIGNATURES, *catalogued.signatures("auto"), *families.FAMILY_SIGNATURES)
+    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
+              *catalogued.hot_words("auto"))
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)

@@ -15,7 +15,7 @@ import re
 from datetime import timezone, tzinfo
 
 from agent.records import EventKind, Phase, Record, Server, ServerStats, Severity
-from parsers import families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature, size_bytes
@@ -41,6 +41,8 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
          Phase.GENERATION, lambda m: {"reason": "server_timeout", "scope": "request"}),
     *http_access.TIMEOUT_SIGNATURES,
     *http_access.HTTP_SIGNATURES,
+    *catalogued.signatures("llamacpp"),
+    *catalogued.signatures("auto"),
     *families.FAMILY_SIGNATURES,
 )
 
@@ -61,7 +63,7 @@ _FACTS = (
     ("kv_cache_tokens", re.compile(r"creating non-SWA KV cache, size = (\d+) cells|\bkv_size = (\d+)"), float),
     ("max_num_seqs", re.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
     ("max_model_len", re.compile(r"(?<!new prompt, )\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
-    ("kv_cache_dtype", re.compile(r"(?:KV self size|size) = +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
+    ("kv_cache_dtype", re.compile(r"(?:KV self size|size) += +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
 _KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB")
 # Weights on an accelerator (a CPU or host buffer is RAM): `load_tensors: CUDA0 model buffer size = … MiB`
@@ -69,7 +71,7 @@ _KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]
 _WEIGHTS_MIB = re.compile(r"load_tensors: +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) (?:model )?buffer size = +([\d.]+) MiB")
 # Ollama's own start-up lines (Go slog, message already unquoted by the splitter)
 _OLLAMA_SIZES = (
-    ("weights_bytes", re.compile(r"^model weights buffer=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
+    ("weights_bytes", re.compile(r"^model weights (?:buffer|device)=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("weights_bytes", re.compile(r"\bmemory\.weights\.total=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("kv_cache_bytes", re.compile(r"\bmemory\.required\.kv=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("kv_cache_bytes", re.compile(r"^kv cache device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
@@ -109,7 +111,9 @@ class LlamaCppParser(StreamParser):
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
               "prompt processing",
-              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
+              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
+              *catalogued.hot_words("llamacpp"),
+              *catalogued.hot_words("auto"))
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)

@@ -35,10 +35,34 @@ class Split:
 REFUSALS = ("429", "503", "504")  # the statuses an access line is classified for
 MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
-# syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] ")
+# journalctl writes the month as the locale abbreviates it (strftime %b): the glibc abbreviations of the
+# locales GPU nodes run with, lower-cased, without a trailing dot ("déc.", "дек."), and CJK's "12月" / "12월"
+_LOCAL_MONTHS = {
+    "de": "jan feb mär apr mai jun jul aug sep okt nov dez",
+    "fr": "janv févr mars avril mai juin juil août sept oct nov déc",
+    "es": "ene feb mar abr may jun jul ago sep oct nov dic",
+    "it": "gen feb mar apr mag giu lug ago set ott nov dic",
+    "pt": "jan fev mar abr mai jun jul ago set out nov dez",
+    "nl": "jan feb mrt apr mei jun jul aug sep okt nov dec",
+    "ru": "янв фев мар апр мая июн июл авг сен окт ноя дек",
+}
+SYSLOG_MONTHS: dict[str, int] = {
+    **{name.lower(): n for name, n in MONTHS.items()},
+    **{name: n for names in _LOCAL_MONTHS.values() for n, name in enumerate(names.split(), 1)},
+    **{f"{n}{suffix}": n for n in range(1, 13) for suffix in ("月", "월")},
+}
+# syslog / `journalctl -o short`: "Dec 11 09:58:58 host unit[pid]: " (+ the kernel's "[ 1234.5] "), any locale
 SYSLOG = re.compile(
-    r"[A-Z][a-z]{2} +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? \S{1,100} [^\s:]{1,100}: (?:\[ *\d+\.\d+\] )?"
+    r"(?:[^\W\d_]{2,5}\.?|\d{1,2}[月월]) +(\d{1,2}) (\d\d):(\d\d):(\d\d)(?:\.\d{1,9})? \S{1,100} [^\s:]{1,100}: "
+    r"(?:\[ *\d+\.\d+\] )?"
 )  # `journalctl -o short-precise` adds microseconds to the second
+
+
+def syslog_month(text: str) -> int | None:
+    """The month a syslog/journald line starts with ("Dec", "Dez", "déc.", "12月"), or None: one `find` and
+    one look-up, as cheap as the English-only test it replaced on lines that are not syslog."""
+    i = text.find(" ", 2, 7)
+    return None if i < 0 else SYSLOG_MONTHS.get(text[:i].rstrip(".").lower())
 # `kubectl logs --prefix` / `docker logs --timestamps`: "[pod/name/container] 2025-09-14T03:11:15.5Z "
 OUTER = re.compile(
     r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) )?"
