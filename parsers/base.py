@@ -43,10 +43,10 @@ from parsers.prefix import (
     CONTINUATION,
     OPENS_BLOCK,
     OUTER,
-    REFUSALS,
     SYSLOG,
     Split,
     boring_access,
+    classified_status,
     earliest,
     last_segment,
     source_last,
@@ -190,7 +190,7 @@ class StreamParser(Stamps, Lanes):
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
         if self._request_lines or (i := text.find(" HTTP/1.")) < 0 or (j := text.find('" ', i)) < 0 or (
-                text[j + 2:j + 5] in REFUSALS or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text):
+                classified_status(text, j) or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text):
             return False
         self.lines_seen += 1
         if opens_request_text(text):

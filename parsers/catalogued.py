@@ -32,9 +32,20 @@ def _number(text: str) -> FieldValue:
     return float(text) if "." in text else int(text)
 
 
+def _field(name: str, text: str) -> tuple[str, FieldValue]:
+    """A named group's field: digits become a number; `x_ms` becomes `x_s` in seconds and `x_s` is a float
+    (the shared unit of `timeout_s` and `duration_s`, whatever unit the line counts in)."""
+    value = _number(text)
+    if name.endswith("_ms") and isinstance(value, (int, float)):
+        return name[:-3] + "_s", value / 1000
+    if name.endswith("_s") and isinstance(value, int):
+        return name, float(value)
+    return name, value
+
+
 def _extract(constants: Mapping[str, FieldValue]) -> Callable[[re.Match[str]], dict[str, FieldValue]]:
     def extract(m: re.Match[str]) -> dict[str, FieldValue]:
-        found = {k: _number(v) for k, v in m.groupdict().items() if v is not None}
+        found = dict(_field(k, v) for k, v in m.groupdict().items() if v is not None)
         return {**constants, **found}
     return extract
 
@@ -45,7 +56,7 @@ def _signature(s: Statement) -> Signature | None:
     except ValueError:
         return None  # a kind this build does not have (request_failed lands with the engine work)
     assert s.pattern is not None
-    groups = set(re.compile(s.pattern).groupindex)
+    groups = {_field(g, "0")[0] for g in re.compile(s.pattern).groupindex}
     constants = {k: v for k, v in s.fields.items() if k not in groups}
     severity = _SEVERITY.get(kind, Severity.WARNING)
     if kind is EventKind.OOM and s.phase == Phase.STARTUP.value:

@@ -39,10 +39,10 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
          Severity.CRITICAL, incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
          Phase.GENERATION, lambda m: {"reason": "server_timeout", "scope": "request"}),
+    *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.TIMEOUT_SIGNATURES,
     *http_access.HTTP_SIGNATURES,
     *catalogued.signatures("llamacpp"),
-    *catalogued.signatures("auto"),
     *families.FAMILY_SIGNATURES,
 )
 

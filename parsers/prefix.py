@@ -32,7 +32,18 @@ class Split:
         return self.key is None and not self.tag and self.level is None
 
 
-REFUSALS = ("429", "503", "504")  # the statuses an access line is classified for
+REFUSALS = ("429", "503", "504", "499")  # the statuses an access line is classified for (499: nginx, client gone)
+# Envoy's response flags that mean a timeout or a client gone, whatever the status (`" 200 SI 1024 …`)
+PROXY_FLAGS = ("UT ", "SI ", "DC ")
+
+
+def classified_status(text: str, j: int) -> bool:
+    """Whether an access line, its request's closing quote at `j`, says something we classify: a refusal or
+    timeout status, or an Envoy timeout flag after the status (uvicorn's `200 OK` has no such flag)."""
+    if text[j + 2:j + 5] in REFUSALS:
+        return True
+    k = text.find(" ", j + 2, j + 6)
+    return k > 0 and text[k + 1:k + 4] in PROXY_FLAGS
 MONTHS = {m: i for i, m in enumerate(
     ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1)}
 # journalctl writes the month as the locale abbreviates it (strftime %b): the glibc abbreviations of the
@@ -104,7 +115,7 @@ def boring_access(text: str) -> bool:
     if i < 0:
         return False
     j = text.find('" ', i)
-    return j >= 0 and text[j + 2:j + 5] not in REFUSALS
+    return j >= 0 and not classified_status(text, j)
 
 
 def source_last(lines: Iterable[str], deferred: list[str]) -> Iterator[str]:

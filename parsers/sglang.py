@@ -59,10 +59,10 @@ SGLANG_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an "
          r"exception|Received sigquit from a child process|SIGQUIT received|[Ww]atchdog timeout \(|Health check failed"
          r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
+    *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
     *catalogued.signatures("sglang"),
-    *catalogued.signatures("auto"),
     *families.FAMILY_SIGNATURES,
 )
 

@@ -36,10 +36,10 @@ TGI_SIGNATURES: tuple[Signature, ...] = (
          r"|Error: (?:ShardFailed|ShardDisconnected|WebserverFailed)\b"
          r"|Server error: (?:error trying to connect|transport error)",
          Severity.CRITICAL, incident=True),
+    *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
     *catalogued.signatures("tgi"),
-    *catalogued.signatures("auto"),
     *families.FAMILY_SIGNATURES,
 )
 

@@ -124,10 +124,10 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
          # traceback through that frame is the engine core dying, even when the paste lost the first line
          r"|vllm/v1/engine/core\.py\", line \d+, in run_engine_core\b",
          Severity.CRITICAL, extract=_died, incident=True),
+    *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
     *catalogued.signatures("vllm"),
-    *catalogued.signatures("auto"),
     *families.FAMILY_SIGNATURES,
 )
 

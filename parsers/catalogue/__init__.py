@@ -25,9 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agent.records import EventKind, Phase, Server
+from agent.yamldoc import YamlReadError, read_yaml
 
 HERE = Path(__file__).resolve().parent
 FIELD_VALUE = (str, int, float, bool)
@@ -224,9 +223,10 @@ def load_file(path: Path) -> Source:
     """One catalogue file, validated."""
     where = path.name
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        raise CatalogueError(f"{where}: not YAML: {exc}") from None
+        doc = read_yaml(path)
+    except YamlReadError as exc:
+        raise CatalogueError(f"{where}:{exc.line}: {exc.problem}") from None
+    raw = doc.data
     _require(isinstance(raw, dict), where, "the file must be a mapping")
     unknown = set(raw) - _FILE_KEYS
     _require(not unknown, where, f"unknown keys {sorted(unknown)}")
@@ -244,7 +244,7 @@ def load_file(path: Path) -> Source:
                      for p in raw.get("prefixes", []))
     _require(all("{msg}" in p.template for p in prefixes), where, "every prefix template holds `{msg}`")
     names = {p.name for p in prefixes}
-    statements = tuple(_statement(engine, s, f"{where} entry {i}", names)
+    statements = tuple(_statement(engine, s, f"{where}:{doc.line_of(['statements', i])}", names)
                        for i, s in enumerate(raw.get("statements") or []))
     ids = [s.id for s in statements]
     dupes = sorted({i for i in ids if ids.count(i) > 1})

@@ -35,7 +35,8 @@ ENTRIES = [(source, s) for source in catalogue.load() for s in source.statements
 # ---- the schema -----------------------------------------------------------------------------------
 def test_every_engine_is_catalogued_with_its_versions() -> None:
     by_engine = {s.engine: s for s in catalogue.load()}
-    assert {"vllm", "llamacpp", "ollama"} <= set(by_engine)
+    assert {"vllm", "llamacpp", "sglang", "tgi", "ollama", "openai-python", "litellm", "nginx", "envoy",
+            "go-net-http"} <= set(by_engine)
     vllm = by_engine["vllm"]
     assert {"0.4.3", "0.8.5", "0.10.2", "0.33.0"} <= set(vllm.versions)
     # every claimed vLLM version has incident statements, V0 and V1 alike
@@ -82,7 +83,19 @@ def test_a_bad_entry_is_named(tmp_path: Path, entry: str, complaint: str) -> Non
     with pytest.raises(CatalogueError) as caught:
         load_file(_write(tmp_path, HEAD + entry))
     assert complaint in str(caught.value)
-    assert str(caught.value).startswith("demo.yaml")
+    assert str(caught.value).startswith("demo.yaml:")
+
+
+def test_an_entry_is_named_by_its_line(tmp_path: Path) -> None:
+    bad = GOOD.replace("signals: engine_dead", "signals: exploded")
+    with pytest.raises(CatalogueError) as caught:
+        load_file(_write(tmp_path, HEAD + GOOD.replace("id: a", "id: b") + bad))
+    assert str(caught.value).startswith("demo.yaml:7 (a): ")  # the second entry, on the file's seventh line
+
+
+def test_not_yaml_names_the_line(tmp_path: Path) -> None:
+    with pytest.raises(CatalogueError, match=r"^demo\.yaml:2: YAML syntax error"):
+        load_file(_write(tmp_path, "engine: demo\nrole: engine: x\n"))
 
 
 def test_the_file_name_is_the_engine(tmp_path: Path) -> None:
