@@ -39,14 +39,18 @@ from agent.records import (
 from parsers.lanes import Lanes
 from parsers.prefix import (
     ANSI,
+    CJK_MONTH,
+    CLIENT_GONE,
     COMPOSE,
     CONTINUATION,
+    MONTH_STARTS,
     OPENS_BLOCK,
     OUTER,
+    PROXY_FLAGS,
+    REFUSALS,
     SYSLOG,
     Split,
     boring_access,
-    classified_status,
     earliest,
     last_segment,
     source_last,
@@ -139,7 +143,8 @@ class StreamParser(Stamps, Lanes):
         syslog_ts = None
         if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
             text = text[cm.end():]
-        if (month := syslog_month(text)) is not None and (sm := SYSLOG.match(text)) is not None:
+        if (text[:1] in MONTH_STARTS or text[1:2] in CJK_MONTH or text[2:3] in CJK_MONTH) and (
+                month := syslog_month(text)) is not None and (sm := SYSLOG.match(text)) is not None:
             syslog_ts = self.yearless(month, int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
@@ -190,7 +195,8 @@ class StreamParser(Stamps, Lanes):
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
         if self._request_lines or (i := text.find(" HTTP/1.")) < 0 or (j := text.find('" ', i)) < 0 or (
-                classified_status(text, j) or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text):
+                text[j + 2:j + 5] in REFUSALS or text[j + 6:j + 9] in PROXY_FLAGS or text[j + 2:j + 7] == CLIENT_GONE
+                or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text):
             return False
         self.lines_seen += 1
         if opens_request_text(text):

@@ -55,9 +55,11 @@ SGLANG_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.QUEUE_FULL, r"Request (?:waiting|queue) timeout reached", Severity.WARNING, Phase.QUEUE,
          lambda m: {"reason": "queue_timeout", "status": 503}),
     signature(EventKind.DEADLINE_EXCEEDED, r"Request running timeout reached", Severity.WARNING, Phase.GENERATION,
-         lambda m: {"reason": "running_timeout", "scope": "request"}),
+         lambda m: {"reason": "running_timeout", "scope": "request", "timeout_by": "engine",
+                    "timeout_on": "generation"}),
     signature(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an "
-         r"exception|Received sigquit from a child process|SIGQUIT received|[Ww]atchdog timeout \(|Health check failed"
+         r"exception|Received sigquit from a child process|SIGQUIT received"
+         r"|[Ww]atchdog timeout \((?![^\n)]{0,80}soft=True)|Health check failed"
          r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
     *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from agent.records import EventKind, Phase, Server
-from agent.yamldoc import YamlReadError, read_yaml
+from agent.yamldoc import YamlReadError, read_data, read_yaml
 
 HERE = Path(__file__).resolve().parent
 FIELD_VALUE = (str, int, float, bool)
@@ -220,13 +220,20 @@ def _statement(engine: str, raw: Any, where: str, prefix_names: set[str]) -> Sta
 
 
 def load_file(path: Path) -> Source:
-    """One catalogue file, validated."""
-    where = path.name
+    """One catalogue file, validated. Read by libyaml at every start; only a file with a problem is read
+    again with its node tree, so that the error names the line."""
     try:
-        doc = read_yaml(path)
-    except YamlReadError as exc:
-        raise CatalogueError(f"{where}:{exc.line}: {exc.problem}") from None
-    raw = doc.data
+        return _validate(path, read_data(path), lambda i: "")
+    except (CatalogueError, YamlReadError):
+        try:
+            doc = read_yaml(path)
+        except YamlReadError as exc:
+            raise CatalogueError(f"{path.name}:{exc.line}: {exc.problem}") from None
+        return _validate(path, doc.data, lambda i: f":{doc.line_of(['statements', i])}")
+
+
+def _validate(path: Path, raw: Any, line: Callable[[int], str]) -> Source:
+    where = path.name
     _require(isinstance(raw, dict), where, "the file must be a mapping")
     unknown = set(raw) - _FILE_KEYS
     _require(not unknown, where, f"unknown keys {sorted(unknown)}")
@@ -244,7 +251,7 @@ def load_file(path: Path) -> Source:
                      for p in raw.get("prefixes", []))
     _require(all("{msg}" in p.template for p in prefixes), where, "every prefix template holds `{msg}`")
     names = {p.name for p in prefixes}
-    statements = tuple(_statement(engine, s, f"{where}:{doc.line_of(['statements', i])}", names)
+    statements = tuple(_statement(engine, s, f"{where}{line(i)}", names)
                        for i, s in enumerate(raw.get("statements") or []))
     ids = [s.id for s in statements]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
