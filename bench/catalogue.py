@@ -167,14 +167,16 @@ def report(results: list[Outcome]) -> str:
             ben = [r for r in here if r.statement.signals == "benign"]
             out.append(f"| {v} | {len(inc)} | {sum(r.recognised for r in inc)} | "
                        f"{sum(r.recognised for r in ben)} of {len(ben)} |")
-        missed = [r for r in mine if not r.recognised and r.statement.signals not in ("fact", "stats")]
         out.append("")
-        if missed:
-            out += ["Not recognised:", ""]
-            for r in missed:
-                why = r.statement.gap or "; ".join(r.failures[:2])
-                out.append(f"- `{r.statement.id}` ({_range(r.statement)}, {r.statement.signals}): {why}")
-            out.append("")
+        for title, wanted in (("Not recognised", lambda s: s.signals not in ("fact", "stats")),
+                              ("Facts and samples not read", lambda s: s.signals in ("fact", "stats"))):
+            missed = [r for r in mine if not r.recognised and wanted(r.statement)]
+            if missed:
+                out += [f"{title}:", ""]
+                for r in missed:
+                    why = r.statement.gap or "; ".join(r.failures[:2])
+                    out.append(f"- `{r.statement.id}` ({_range(r.statement)}, {r.statement.signals}): {why}")
+                out.append("")
     return "\n".join(out)
 
 

@@ -69,6 +69,10 @@ _KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]
 # Weights on an accelerator (a CPU or host buffer is RAM): `load_tensors: CUDA0 model buffer size = … MiB`
 # (`llm_load_tensors:` in older builds, no `model` in some forks). One fact per device; the last one wins.
 _WEIGHTS_MIB = re.compile(r"load_tensors: +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) (?:model )?buffer size = +([\d.]+) MiB")
+# The graph's scratch memory on an accelerator, reserved at start-up: llama.cpp's activation peak
+# (`llama_context:      CUDA0 compute buffer size =   560.00 MiB`; a host buffer is RAM)
+_COMPUTE_MIB = re.compile(r"(?:llama_context|llama_new_context_with_model): +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) "
+                          r"compute buffer size = +([\d.]+) MiB")
 # Ollama's own start-up lines (Go slog, message already unquoted by the splitter)
 _OLLAMA_SIZES = (
     ("weights_bytes", re.compile(r"^model weights (?:buffer|device)=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
@@ -110,7 +114,7 @@ class LlamaCppParser(StreamParser):
               "server is listening", "HTTP server listening", "model loaded", "loaded meta data",
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
-              "prompt processing",
+              "prompt processing", "compute buffer size",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("llamacpp"),
               *catalogued.hot_words("auto"))
@@ -196,6 +200,8 @@ class LlamaCppParser(StreamParser):
             out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
         if (m := _WEIGHTS_MIB.search(msg)) is not None:
             out.append(self.fact(split, "weights_bytes", size_bytes(m.group(2), "MiB")))
+        if (m := _COMPUTE_MIB.search(msg)) is not None:
+            out.append(self.fact(split, "activation_peak_bytes", size_bytes(m.group(2), "MiB")))
         # Ollama's estimate for a CPU-only load (`offload to cpu`, `library=cpu`) sizes RAM, not the GPU's
         if "=\"" in msg and not msg.startswith("offload to cpu") and "library=cpu" not in msg:
             for name, pattern in _OLLAMA_SIZES:
