@@ -195,8 +195,9 @@ class StreamParser(Stamps, Lanes):
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
         if self._request_lines or (i := text.find(" HTTP/1.")) < 0 or (j := text.find('" ', i)) < 0 or (
-                text[j + 2:j + 5] in REFUSALS or text[j + 6:j + 9] in PROXY_FLAGS or text[j + 2:j + 7] == CLIENT_GONE
-                or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text):
+                text[j + 2:j + 5] in REFUSALS or (text[j + 8:j + 9] == " " and text[j + 6:j + 9] in PROXY_FLAGS)
+                or (text[j + 3:j + 4] == " " and text[j + 2:j + 7] == CLIENT_GONE) or len(text) > MAX_LINE_CHARS
+                or "\x1b" in text or "\r" in text):
             return False
         self.lines_seen += 1
         if opens_request_text(text):

@@ -79,11 +79,17 @@ def signatures(parser: str) -> tuple[Signature, ...]:
 
 
 def hot_words(parser: str) -> tuple[str, ...]:
-    """Literals one of which every catalogued line of the parser holds (for its pre-filter)."""
+    """Literals one of which every catalogued line of the parser holds (for its pre-filter), each without
+    the spaces and punctuation it may start with: the pre-filter is searched at every position of every
+    line it sees, and a literal starting with a space is tried at every space (` UT ` made it 30 % slower
+    on an ordinary line); `UT ` is as necessary as ` UT `."""
     words: list[str] = []
     for sig in signatures(parser):
         literals = required_literals(sig.pattern)
         if literals is None:
             raise ValueError(f"a catalogued pattern without a literal cannot be pre-filtered: {sig.pattern.pattern}")
-        words.extend(literals)
+        words.extend(w.lstrip(_LEADING) or w for w in literals)
     return tuple(words)
+
+
+_LEADING = " \t:;,.()[]{}\"'=-"
