@@ -4,7 +4,8 @@
 
 Each statement of parsers/catalogue/*.yaml is rendered with its arguments, put behind each prefix era of
 its engine (the logger's own, process tags, ANSI colour), then inside each envelope a saved log can have
-(plain, Docker json-file, CRI, journald's short format in several locales), and read by `scan`'s own path
+(plain, Docker json-file, CRI, `docker compose logs`, `kubectl logs --prefix --timestamps`, journald's
+short format in several locales), and read by `scan`'s own path
 (`agent.sources.saved.scan_into`) as the engine's stream. A statement is recognised when every rendering
 gives exactly what the entry says: its event kind (and no other kind, bar `also`), its phase and fields; the
 fact or load sample it carries; nothing at all for a benign one.
@@ -46,6 +47,8 @@ def envelopes(line: str) -> Iterator[tuple[str, str]]:
     yield "plain", line
     yield "docker", json.dumps({"log": line + "\n", "stream": "stderr", "time": "2025-12-14T03:11:15.123456789Z"})
     yield "cri", f"2025-12-14T03:11:15.123456789Z stderr F {line}"
+    yield "compose", f"engine-1  | {line}"  # `docker compose logs`
+    yield "kubectl", f"[pod/engine-0/engine] 2025-12-14T03:11:15.123456789Z {line}"  # --prefix --timestamps
     for locale, month in DECEMBER.items():
         yield f"journald-{locale}", f"{month} 14 03:11:15 gpu7 engine[1234]: {line}"
 
@@ -58,7 +61,7 @@ def rendered(source: Source, statement: Statement) -> Iterator[tuple[str, str, b
     for name, template, timed in templates:
         line = template.replace("{level}", statement.level).replace("{msg}", message)
         for envelope, physical in envelopes(line):
-            yield f"{name}/{envelope}", physical, timed or envelope != "plain"
+            yield f"{name}/{envelope}", physical, timed or envelope not in ("plain", "compose")
 
 
 def lines_of(source: Source, statement: Statement) -> Iterator[tuple[str, str]]:

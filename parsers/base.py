@@ -148,13 +148,16 @@ class StreamParser(Stamps, Lanes):
             syslog_ts = self.yearless(month, int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
-        elif self.OUTER_STAMP and (text[:1].isdigit() or text[:5] == "[pod/") and (
+        elif (text[:5] == "[pod/" or (self.OUTER_STAMP and text[:1].isdigit())) and (
                 om := OUTER.match(text)) is not None:
             # `docker logs --timestamps` / `kubectl logs --timestamps --prefix`: the runtime's own time
             # (UTC, with a year) is the better one, as an envelope's would be
-            if ts is None and om.group(1):
+            end = om.end()
+            if not self.OUTER_STAMP and not text[end:end + 1].isdigit():
+                end = text.find("] ") + 2  # only the pod: the time after it is the line's own (TGI's)
+            elif ts is None and om.group(1):
                 ts = self.rfc3339(om.group(1))
-            text = text[om.end():]
+            text = text[end:]
         split = self.split(text)
         if self._request_lines and self._in_request(split):
             return []  # a line of a request's text (a prompt with newlines), not a log record of its own
