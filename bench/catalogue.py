@@ -59,7 +59,8 @@ def rendered(source: Source, statement: Statement) -> Iterator[tuple[str, str, b
     prefixes = source.prefixes_for(statement) or ()
     templates = [(p.name, p.template, p.timed) for p in prefixes] or [("bare", "{msg}", False)]
     for name, template, timed in templates:
-        line = template.replace("{level}", statement.level).replace("{msg}", message)
+        line = (template.replace("{level}", statement.level).replace("{msg}", message)
+                .replace("{json_msg}", json.dumps(message)[1:-1]))
         for envelope, physical in envelopes(line):
             yield f"{name}/{envelope}", physical, timed or envelope not in ("plain", "compose")
 

@@ -49,7 +49,7 @@ class CatalogueError(ValueError):
 @dataclass(frozen=True)
 class Prefix:
     """What an engine's logger (or its process wrapper) writes before the message in one era of its versions:
-    a template with `{level}` and `{msg}`."""
+    a template with `{level}` and `{msg}` (`{json_msg}` in a JSON formatter's record)."""
 
     name: str
     template: str
@@ -249,7 +249,8 @@ def _validate(path: Path, raw: Any, line: Callable[[int], str]) -> Source:
              "`versions` lists the versions read, as strings")
     prefixes = tuple(Prefix(p["name"], p["template"], p["since"], p.get("until"), bool(p.get("timed", True)))
                      for p in raw.get("prefixes", []))
-    _require(all("{msg}" in p.template for p in prefixes), where, "every prefix template holds `{msg}`")
+    _require(all("{msg}" in p.template or "{json_msg}" in p.template for p in prefixes), where,
+             "every prefix template holds `{msg}` (or `{json_msg}`, the message as a JSON string's inside)")
     names = {p.name for p in prefixes}
     statements = tuple(_statement(engine, s, f"{where}{line(i)}", names)
                        for i, s in enumerate(raw.get("statements") or []))
