@@ -32,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 FIELD_VALUE = (str, int, float, bool)
 SIGNALS = frozenset({k.value for k in EventKind} | {"request_failed", "fact", "stats", "benign"})
 NOT_INCIDENTS = frozenset({"fact", "stats", "benign"})
-STYLES = frozenset({"printf", "brace", "slog", "literal"})
+STYLES = frozenset({"printf", "goprintf", "brace", "slog", "literal"})
+_GO_VERB = re.compile(r"%(#?)(-?\d*)v")
 ROLES = frozenset({"engine", "client", "proxy"})
 TIMEOUT_BY = frozenset({"client", "proxy", "engine"})
 TIMEOUT_ON = frozenset({"queue", "generation", "rpc", "connect", "unknown"})
@@ -129,7 +130,8 @@ def version_key(version: str) -> tuple[int, ...]:
 def render(style: str, fmt: str, args: tuple[Any, ...]) -> str:
     """A format string filled in as its language would: `printf` (C and Python %), `brace` (f-strings, Rust
     `format!`, Python `.format`: each placeholder in turn takes the next argument, already written as the
-    engine prints it), `slog` (Go's text handler: the message, then `key=value` pairs), `literal`."""
+    engine prints it), `goprintf` (Go's fmt verbs), `slog` (Go's text handler: the message, then `key=value`
+    pairs), `literal`."""
     if style == "printf":
         if args:
             return fmt % args
@@ -149,6 +151,8 @@ def render(style: str, fmt: str, args: tuple[Any, ...]) -> str:
         if next(values, None) is not None:
             raise ValueError("more arguments than placeholders")
         return out
+    if style == "goprintf":  # Go's fmt: %v is the value, %#v a quoted string; widths as C's
+        return render("printf", _GO_VERB.sub(lambda m: '"%s"' if m.group(1) else f"%{m.group(2)}s", fmt), args)
     if style == "slog":
         pairs = [f"{k}={_slog_value(v)}" for k, v in zip(args[::2], args[1::2], strict=False)]
         return " ".join([f"msg={_slog_value(fmt)}", *pairs])

@@ -112,6 +112,9 @@ def test_the_file_name_is_the_engine(tmp_path: Path) -> None:
     ("slog", "model weights", ("device", "CUDA0", "size", "4.1 GiB"),
      'msg="model weights" device=CUDA0 size="4.1 GiB"'),
     ("literal", "100% done", (), "100% done"),
+    ("goprintf", "[GIN] %v |%s %3d %s| %13v | %15s |%s %-7s %s %#v",
+     ("2025/12/14 - 03:11:15", "", 503, "", "12.5µs", "10.0.0.1", "", "POST", "", "/api/chat"),
+     '[GIN] 2025/12/14 - 03:11:15 | 503 |        12.5µs |        10.0.0.1 | POST     "/api/chat"'),
 ])
 def test_render(style: str, fmt: str, args: tuple[object, ...], expected: str) -> None:
     assert render(style, fmt, args) == expected
