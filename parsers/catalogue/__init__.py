@@ -57,6 +57,7 @@ class Prefix:
     since: str
     until: str | None
     timed: bool = True  # the prefix carries a time (llama.cpp's bare lines and its time-since-start do not)
+    explicit: bool = False  # only for the statements that name it (uvicorn's access lines, not the engine's)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class Source:
             return tuple(p for p in self.prefixes if p.name in statement.prefixes)
         lo, hi = version_key(statement.since), version_key(statement.until) if statement.until else None
         return tuple(p for p in self.prefixes
-                     if (hi is None or version_key(p.since) <= hi)
+                     if not p.explicit and (hi is None or version_key(p.since) <= hi)
                      and (p.until is None or lo <= version_key(p.until)))
 
 
@@ -251,7 +252,8 @@ def _validate(path: Path, raw: Any, line: Callable[[int], str]) -> Source:
     versions = raw.get("versions")
     _require(isinstance(versions, list) and bool(versions) and all(isinstance(v, str) for v in versions), where,
              "`versions` lists the versions read, as strings")
-    prefixes = tuple(Prefix(p["name"], p["template"], p["since"], p.get("until"), bool(p.get("timed", True)))
+    prefixes = tuple(Prefix(p["name"], p["template"], p["since"], p.get("until"), bool(p.get("timed", True)),
+                            bool(p.get("explicit", False)))
                      for p in raw.get("prefixes", []))
     _require(all("{msg}" in p.template or "{json_msg}" in p.template for p in prefixes), where,
              "every prefix template holds `{msg}` (or `{json_msg}`, the message as a JSON string's inside)")
