@@ -39,18 +39,22 @@ from agent.records import (
 from parsers.lanes import Lanes
 from parsers.prefix import (
     ANSI,
+    CJK_MONTH,
+    CLIENT_GONE,
     COMPOSE,
     CONTINUATION,
     ERROR_STATUS_DIGITS,
-    MONTHS,
+    MONTH_STARTS,
     OPENS_BLOCK,
     OUTER,
+    PROXY_FLAGS,
     SYSLOG,
     Split,
     boring_access,
     earliest,
     last_segment,
     source_last,
+    syslog_month,
 )
 from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
 from parsers.signature import Signature, index_of
@@ -140,17 +144,21 @@ class StreamParser(Stamps, Lanes):
         syslog_ts = None
         if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
             text = text[cm.end():]
-        if text[:3] in MONTHS and (sm := SYSLOG.match(text)) is not None:
-            syslog_ts = self.yearless(MONTHS[text[:3]], int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
+        if (text[:1] in MONTH_STARTS or text[1:2] in CJK_MONTH or text[2:3] in CJK_MONTH) and (
+                month := syslog_month(text)) is not None and (sm := SYSLOG.match(text)) is not None:
+            syslog_ts = self.yearless(month, int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
-        elif self.OUTER_STAMP and (text[:1].isdigit() or text[:5] == "[pod/") and (
+        elif (text[:5] == "[pod/" or (self.OUTER_STAMP and text[:1].isdigit())) and (
                 om := OUTER.match(text)) is not None:
             # `docker logs --timestamps` / `kubectl logs --timestamps --prefix`: the runtime's own time
             # (UTC, with a year) is the better one, as an envelope's would be
-            if ts is None and om.group(1):
+            end = om.end()
+            if not self.OUTER_STAMP and not text[end:end + 1].isdigit():
+                end = text.find("] ") + 2  # only the pod: the time after it is the line's own (TGI's)
+            elif ts is None and om.group(1):
                 ts = self.rfc3339(om.group(1))
-            text = text[om.end():]
+            text = text[end:]
         split = self.split(text)
         if self._request_lines and self._in_request(split):
             return []  # a line of a request's text (a prompt with newlines), not a log record of its own
@@ -191,8 +199,10 @@ class StreamParser(Stamps, Lanes):
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
         if self._request_lines or (i := text.find(" HTTP/1.")) < 0 or (j := text.find('" ', i)) < 0 or (
-                text[j + 2:j + 3] in ERROR_STATUS_DIGITS or len(text) > MAX_LINE_CHARS or "\x1b" in text
-                or "\r" in text):
+                text[j + 2:j + 3] in ERROR_STATUS_DIGITS
+                or (text[j + 8:j + 9] == " " and text[j + 6:j + 9] in PROXY_FLAGS)
+                or (text[j + 3:j + 4] == " " and text[j + 2:j + 7] == CLIENT_GONE) or len(text) > MAX_LINE_CHARS
+                or "\x1b" in text or "\r" in text):
             return False
         self.lines_seen += 1
         if opens_request_text(text):

@@ -14,10 +14,12 @@ Families and their guards against the known hard negatives:
   timeout *fired* matches; a setting echoed in a config dump (`OLLAMA_LOAD_TIMEOUT:5m0s`) or a shutdown
   `timeout=15s` does not. Death that follows is the engine's own `engine_dead` line.
 - **request timeouts** live in http_access.TIMEOUT_SIGNATURES (`scope` = `request`).
-- **KV exhaustion**: llama.cpp and its forks and bindings, in old and new wordings; a retry with a smaller
-  batch is a `preemption`, the batch of one that still fails (or a binding's `NoKvSlot`) an `oom` of the
-  KV pool. SGLang's "out of memory. Try to lower your batch size" and the start-up "free memory less than
-  desired" are `oom`; SGLang's retraction stays a preemption (its own signature, matched first).
+- **KV exhaustion**: llama.cpp's forks and bindings: the batch of one that still fails (or a binding's
+  `NoKvSlot`) is an `oom` of the KV pool. A retry with a smaller batch is nothing (llama.cpp does not preempt:
+  it halves the batch and goes on), and "the request exceeds the available context size" is a request refused
+  before any allocation, never an `oom` (parsers/catalogue/llamacpp.yaml). SGLang's "out of memory. Try to
+  lower your batch size" and the start-up "free memory less than desired" are `oom`; SGLang's retraction
+  stays a preemption (its own signature, matched first).
 - **allocation failures** of ggml and FlashInfer buffers, and a guarded catch-all: "out of memory" in an
   error/failure line, unless the line is advice ("If out-of-memory error occurs, consider …").
 - **relayed refusals**: Ollama's "server busy … maximum pending requests exceeded" and "no slots available"
@@ -40,35 +42,40 @@ from parsers.signature import Signature, signature, size_bytes
 GIB = 1024**3
 
 
-def _timeout(scope: str, knob: Knob | None = None) -> Callable[[re.Match[str]], dict[str, FieldValue]]:
+def _timeout(scope: str, knob: Knob | None = None, on: str = "unknown") -> Callable[[re.Match[str]],
+                                                                                   dict[str, FieldValue]]:
+    """An engine's own timeout: who gave up (`timeout_by` = the engine), on what (`timeout_on`: its workers'
+    RPC, a batch that stopped making progress, a runner that never came up), and the limit when the line
+    names it (`timeout_s`; `timeout_seconds` is the older name)."""
     def extract(m: re.Match[str]) -> dict[str, FieldValue]:
-        out: dict[str, FieldValue] = {"scope": scope}
+        out: dict[str, FieldValue] = {"scope": scope, "timeout_by": "engine", "timeout_on": on}
         if knob is not None:
             out["knob"] = knob.value
         seconds = m.groupdict().get("s")
         ms = m.groupdict().get("ms")
         if seconds:
             out["timeout_seconds"] = int(seconds)
+            out["timeout_s"] = float(seconds)
         elif ms:
-            out["timeout_seconds"] = int(ms) / 1000
+            out["timeout_seconds"] = out["timeout_s"] = int(ms) / 1000
         return out
     return extract
 
 
 ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.DEADLINE_EXCEEDED, r"Engine iteration timed out", Severity.ERROR, Phase.RUNTIME,
-              _timeout("engine", Knob.VLLM_ENGINE_ITERATION_TIMEOUT_S), incident=True),
+              _timeout("engine", Knob.VLLM_ENGINE_ITERATION_TIMEOUT_S, "rpc"), incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"RPC call to execute_model timed out", Severity.ERROR, Phase.RUNTIME,
-              _timeout("engine", Knob.VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS), incident=True),
+              _timeout("engine", Knob.VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, "rpc"), incident=True),
     # V0's multiprocessing client: every RPC, and the engine's heartbeat, wait VLLM_RPC_TIMEOUT
     signature(EventKind.DEADLINE_EXCEEDED, r"RPC call to \w{1,80} timed out"
               r"|Server didn't reply within (?P<ms>\d{1,9}) ms|No heartbeat received from MQLLMEngine",
               Severity.ERROR, None,
-              _timeout("engine", Knob.VLLM_RPC_TIMEOUT), incident=True),
+              _timeout("engine", Knob.VLLM_RPC_TIMEOUT, "rpc"), incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"[Ww]atchdog timeout \((?:self\.)?watchdog_timeout=(?P<s>\d{1,9})",
-              Severity.ERROR, Phase.RUNTIME, _timeout("engine", Knob.WATCHDOG_TIMEOUT), incident=True),
-    signature(EventKind.DEADLINE_EXCEEDED, r"timed out waiting for llama runner to start", Severity.ERROR,
-              Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT), incident=True),
+              Severity.ERROR, Phase.RUNTIME, _timeout("engine", Knob.WATCHDOG_TIMEOUT, "generation"), incident=True),
+    signature(EventKind.DEADLINE_EXCEEDED, r"timed out waiting for llama(?: runner|-server) to start", Severity.ERROR,
+              Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT, "connect"), incident=True),
     # a traceback whose exception is a bare timeout (vLLM's shared-memory broadcast `acquire_read` raises one
     # without a message): the engine waited on itself; which knob, the line does not say
     signature(EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
@@ -102,7 +109,9 @@ KV_SIGNATURES: tuple[Signature, ...] = (
     # with smaller batch size" and "failed to find a memory slot for batch of size N" are the retries on the way,
     # a dozen lines per failure, and no event; the failed requests are `request_failed`, parsers/llamacpp.py)
     signature(EventKind.OOM, r"failed to decode the batch, n_batch = 1\b|llama_decode failed: '?NoKvSlot"
-              r"|could not find a kv cache slot|decode(?:\(\) failed)?: Context size has been exceeded",
+              # llama-server's wordings of the failed decode; its per-request `send_error: … error: Context size …`
+              # lines are the requests it failed (request_failed, parsers/llamacpp.py)
+              r"|could not find a kv cache slot|(?<!error: )Context size has been exceeded",
               Severity.ERROR, Phase.RUNTIME, _kv_pool, incident=True),
 )
 
@@ -122,8 +131,11 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.OOM, r"(?:Prefill|Decode) out of memory\. (?:Try to lower your batch size|This should ne)"
               r"(?:[^\n]{0,40}?Try to allocate (?P<tokens>\d{1,12}) tokens)?", Severity.ERROR, Phase.RUNTIME, _kv_pool,
               incident=True),
-    signature(EventKind.OOM, r"unable to allocate \w{1,20} buffer|failed to allocate (?:compute|KV) buffers?"
-              r"|insufficient memory|model requires more system memory", Severity.ERROR, incident=True),
+    # libllama's context and cache are allocated once, when the model loads
+    signature(EventKind.OOM, r"failed to allocate (?:compute|KV) buffers?|failed to allocate buffer for kv cache",
+              Severity.ERROR, Phase.STARTUP, incident=True),
+    signature(EventKind.OOM, r"unable to allocate \w{1,20} buffer|insufficient memory"
+              r"|model requires more system memory", Severity.ERROR, incident=True),
     signature(EventKind.OOM, r"Failed to allocate memory for \w{1,80} with size (\d{1,15})", Severity.ERROR,
               extract=_flashinfer, incident=True),
     signature(EventKind.OOM, r"alloc_buffer: allocating ([\d.]+) MiB on device \d+: \w{1,40} failed", Severity.ERROR,

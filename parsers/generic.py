@@ -3,8 +3,9 @@ only the server-independent signatures apply — CUDA/NCCL failures, Xid, HTTP 4
 and the engine-agnostic families (parsers/families.py: engine timeouts, KV exhaustion, OOM forms, relayed
 refusals, engine death in other wordings).
 
-The nginx/Apache time stamp (`[29/Nov/2026:09:00:00 +0000]`) is read so proxy refusals line up in
-time with the engine's own events.
+The proxies' time stamps are read so their refusals and timeouts line up in time with the engine's own
+events: the nginx/Apache access log's `[29/Nov/2026:09:00:00 +0000]`, nginx's error log `2026/11/29 09:00:00`
+(local time) at the start of the line, and Envoy's `[2026-11-29T09:00:00.123Z]` (UTC).
 """
 
 from __future__ import annotations
@@ -13,26 +14,33 @@ import re
 from datetime import timedelta, timezone
 
 from agent.records import Server
-from parsers import families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
 
 _CLF_TIME = re.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)\]")
+_LEADING_TIME = re.compile(r"\[?(\d{4})[-/](\d\d)[-/](\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,]\d{1,9})?(Z?)\]? ")
 
 
 class GenericParser(StreamParser):
     """Server-independent signatures only; `server` stays `auto` (not recognised)."""
 
     server = Server.AUTO
-    SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *http_access.HTTP_SIGNATURES,
-                  *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
-    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
+    SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *catalogued.signatures("auto"),
+                  *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
+    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
+              *catalogued.hot_words("auto"))
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)
         if m is None or m.group(2) not in MONTHS:
-            return Split(text)
+            lead = _LEADING_TIME.match(text) if text[:1] in "[12" else None
+            if lead is None:
+                return Split(text)
+            g = lead.groups()
+            return Split(text, self.local(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]),
+                                          lead.group(0), timezone.utc if g[6] else None))
         sign = -1 if m.group(7) == "-" else 1
         tz = timezone(sign * timedelta(hours=int(m.group(8)), minutes=int(m.group(9))))
         ts = self.local(int(m.group(3)), MONTHS[m.group(2)], int(m.group(1)), int(m.group(4)), int(m.group(5)),

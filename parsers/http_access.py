@@ -61,7 +61,8 @@ def _failed_severity(fields: dict[str, FieldValue]) -> Severity:
 
 
 def _request_scope(m: re.Match[str]) -> dict[str, FieldValue]:
-    return {**_fields(m), "scope": "request"}
+    # a 504 is a gateway's answer (no engine sends one): the proxy gave up, on what the line does not say
+    return {**_fields(m), "scope": "request", "timeout_by": "proxy", "timeout_on": "unknown"}
 
 
 def _signatures(kind: EventKind, status: str, phase: Phase) -> tuple[Signature, ...]:
@@ -102,27 +103,37 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
 
 
 def _tokens(m: re.Match[str]) -> dict[str, FieldValue]:
-    tokens = m.group("tokens")
-    return {"scope": "request", **({"tokens": int(tokens)} if tokens else {})}
+    tokens = int(m.group("tokens"))
+    return {"scope": "request", "timeout_on": "generation", "tokens": tokens, "tokens_produced": tokens}
 
 
-# A request that ran out of time after work began (the budget method's "timeout": tokens were produced), in the
-# words gRPC, Go contexts and HTTP clients use; the token count is kept when the line has one. A proxy's
-# 504 Gateway Timeout is a timeout too, but the line cannot say whether tokens had been produced.
+_DEADLINE = (r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)"
+             r"[^\n]{0,200}?\b(?:generated_tokens|completion_tokens|output_tokens|n_decoded|tokens_generated)"
+             r"[=: ]{1,3}")
+# a model that timed out loading is a start-up failure, not a request deadline
+_LOADING = r"waiting for (?:llama runner|server) to start|load(?:ing)? model"
+
+# A request that ran out of time, in the words gRPC, Go contexts and HTTP clients use. The phase follows what
+# the line tells: `generation` when it counts tokens produced (more than none), else `runtime`; who gave up
+# and on what (`timeout_by`, `timeout_on`) where the line says it. Client and proxy wordings that say more
+# (nginx's stage, Envoy's flags and duration, Go's "awaiting headers" / "reading body", LiteLLM's seconds) are
+# catalogued (parsers/catalogue/*.yaml) and come before these in every parser.
 TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
     *_signatures(EventKind.DEADLINE_EXCEEDED, "504", Phase.RUNTIME),
-    signature(EventKind.DEADLINE_EXCEEDED, r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)"
-         r"(?:[^\n]{0,200}?\b(?:generated_tokens|completion_tokens|output_tokens|n_decoded|tokens_generated)"
-         r"[=: ]{1,3}(?P<tokens>\d+))?", Severity.WARNING, Phase.GENERATION, _tokens,
-         # a model that timed out loading is a start-up failure, not a request deadline
-         unless=r"waiting for (?:llama runner|server) to start|load(?:ing)? model"),
-    # a proxy's 504 as its client or its error log tells it, and Ollama's own 500 at a round 5 or 30 minutes
-    # (a client's or proxy's deadline cut the request; the handler logs 500 when its context is cancelled)
+    signature(EventKind.DEADLINE_EXCEEDED, _DEADLINE + r"(?P<tokens>[1-9]\d{0,9})", Severity.WARNING,
+              Phase.GENERATION, _tokens, unless=_LOADING),
+    signature(EventKind.DEADLINE_EXCEEDED, r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)",
+              Severity.WARNING, Phase.RUNTIME,
+              lambda m: {"scope": "request", "timeout_on": "unknown"}, unless=_LOADING),
+    # a proxy's 504 as its client tells it, and Ollama's own 500 at a round 5 or 30 minutes (a client's or
+    # proxy's deadline cut the request; the handler logs 500 when its context is cancelled)
     signature(EventKind.DEADLINE_EXCEEDED, r"\b504 Gateway Time-?out\b"
-              r"|\b(?:HTTP code|Error code:|[Ss]tatus code:?) 504\b"
-              r"|upstream timed out \(110: Connection timed out\) while reading response header"
-              r"|\[GIN\] [\d/]{10} - [\d:]{8} \| 500 \| +(?:4m59|5m0|29m59|30m0)(?:\.\d{1,9})?s \|",
-              Severity.WARNING, Phase.RUNTIME, lambda m: {"scope": "request"}),
+              r"|\b(?:HTTP code|Error code:|[Ss]tatus code:?) 504\b",
+              Severity.WARNING, Phase.RUNTIME,
+              lambda m: {"scope": "request", "timeout_by": "proxy", "timeout_on": "unknown"}),
+    signature(EventKind.DEADLINE_EXCEEDED,
+              r"\[GIN\] [\d/]{10} - [\d:]{8} \| 500 \| +(?:4m59|5m0|29m59|30m0)(?:\.\d{1,9})?s \|",
+              Severity.WARNING, Phase.RUNTIME, lambda m: {"scope": "request", "timeout_on": "unknown"}),
 )
 HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE", "upstream timed out", "| 500 |",
              # any other error status on an access line (uvicorn/nginx `HTTP/1.1" 404`, GIN `| 404 |`, llama.cpp)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import timezone, tzinfo
 
 from agent.records import EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature, size_bytes
@@ -54,8 +54,10 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
               Severity.ERROR, Phase.GENERATION, lambda m: {"status": 500, "reason": "context_exceeded"}),
     signature(EventKind.DEADLINE_EXCEEDED, r"should_stop condition \(adjust the --timeout", Severity.WARNING,
          Phase.GENERATION, lambda m: {"reason": "server_timeout", "scope": "request"}),
+    *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.TIMEOUT_SIGNATURES,
     *http_access.HTTP_SIGNATURES,
+    *catalogued.signatures("llamacpp"),
     *families.FAMILY_SIGNATURES,
 )
 
@@ -83,15 +85,19 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     # 2025 on, at the default verbosity the only size printed: `initializing, n_slots = 4, n_ctx_slot = 512,
     # kv_unified = 'true'` — one pool of n_ctx_slot cells shared by every slot, or n_slots pools of it
     ("kv_cache_tokens", re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'"), _slot_pool),
-    ("kv_cache_dtype", re.compile(r"(?:KV self size|size) = +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
+    ("kv_cache_dtype", re.compile(r"(?:KV self size|size) += +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
 _KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB")
 # Weights on an accelerator (a CPU or host buffer is RAM): `load_tensors: CUDA0 model buffer size = … MiB`
 # (`llm_load_tensors:` in older builds, no `model` in some forks). One fact per device; the last one wins.
 _WEIGHTS_MIB = re.compile(r"load_tensors: +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) (?:model )?buffer size = +([\d.]+) MiB")
+# The graph's scratch memory on an accelerator, reserved at start-up: llama.cpp's activation peak
+# (`llama_context:      CUDA0 compute buffer size =   560.00 MiB`; a host buffer is RAM)
+_COMPUTE_MIB = re.compile(r"(?:llama_context|llama_new_context_with_model): +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) "
+                          r"compute buffer size = +([\d.]+) MiB")
 # Ollama's own start-up lines (Go slog, message already unquoted by the splitter)
 _OLLAMA_SIZES = (
-    ("weights_bytes", re.compile(r"^model weights buffer=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
+    ("weights_bytes", re.compile(r"^model weights (?:buffer|device)=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("weights_bytes", re.compile(r"\bmemory\.weights\.total=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("kv_cache_bytes", re.compile(r"\bmemory\.required\.kv=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("kv_cache_bytes", re.compile(r"^kv cache device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
@@ -131,8 +137,10 @@ class LlamaCppParser(StreamParser):
               "server is listening", "HTTP server listening", "listening on http", "model loaded", "loaded meta data",
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
-              "prompt processing",
-              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
+              "prompt processing", "compute buffer size",
+              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
+              *catalogued.hot_words("llamacpp"),
+              *catalogued.hot_words("auto"))
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
@@ -218,6 +226,8 @@ class LlamaCppParser(StreamParser):
             out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
         if (m := _WEIGHTS_MIB.search(msg)) is not None:
             out.append(self.fact(split, "weights_bytes", size_bytes(m.group(2), "MiB")))
+        if (m := _COMPUTE_MIB.search(msg)) is not None:
+            out.append(self.fact(split, "activation_peak_bytes", size_bytes(m.group(2), "MiB")))
         # Ollama's estimate for a CPU-only load (`offload to cpu`, `library=cpu`) sizes RAM, not the GPU's
         if "=\"" in msg and not msg.startswith("offload to cpu") and "library=cpu" not in msg:
             for name, pattern in _OLLAMA_SIZES:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import timezone, tzinfo
 
 from agent.records import Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, signature, size_bytes
@@ -55,12 +55,16 @@ SGLANG_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.QUEUE_FULL, r"Request (?:waiting|queue) timeout reached", Severity.WARNING, Phase.QUEUE,
          lambda m: {"reason": "queue_timeout", "status": 503}),
     signature(EventKind.DEADLINE_EXCEEDED, r"Request running timeout reached", Severity.WARNING, Phase.GENERATION,
-         lambda m: {"reason": "running_timeout", "scope": "request"}),
+         lambda m: {"reason": "running_timeout", "scope": "request", "timeout_by": "engine",
+                    "timeout_on": "generation"}),
     signature(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an "
-         r"exception|Received sigquit from a child process|SIGQUIT received|[Ww]atchdog timeout \(|Health check failed"
+         r"exception|Received sigquit from a child process|SIGQUIT received"
+         r"|[Ww]atchdog timeout \((?![^\n)]{0,80}soft=True)|Health check failed"
          r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
+    *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
+    *catalogued.signatures("sglang"),
     *families.FAMILY_SIGNATURES,
 )
 
@@ -114,7 +118,9 @@ class SglangParser(StreamParser):
               "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
               "kv_cache_dtype=", "page_size=", "model_path=",
               "Load weight", "Capture cuda graph end", "fired up", "startup complete",
-              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS)
+              *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
+              *catalogued.hot_words("sglang"),
+              *catalogued.hot_words("auto"))
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)

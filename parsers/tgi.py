@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, Phase, Record, Server, Severity
-from parsers import families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import Split
 from parsers.signature import Signature, hot, json_object, signature
@@ -36,8 +36,10 @@ TGI_SIGNATURES: tuple[Signature, ...] = (
          r"|Error: (?:ShardFailed|ShardDisconnected|WebserverFailed)\b"
          r"|Server error: (?:error trying to connect|transport error)",
          Severity.CRITICAL, incident=True),
+    *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
+    *catalogued.signatures("tgi"),
     *families.FAMILY_SIGNATURES,
 )
 
@@ -72,7 +74,9 @@ class TgiParser(StreamParser):
               "cuda_memory_fraction", "num_shard", "model_id", "Args {", "Starting download", "Starting shard",
               "Connected", "Error: ", "Server error", "Method Warmup",
               "failed during generation", *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
-              *families.HOT_WORDS)
+              *families.HOT_WORDS,
+              *catalogued.hot_words("tgi"),
+              *catalogued.hot_words("auto"))
 
     def split(self, text: str) -> Split:
         if text.startswith("{"):

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, EventKind, FieldValue, Phase, Record, Server, Severity
-from parsers import families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.prefix import Split
 from parsers.signature import Signature, hot, json_object, signature
 from parsers.vllm_facts import FACT_WORDS, GIB, line_facts
@@ -124,8 +124,10 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
          # traceback through that frame is the engine core dying, even when the paste lost the first line
          r"|vllm/v1/engine/core\.py\", line \d+, in run_engine_core\b",
          Severity.CRITICAL, extract=_died, incident=True),
+    *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,
+    *catalogued.signatures("vllm"),
     *families.FAMILY_SIGNATURES,
 )
 
@@ -158,6 +160,7 @@ class VllmParser(VllmStats):
     STATS_WORD = "prompt throughput: "
     HOT = hot(_PREEMPT_WORD, *FACT_WORDS, *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
               *families.HOT_WORDS,
+              *catalogued.hot_words("vllm"), *catalogued.hot_words("auto"),
               "busy", "backlog", "rejecting", "died", "Dead", "dead", "timed out", "fatal", "failed",
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",

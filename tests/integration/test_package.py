@@ -31,6 +31,8 @@ def test_wheel_ships_rules_and_both_packages(wheel: Path) -> None:
     for asset in ("views/templates/report.html.j2", "views/templates/report_charts.js",
                   "views/vendor/uplot/uPlot.iife.min.js", "views/vendor/uplot/LICENSE"):
         assert f"agent/{asset}" in names  # the HTML report works from an install, offline
+    catalogue = {Path(n).name for n in names if n.startswith("parsers/catalogue/")}
+    assert {p.name for p in (ROOT / "parsers" / "catalogue").glob("*.yaml")} <= catalogue  # read at every start
     assert not any("tests/" in n for n in names)
     metadata = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(metadata).decode()

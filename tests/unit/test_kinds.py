@@ -107,3 +107,17 @@ CASES: list[tuple[Server, str, EventKind, Phase]] = [
 def test_line_is_classified(server: Server, line: str, kind: EventKind, phase: Phase) -> None:
     events = [r for r in run(make_parser(server, "t", REF_TIME), [line]) if isinstance(r, Event)]
     assert [(e.kind, e.phase) for e in events if e.kind is kind] == [(kind, phase)], [e.kind for e in events]
+
+
+@pytest.mark.parametrize("line", [
+    # llama.cpp does not preempt: a full KV cache makes it halve the batch and go on (tools/server/server.cpp)
+    "srv  update_slots: failed to find free space in the KV cache, retrying with smaller batch size, i = 0, "
+    "n_batch = 512, ret = 1",
+    "decode: failed to find a memory slot for batch of size 512",
+    # a request longer than the context, refused with a 400 before any allocation: never an oom
+    "srv    send_error: task id = 12, error: the request exceeds the available context size. try increasing the "
+    "context size or enable context shift",
+])
+def test_llamacpp_lines_that_are_no_incident(line: str) -> None:
+    events = [r for r in run(make_parser(Server.LLAMACPP, "t", REF_TIME), [line]) if isinstance(r, Event)]
+    assert [e.kind for e in events if e.kind in (K.PREEMPTION, K.OOM)] == []

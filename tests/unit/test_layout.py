@@ -48,12 +48,16 @@ def test_each_external_library_has_one_adapter(library: str) -> None:
     assert importers <= ADAPTERS[library], f"{library} imported outside its adapter: {importers - ADAPTERS[library]}"
 
 
+# The catalogue's loader reads its YAML through the project's one YAML reader (its errors name the line)
+PARSER_EXCEPTIONS = {"parsers/catalogue/__init__.py": {"agent.yamldoc"}}
+
+
 def test_parsers_import_only_the_records_and_the_standard_library() -> None:
-    for path in (ROOT / "parsers").glob("*.py"):
+    for path in (ROOT / "parsers").rglob("*.py"):
         for module in _imports(path):
             top = module.split(".")[0]
-            assert module == "agent.records" or top == "parsers" or top in sys.stdlib_module_names, (
-                f"{_rel(path)} imports {module}")
+            assert module == "agent.records" or top == "parsers" or top in sys.stdlib_module_names or (
+                module in PARSER_EXCEPTIONS.get(_rel(path), ())), f"{_rel(path)} imports {module}"
 
 
 def test_the_daemon_never_imports_the_tools_and_views_never_write() -> None:

@@ -81,7 +81,8 @@ def test_timeout_after_tokens_is_deadline_exceeded_in_generation() -> None:
             "error=\"context deadline exceeded\" completion_tokens=187")
     events = _events(Server.LLAMACPP, [line])
     assert [(e.kind, e.phase) for e in events] == [(EventKind.DEADLINE_EXCEEDED, Phase.GENERATION)]
-    assert events[0].fields == {"tokens": 187, "scope": "request"}
+    # the shared timeout fields: what it timed out on, and how many tokens had come
+    assert events[0].fields == {"tokens": 187, "tokens_produced": 187, "scope": "request", "timeout_on": "generation"}
 
 
 def test_running_timeout_is_deadline_but_waiting_timeout_is_a_refusal() -> None:
