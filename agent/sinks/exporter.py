@@ -11,12 +11,9 @@ prompts, pids or hostnames.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -25,6 +22,7 @@ from prometheus_client.registry import Collector
 from agent.bookkeeping import SourceStats
 from agent.capacity.capacity import Capacity
 from agent.records import EventKind, GpuProcessSample, GpuSample, ServerStats
+from agent.sinks.httpserve import BoundedServer, Request, Response, ServingStats
 from agent.verdicts import Finding
 
 Labels = tuple[str, ...]
@@ -324,65 +322,57 @@ _LANDING = b"""<!doctype html><html><head><title>deepinfer-agent</title></head><
 """
 
 
-MAX_CONNECTIONS = 16  # scrapes are short; more at once are refused rather than allowed to eat descriptors
-IDLE_SECONDS = 5.0  # a connection that sends no complete request in this long is closed
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    request_queue_size = 64
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.refused = 0
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.refused += 1
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
-class _QuietHandler(WSGIRequestHandler):
-    timeout = IDLE_SECONDS
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes every few seconds are not news; errors still reach the exporter's own counters."""
-
-
 class MetricsServer:
-    """`/metrics` and a small landing page at `/`, on a background thread; port 0 picks a free port."""
+    """`/metrics` and a small landing page at `/`, on a background thread; port 0 picks a free port.
 
-    def __init__(self, latest: Callable[[], Snapshot], host: str, port: int) -> None:
+    prometheus_client's WSGI app renders (content negotiation, gzip, `name[]`); `BoundedServer` serves it,
+    so that idle, slow or malformed clients are cut off by deadlines and counted, not given a thread each.
+    """
+
+    def __init__(self, latest: Callable[[], Snapshot], host: str, port: int, **limits: Any) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(latest))
-        metrics_app = make_wsgi_app(self.registry)
+        self._app = make_wsgi_app(self.registry)
+        self._http = BoundedServer(self._answer, host, port, **limits)
+        self.registry.register(_ServingCollector(self._http.stats))
+        self.host, self.port = host, self._http.port
 
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            if environ.get("PATH_INFO") in ("", "/"):
-                start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-                return [_LANDING]
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+    def _answer(self, request: Request) -> Response:
+        if request.path in ("", "/"):
+            return Response("200 OK", [("Content-Type", "text/html; charset=utf-8")], _LANDING)
+        environ = {"REQUEST_METHOD": request.method, "PATH_INFO": request.path, "QUERY_STRING": request.query}
+        for name, key in (("accept", "HTTP_ACCEPT"), ("accept-encoding", "HTTP_ACCEPT_ENCODING")):
+            if name in request.headers:
+                environ[key] = request.headers[name]
+        answer: list[Any] = []
+        body = b"".join(self._app(environ, lambda status, headers: answer.extend((status, headers))))
+        return Response(answer[0], list(answer[1]), body)
 
-        self._httpd = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
-        self.host, self.port = host, int(self._httpd.server_address[1])
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics", daemon=True)
+    @property
+    def stats(self) -> ServingStats:
+        return self._http.stats
 
     def start(self) -> None:
-        self._thread.start()
+        self._http.start()
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._http.close()
+
+
+class _ServingCollector(Collector):
+    """The metrics port's own counters: how connections ended, and accepts that failed."""
+
+    def __init__(self, stats: ServingStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        ended = CounterMetricFamily("deepinfer_exporter_connections", "Connections to the metrics port, by how "
+                                    "they ended (served, timed_out, evicted, refused, malformed, reset).",
+                                    labels=["outcome"])
+        for outcome, n in self._stats.outcomes.items():
+            ended.add_metric([outcome], float(n))
+        yield ended
+        failed = CounterMetricFamily("deepinfer_exporter_accept_errors", "Connections the metrics port could not "
+                                     "accept (the agent was out of file descriptors).")
+        failed.add_metric([], float(self._stats.accept_errors))
+        yield failed
