@@ -11,6 +11,7 @@ prompts, pids or hostnames.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from prometheus_client.registry import Collector
 
 from agent.bookkeeping import SourceStats
 from agent.capacity.capacity import Capacity
+from agent.inert import printable
 from agent.records import EventKind, GpuProcessSample, GpuSample, ServerStats
 from agent.sinks.httpserve import BoundedServer, Request, Response, ServingStats
 from agent.verdicts import Finding
@@ -140,13 +142,20 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._latest()
-        yield from _counters(_with_zero_events(snap.totals, snap.servers))
-        yield from _agent(snap)
-        yield from _sources(snap.sources)
-        yield from _servers(snap.servers, snap.facts)
-        yield from _gpus(snap)
-        yield from _budget(snap)
-        yield from _findings(snap.findings)
+        families = itertools.chain(_counters(_with_zero_events(snap.totals, snap.servers)), _agent(snap),
+                                   _sources(snap.sources), _servers(snap.servers, snap.facts), _gpus(snap),
+                                   _budget(snap), _findings(snap.findings))
+        for family in families:
+            yield _inert_labels(family)
+
+
+def _inert_labels(family: Metric) -> Metric:
+    """Label values made `printable`: a source is named after its file (`vllm/<file>`), and a file name may
+    hold terminal escapes that a person reading /metrics, or a dashboard, would otherwise be shown raw."""
+    if any(printable(v, keep_newlines=False) != v for s in family.samples for v in s.labels.values()):
+        family.samples = [s._replace(labels={k: printable(v, keep_newlines=False) for k, v in s.labels.items()})
+                          for s in family.samples]
+    return family
 
 
 def _with_zero_events(totals: Totals, servers: Mapping[str, ServerStats]) -> dict[tuple[str, Labels], float]:

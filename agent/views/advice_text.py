@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from agent.inert import inert, printable
 from agent.judge.replay import Advice, Replay
 from agent.verdicts import Finding
 
@@ -46,7 +47,7 @@ def render_finding(f: Finding, cleared_at: float | None = None) -> str:
     span = f"    since {_when(f.since)}"
     span += f", cleared {_when(cleared_at)}" if cleared_at is not None else ", still active at the end"
     lines.append(span)
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def render_replay(result: Replay) -> str:
@@ -61,20 +62,20 @@ def render_replay(result: Replay) -> str:
         parts.append("\nNo findings: no rule matched.")
     for advice in result.advice:
         parts.append("\n" + render_finding(advice.finding, advice.cleared_at))
-    return "\n".join(parts)
+    return printable("\n".join(parts))
 
 
 def finding_json(f: Finding, cleared_at: float | None = None) -> dict[str, Any]:
-    return {"rule": f.rule, "engine": f.engine, "severity": f.severity.value,
+    return inert({"rule": f.rule, "engine": f.engine, "severity": f.severity.value,
             "knob": f.knob.value if f.knob else None, "direction": f.direction.value if f.direction else None,
             "from": f.current, "to": f.recommended, "evidence": dict(f.evidence), "arithmetic": f.arithmetic,
-            "message": f.message, "since": f.since, "cleared_at": cleared_at, "window_seconds": f.window_seconds}
+            "message": f.message, "since": f.since, "cleared_at": cleared_at, "window_seconds": f.window_seconds})
 
 
 def replay_json(result: Replay) -> dict[str, Any]:
-    return {"since": result.since, "until": result.until, "engines": result.engines,
+    return inert({"since": result.since, "until": result.until, "engines": result.engines,
             "capacities": {k: v.as_dict() for k, v in result.capacities.items()},
-            "findings": [finding_json(a.finding, a.cleared_at) for a in result.advice]}
+            "findings": [finding_json(a.finding, a.cleared_at) for a in result.advice]})
 
 
 def render_active(findings: Sequence[Finding]) -> str:
