@@ -166,6 +166,8 @@ class StreamParser(Stamps, Lanes):
             if self._continue_block(split, out):
                 return out
             if not self._hot(text):
+                if opens_request_text(text):  # as on the quiet path above: an open block changes nothing
+                    self._request_lines = 1
                 return out
         if self.STATS_WORD in split.msg or self.STATS_WORD2 in split.msg:
             # stats parsers take fields where they sit but refuse request logs and quoted text
