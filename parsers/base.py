@@ -123,6 +123,8 @@ class StreamParser(Stamps, Lanes):
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
+        if text[:1] == "\x00":  # a NUL hole (copytruncate under a writer without O_APPEND) before a line
+            text = text.lstrip("\x00")
         if len(text) > MAX_LINE_CHARS:
             text = text[:MAX_LINE_CHARS]
         if "\x1b" in text:
