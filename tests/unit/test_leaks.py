@@ -13,11 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.records import Event, EventKind, Record, Server
+from agent.records import CapacityFact, Event, EventKind, Record, Server
 from parsers import make_parser
 from parsers.lanes import unlocated
 from parsers.redact import redact
 
+from . import secret_shapes
 from .conftest import REF_TIME, run
 from .test_kinds import CASES
 
@@ -111,3 +112,52 @@ def test_a_multiline_prompt_is_never_an_event_after_any_line(server: Server, bef
         assert not kinds & {EventKind.OOM, EventKind.XID, EventKind.GPU_LOST, EventKind.ENGINE_DEAD,
                             EventKind.CUDA_ERROR}, kinds
         assert "zqprompt" not in _text(records)
+
+
+@settings(max_examples=600)
+@given(case=st.sampled_from(CASES), shape=st.sampled_from(sorted(secret_shapes.SHAPES)),
+       form=st.sampled_from(sorted(secret_shapes.FORMS)))
+def test_no_credential_shape_in_any_form_reaches_a_record_of_any_kind(case: tuple[Server, str, EventKind, object],
+                                                                     shape: str, form: str) -> None:
+    server, line, _, _ = case
+    records = run(make_parser(server, "t", REF_TIME), [f"{line} {secret_shapes.planted(shape, form)}"])
+    assert not secret_shapes.leaks(_text(records)), _text(records)
+
+
+@pytest.mark.parametrize("shape", sorted(secret_shapes.SHAPES))
+@pytest.mark.parametrize("form", sorted(secret_shapes.FORMS))
+def test_every_credential_shape_is_redacted_in_every_form(shape: str, form: str) -> None:
+    assert not secret_shapes.leaks(redact(f"request failed: {secret_shapes.planted(shape, form)} (retrying)"))
+
+
+@pytest.mark.parametrize("shape", sorted(secret_shapes.PATH_SAFE))
+def test_a_credential_in_a_url_path_is_not_kept_in_the_route(shape: str) -> None:
+    line = (f'INFO:     127.0.0.1:5 - "POST /v1/{secret_shapes.SHAPES[shape]}/completions HTTP/1.1" 429 Too Many '
+            "Requests")
+    [event] = [r for r in run(make_parser(Server.VLLM, "t", REF_TIME), [line]) if isinstance(r, Event)]
+    assert event.kind is EventKind.HTTP_429
+    assert not secret_shapes.leaks(_text([event])), event.fields
+
+
+@pytest.mark.parametrize("path", ["/reset/8f14e45fceea167a5a36dedd4bea2543", "/hooks/T0/B0/XyZ1234567890abcdefGHIJ",
+                                  "/api/token/abcdef", "/v1/files/key/Zk3Jq9"])
+def test_a_random_or_announced_path_segment_is_dropped_from_the_route(path: str) -> None:
+    line = f'INFO:     127.0.0.1:5 - "POST {path} HTTP/1.1" 503 Service Unavailable'
+    [event] = [r for r in run(make_parser(Server.VLLM, "t", REF_TIME), [line]) if isinstance(r, Event)]
+    assert event.fields["route"] == path.rsplit("/", 1)[0] + "/<redacted>"
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/v1/models/Qwen2.5-7B-Instruct",
+                                  "/v1/models/meta-llama/Llama-3.1-8B-Instruct", "/generate_stream", "/health"])
+def test_ordinary_routes_are_kept(path: str) -> None:
+    line = f'INFO:     127.0.0.1:5 - "POST {path} HTTP/1.1" 503 Service Unavailable'
+    [event] = [r for r in run(make_parser(Server.VLLM, "t", REF_TIME), [line]) if isinstance(r, Event)]
+    assert event.fields["route"] == path
+
+
+def test_the_model_fact_loses_url_credentials() -> None:
+    line = ("(APIServer pid=1) INFO 11-29 09:00:00 [api_server.py:1] █  model   "
+            "https://admin:zq7pw@models.internal/qwen2.5-7b")
+    facts = [r for r in run(make_parser(Server.VLLM, "t", REF_TIME), [line]) if isinstance(r, CapacityFact)]
+    assert [f.name for f in facts] == ["model"]
+    assert not secret_shapes.leaks(_text(facts)) and "models.internal/qwen2.5-7b" in str(facts[0].value)
