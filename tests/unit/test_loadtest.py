@@ -166,7 +166,7 @@ def test_stream_chunks() -> None:
     completion = b'data: {"choices": [{"index": 0, "text": " Hi"}]}\n'
     error = b'data: {"error": {"message": "engine dead", "code": 500}}\n'
     assert [stream_chunk_kind(x) for x in (role, text, completion, error, b"data: [DONE]\n", b"\n", b": ping\n")] == [
-        None, "text", "text", "error", None, None, None]
+        "chunk", "text", "text", "error", None, None, None]
 
 
 def test_levels_are_kept_in_the_agents_store_for_report(tmp_path: Path) -> None:
