@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from aiohttp import web
 from agent.errors import AgentError
 from agent.tools.sim import SIMULATED, Engine, EngineOomError, QueueFullError, SimConfig, SimRequest
 from agent.tools.sim_output import GIB, Histogram, RequestHistograms, VllmLog, num, prompt_tokens
+
+log = logging.getLogger("agent.simulate")
 
 
 @dataclass
@@ -69,7 +72,7 @@ class SimServer:
                        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
             self.log.refused_start(message)
             raise AgentError(f"{SIMULATED} engine cannot start: {message}")
-        app = web.Application(client_max_size=64 << 20)
+        app = web.Application(client_max_size=64 << 20, middlewares=[_no_traceback])
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/metrics", self._metrics)
@@ -191,7 +194,7 @@ class SimServer:
             body = await request.json()
             if not isinstance(body, dict):
                 raise ValueError("not an object")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the recursion limit
             return self._error(request, 400, "request body is not a JSON object", "BadRequestError")
         if self.engine.dead:
             return self._error(request, 500, "EngineDeadError: the engine core died (SIMULATED OOM)",
@@ -200,7 +203,7 @@ class SimServer:
             tokens = prompt_tokens(body)
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens")
                              or self.config.default_max_tokens)
-        except (TypeError, ValueError, AttributeError):
+        except (TypeError, ValueError, AttributeError, OverflowError, RecursionError):  # max_tokens 1e999: inf
             return self._error(request, 400, "prompt, messages or max_tokens malformed", "BadRequestError")
         if max_tokens < 1:
             return self._error(request, 400, "max_tokens must be at least 1", "BadRequestError")
@@ -361,6 +364,20 @@ class SimServer:
         out.append("# TYPE vllm:cache_config_info gauge")
         out.append(f"vllm:cache_config_info{{{info}{labels}}} 1.0")
         return "\n".join(out) + "\n"
+
+
+@web.middleware
+async def _no_traceback(request: web.Request,
+                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """A request the handlers did not foresee is answered 500 with one log line, never a traceback."""
+    try:
+        return await handler(request)
+    except (web.HTTPException, asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as exc:
+        log.warning("%s %s: %s: %s", request.method, request.path, type(exc).__name__, exc)
+        return web.json_response({"object": "error", "message": f"{type(exc).__name__}", "type": "InternalServerError",
+                                  "code": 500}, status=500)
 
 
 async def serve(server: SimServer, host: str, port: int, on_ready: Callable[[str], Awaitable[None] | None],
