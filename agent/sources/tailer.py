@@ -151,6 +151,7 @@ class FileTailer(Refinder):
         self._named = set()
         paths = self._glob()
         reasons = self._pattern_problems(paths)
+        own = self.own_ids()
         for path in paths:
             if os.path.realpath(path) in self._exclude:
                 reasons.append(f"{path} is the agent's own store: not read")
@@ -160,6 +161,9 @@ class FileTailer(Refinder):
             except OSError as exc:
                 reasons.append(f"{path}: " + ("dangling symlink" if Path(path).is_symlink()
                                               else exc.strerror or str(exc)))
+                continue
+            if (st.st_dev, st.st_ino) in own:  # a hard link to the store or its -wal
+                reasons.append(f"{path} is the agent's own store (a hard link to it): not read")
                 continue
             if not stat.S_ISREG(st.st_mode):
                 if not glob.has_magic(self.pattern):
