@@ -73,6 +73,30 @@ def open_saved(path: str | Path) -> BoundedLines:
         raise
 
 
+MAX_TEXT_FILE_BYTES = 16 << 20  # a config, a rule file, a model's config.json, a load-test payload
+
+
+def read_small_text(path: str | Path, limit: int = MAX_TEXT_FILE_BYTES) -> str:
+    """A small text file read whole (UTF-8; UnicodeDecodeError as `bytes.decode` raises it): only a regular
+    file of at most `limit` bytes — a FIFO would wait for a writer for ever and a device never end, so
+    both are an OSError that says so, as is a directory or a bigger file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", str(path))
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device cannot be read whole)", str(path))
+        if st.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB: not a file of settings", str(path))
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB: not a file of settings", str(path))
+    return data.decode("utf-8")
+
+
 def bounded(stream: BinaryIO) -> BoundedLines:
     """An already open stream (standard input) read through `BoundedLines`."""
     raw: Any = getattr(stream, "raw", stream)  # a buffered stream's raw one; else the stream itself

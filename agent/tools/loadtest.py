@@ -32,6 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agent.errors import AgentError
 from agent.http import AsyncClient, HttpBodyTooLargeError, HttpConnectionError, HttpTimeoutError
+from agent.sources.bounded import read_small_text
 from agent.tools.loadtest_report import ERROR_CLASSES, LoadTestResult, verdict
 from agent.tools.loadtest_watch import Peaks, Watcher
 from agent.verdicts import LoadStep
@@ -58,8 +59,13 @@ class LoadTestError(AgentError):
 
 def endpoint_url(url: str) -> str:
     """The URL to POST to: a bare `http://host:port` means `/v1/completions`."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:  # `http://[::1/v1`: an unclosed bracket; a port past 65535
+        raise LoadTestError(f"{url!r}: not a URL ({exc}); expected one such as "
+                            "http://127.0.0.1:8000/v1/completions") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LoadTestError(f"{url!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1/completions")
     if parts.path in ("", "/"):
         parts = parts._replace(path="/v1/completions")
@@ -93,10 +99,10 @@ def synthetic_payload(input_tokens: int, output_tokens: int, chat: bool) -> dict
 def load_payload(path: Path, chat: bool) -> dict[str, Any]:
     """A JSON payload file: `prompt` (or `messages` for chat) and `max_tokens`, sent as they are."""
     try:
-        body = json.loads(path.read_text(encoding="utf-8"))
+        body = json.loads(read_small_text(path))
     except OSError as exc:
         raise LoadTestError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise LoadTestError(f"{path}: not JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise LoadTestError(f"{path}: expected a JSON object with prompt/messages and max_tokens")

@@ -36,6 +36,8 @@ def run_simulator(*, host: str, port: int, model: str, vram_gib: float, util: fl
         config = from_budget(sizing.inputs, **settings)
     if not 0 <= port <= 65535:
         raise AgentError(f"--port {port}: a port is between 0 and 65535 (0 picks a free one)")
+    if duration is not None and not 0 < duration <= 366 * 86400:  # NaN and infinity too
+        raise AgentError(f"--duration {duration}: seconds above 0, at most a year")
     try:
         server = SimServer(config, log, stats_interval_seconds=stats_interval)
     except OSError as exc:

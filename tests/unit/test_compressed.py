@@ -21,8 +21,9 @@ from agent.sources.identity import FINGERPRINT_BYTES, fingerprint, near_fingerpr
 LINES = b"".join(b"INFO 11-29 09:00:%02d [api.py:1] line %04d of the log before the rotation\n" % (i % 60, i)
                  for i in range(2000))
 WRITERS: dict[str, Callable[[str], object]] = {
-    ".gz": lambda p: gzip.open(p, "wb", compresslevel=6), ".xz": lambda p: lzma.open(p, "wb", preset=1),
-    ".bz2": lambda p: bz2.open(p, "wb")}
+    ".gz": lambda p: gzip.open(p, "wb", compresslevel=6),  # noqa: SIM115 - entered by the caller
+    ".xz": lambda p: lzma.open(p, "wb", preset=1),  # noqa: SIM115
+    ".bz2": lambda p: bz2.open(p, "wb")}  # noqa: SIM115
 
 
 def _cursor(plain: Path, offset: int) -> Cursor:

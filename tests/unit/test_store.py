@@ -165,5 +165,6 @@ def test_a_store_deleted_under_the_daemon_is_said(tmp_path: Path, caplog: pytest
         out.write('(APIServer pid=1) INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 429 Too Many Requests\n')
     daemon.run_once(now + 1)
     daemon.close(now + 2)
-    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "deleted or replaced" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and "deleted or replaced" in r.getMessage()]
     assert len(said) == 1 and str(db) in said[0]
