@@ -344,11 +344,8 @@ class FileTailer(Refinder):
         f.lines.flush(f.read_pos, lambda frame, offset: self._deliver(f, frame, offset, out))
 
     def _truncated(self, f: TailedFile, now: float, out: TailOut) -> None:
-        """copytruncate: finish the unread tail from the copy, then read this file again from 0.
-
-        A file cut in place below the cursor (`truncate -s`, a tool trimming its tail) leaves no copy and
-        keeps its first bytes: what it kept was read already, so it is read on from its new end (under a
-        new key, as after any truncation, so the new bytes' offsets cannot collide with the old ones)."""
+        """copytruncate: finish the unread tail from the copy, then read this file again from 0. A file cut in
+        place below the cursor (no copy, same first bytes) is read on from its new end: it kept lines read."""
         self._count["truncations"] += 1
         # (no `near`: the bytes before the cursor are gone from this file; the copy is known by its start)
         old = Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now)
@@ -362,8 +359,7 @@ class FileTailer(Refinder):
         if self._recover_from_copy(old, now) is None:
             out.expired.append(old)
             self._catch_up(f.path, now)
-            if cut_in_place:  # a line the cut ended in was delivered whole before: what is left of it is skipped
-                start = size
+            start = size if cut_in_place else 0  # (a line the cut ended in was delivered whole before)
         self._restart_at(f, start)
         f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
         f.emitted = None

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from agent.errors import AgentError
 from agent.http import AsyncClient, HttpBodyTooLargeError, HttpConnectionError, HttpTimeoutError
 from agent.sources.bounded import read_small_text
+from agent.tools.loadtest_answers import completion_tokens, error_class, stream_chunk_kind
 from agent.tools.loadtest_report import ERROR_CLASSES, LoadTestResult, verdict
 from agent.tools.loadtest_watch import Peaks, Watcher
 from agent.verdicts import LoadStep
@@ -168,19 +169,6 @@ Progress = Callable[[int, int, int], None]  # (level, requests done, requests in
 # ---- per-request work -----------------------------------------------------------------------------
 
 
-def error_class(status: int) -> str | None:
-    """None for a success; else the LoadStep error class of an HTTP status."""
-    if 200 <= status < 300:
-        return None
-    if status == 429:
-        return "http_429"
-    if status == 503:
-        return "http_503"
-    if status >= 500:
-        return "http_5xx"
-    return "other"
-
-
 @dataclass
 class _Tally:
     latencies: list[float] = field(default_factory=list)
@@ -188,49 +176,6 @@ class _Tally:
     errors: Counter[str] = field(default_factory=Counter)
     output_tokens: int = 0
     done: int = 0
-
-
-def _completion_tokens(body: bytes) -> int | None:
-    """The completion tokens an OpenAI answer reports (0 when it does not say); None when the body is not
-    a completion at all: not JSON, not an object with a `choices` list, or nested too deep to read."""
-    try:
-        answer = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(answer, dict) or not isinstance(answer.get("choices"), list):
-        return None
-    usage = answer.get("usage")
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0 else 0
-
-
-def stream_chunk_kind(line: bytes) -> str | None:
-    """What one server-sent-events line of an OpenAI stream is: `text` (a chunk carrying output),
-    `chunk` (a completion chunk without text: the role, a finish reason), `error` (the server failed after
-    its 200), or None (keep-alive, [DONE], anything that is not a completion chunk)."""
-    if not line.startswith(b"data:"):
-        return None
-    data = line[5:].strip()
-    if not data or data == b"[DONE]":
-        return None
-    try:
-        event = json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(event, dict):
-        return None
-    if "error" in event:
-        return "error"
-    choices = event.get("choices")
-    if not isinstance(choices, list):
-        return None
-    for choice in choices:
-        if isinstance(choice, dict):
-            delta = choice.get("delta")
-            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-            if text:
-                return "text"
-    return "chunk"  # a completion chunk without text (the role, a finish reason)
 
 
 async def _one(client: AsyncClient, url: str, payload: Mapping[str, Any], stream: bool, tally: _Tally) -> None:
@@ -269,7 +214,7 @@ async def _one(client: AsyncClient, url: str, payload: Mapping[str, Any], stream
     kind = error_class(reply.status)
     if kind is None and failed_in_stream:
         kind = "http_5xx"  # a stream that had already sent 200 and then failed
-    tokens = None if stream or kind is not None else _completion_tokens(reply.body)
+    tokens = None if stream or kind is not None else completion_tokens(reply.body)
     if kind is None and (completion_chunks == 0 if stream else tokens is None):
         kind = "bad_answer"  # a 200 that is not a completion: a wrong URL, a proxy's page
     if kind is not None:

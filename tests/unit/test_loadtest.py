@@ -14,11 +14,11 @@ from agent.tools.loadtest import (
     LoadTestOptions,
     default_metrics_url,
     endpoint_url,
-    error_class,
     load_payload,
     percentile,
     synthetic_payload,
 )
+from agent.tools.loadtest_answers import error_class
 from agent.tools.loadtest_cli import parse_levels
 from agent.tools.loadtest_report import verdict
 from agent.tools.loadtest_watch import Watcher
@@ -159,7 +159,7 @@ def test_capacity_from_the_agent_config_is_the_budget() -> None:
 
 
 def test_stream_chunks() -> None:
-    from agent.tools.loadtest import stream_chunk_kind
+    from agent.tools.loadtest_answers import stream_chunk_kind
 
     role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n'
     text = b'data: {"choices":[{"index":0,"delta":{"content":" Hi"}}]}\n'
