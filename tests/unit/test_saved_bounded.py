@@ -82,9 +82,14 @@ def test_a_fifo_with_a_writer_is_read(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     reader = subprocess.Popen([sys.executable, "-m", "agent", "scan", "--format", "jsonl", str(fifo)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    with fifo.open("w") as writer:
-        writer.write(OOM + "\n")
-    out, err = reader.communicate(timeout=60)
+    try:
+        with fifo.open("w") as writer:
+            writer.write(OOM + "\n")
+        out, err = reader.communicate(timeout=60)
+    finally:
+        if reader.poll() is None:  # a reader that hangs (today's code opens the FIFO twice) is not left behind
+            reader.kill()
+            reader.wait(10)
     assert reader.returncode == 0, err
     assert '"kind": "oom"' in out
 
