@@ -1,5 +1,7 @@
 """`python -m agent` runs the same CLI as the `deepinfer-agent` console script."""
 
-from agent.cli import app
+import sys
 
-app(prog_name="deepinfer-agent")
+from agent.launch import guarded
+
+sys.exit(guarded("deepinfer-agent"))

@@ -326,6 +326,7 @@ def scan(
 
     Exits 0 whether or not problems are found (it is a report, not a check); 1 when a file cannot be read.
     """
+    from agent.sources.bounded import bounded
     from agent.sources.parallel import scan_path
     from agent.sources.saved import FileScan, parse_tz, scan_into
     from agent.views.scan_progress import progress_bar
@@ -345,7 +346,7 @@ def scan(
     for path in files:
         try:
             if str(path) == "-":
-                scans.append(scan_into(sys.stdin.buffer, "-", emit, as_server, time.time(), zone))
+                scans.append(scan_into(bounded(sys.stdin.buffer), "-", emit, as_server, time.time(), zone))
                 continue
             with progress_bar(str(path), _size(path), sys.stderr) as progress:  # a bar on a terminal only
                 scans.append(scan_path(path, emit, as_server, zone, jobs if jobs is not None else _cpus(), writer,

@@ -306,8 +306,9 @@ def load_config(path: Path) -> Config:
     """Parse and validate `path`; raise ConfigError listing every problem, each with file, field and line."""
     doc = _read_yaml(path)
     data = doc.data
-    if data is None:
-        data = {}
+    if data is None:  # empty, or comments only: a file truncated by a careless edit, never a wish for defaults
+        raise ConfigError(str(path), [f"{path}: the file is empty (no settings): write at least one section "
+                                      "(sources:, model:, metrics: …), or `{}` for every default"])
     if not isinstance(data, dict):
         raise ConfigError(str(path), [f"{path}:1: expected a mapping of sections at the top level, "
                                       f"got {type(data).__name__}"])

@@ -33,3 +33,8 @@ class SourceError(AgentError):
 
 class StoreError(AgentError):
     """The SQLite store cannot be opened, migrated or written; names the database file."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written by a newer agent (migrations this one does not know): no retry can help, so the
+    daemon stops with this instead of buffering for ever, and readers refuse it."""

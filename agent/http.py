@@ -25,6 +25,7 @@ from agent.errors import AgentError
 
 _USER_AGENT = "deepinfer-agent"
 MAX_BODY_BYTES = 16 << 20
+MAX_LINE_BYTES = 1 << 20
 
 
 class HttpTimeoutError(AgentError):
@@ -86,8 +87,7 @@ class AsyncClient:
                 headers_at = time.perf_counter() - started
                 if on_line is None:
                     return Reply(response.status, await _body(response), headers_at)
-                async for line in response.content:
-                    on_line(line)
+                await _lines(response, on_line)
                 return Reply(response.status, b"", headers_at)
         except (asyncio.TimeoutError, TimeoutError) as exc:  # aiohttp's ServerTimeoutError is one too
             raise HttpTimeoutError(f"{url}: no complete answer within {self._timeout.total:g} s") from exc
@@ -125,6 +125,24 @@ async def _body(response: aiohttp.ClientResponse, limit: int = MAX_BODY_BYTES) -
             raise HttpBodyTooLargeError(f"response larger than {limit} bytes")
         parts.append(chunk)
     return b"".join(parts)
+
+
+async def _lines(response: aiohttp.ClientResponse, on_line: Callable[[bytes], None],
+                 limit: int = MAX_LINE_BYTES) -> None:
+    """The body handed over line by line as it arrives, none kept; a line over `limit` is refused
+    (aiohttp's own line reader raises its own error past 128 KiB, and a stream's lines are a few KiB)."""
+    held = b""
+    async for chunk in response.content.iter_any():
+        lines = (held + chunk).split(b"\n")
+        held = lines.pop()
+        if len(held) > limit:
+            raise HttpBodyTooLargeError(f"a streamed line longer than {limit} bytes")
+        for line in lines:
+            if len(line) > limit:
+                raise HttpBodyTooLargeError(f"a streamed line longer than {limit} bytes")
+            on_line(line + b"\n")
+    if held:
+        on_line(held)
 
 
 def get(url: str, *, timeout_seconds: float = 2.0, headers: Mapping[str, str] | None = None,

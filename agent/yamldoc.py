@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from agent.sources.bounded import read_small_text
+
 
 class YamlReadError(Exception):
     """A file that could not be read or parsed; `line` and `column` are 1-based, 0 when unknown."""
@@ -52,10 +54,28 @@ class YamlDoc:
         return line
 
 
+MAX_YAML_VALUES = 100_000  # a config or rule file has hundreds; aliases can make 9 lines a billion
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values `node` stands for once its aliases are expanded (each shared node counted once per
+    use, computed once: linear in the document even when the expansion is exponential)."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(child, sizes) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, sizes) + _expanded_size(v, sizes) for k, v in node.value)
+    sizes[id(node)] = min(size, MAX_YAML_VALUES + 1)
+    return sizes[id(node)]
+
+
 def read_yaml(path: Path) -> YamlDoc:
     """Read and parse one YAML file with the safe loader; YamlReadError says what stopped it."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_small_text(path)
     except FileNotFoundError as exc:
         raise YamlReadError("file not found") from exc
     except OSError as exc:
@@ -64,7 +84,11 @@ def read_yaml(path: Path) -> YamlDoc:
         raise YamlReadError(f"cannot read: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+        if node is not None and (size := _expanded_size(node, {})) > MAX_YAML_VALUES:
+            raise YamlReadError(f"expands to {size:,} values (YAML aliases), more than {MAX_YAML_VALUES:,}")
         data = yaml.safe_load(text)
+    except RecursionError as exc:
+        raise YamlReadError("nested too deeply to read") from exc
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         raise YamlReadError(f"YAML syntax error: {exc.problem}", mark.line + 1 if mark else 0,

@@ -23,7 +23,7 @@ from datetime import timezone, tzinfo
 from typing import Protocol
 
 from agent.records import Record, Server
-from parsers.base import StreamParser
+from parsers.base import MAX_LINE_CHARS, StreamParser
 from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
 from parsers.lanes import Locate
@@ -170,6 +170,7 @@ class AutoParser:
              offset: int | None = None) -> list[Record]:
         if self._inner is not None:
             return self._inner.feed(text, ts, path, offset)
+        text = text[:MAX_LINE_CHARS]  # as the parser will cut it: 200 held lines of a NUL hole are 200 MiB
         self._held.append((text, ts, path, offset))
         evidence = _evidence(text)
         for signs in _SIGNS.values():

@@ -128,6 +128,8 @@ class StreamParser(Stamps, Lanes):
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
+        if text[:1] == "\x00":  # a NUL hole (copytruncate under a writer without O_APPEND) before a line
+            text = text.lstrip("\x00")
         if len(text) > MAX_LINE_CHARS:
             text = text[:MAX_LINE_CHARS]
         if "\x1b" in text:
@@ -175,6 +177,8 @@ class StreamParser(Stamps, Lanes):
             if self._continue_block(split, out):
                 return out
             if not self._hot(text):
+                if opens_request_text(text):  # as on the quiet path above: an open block changes nothing
+                    self._request_lines = 1
                 return out
         if self.STATS_WORD in split.msg or self.STATS_WORD2 in split.msg:
             # stats parsers take fields where they sit but refuse request logs and quoted text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from agent.records import EventKind, FieldValue, Phase, Severity
+from parsers.redact import redact
 from parsers.signature import Signature, signature, size_bytes
 
 _SIZE = r"([\d.,]+) ([KMGT]i?B)"
@@ -55,7 +56,8 @@ def _ggml_oom(m: re.Match[str]) -> dict[str, FieldValue]:
 
 
 def _cuda_error(m: re.Match[str]) -> dict[str, FieldValue]:
-    return {"error": next(g for g in m.groups() if g is not None).strip()[:80]}
+    # redacted before the cut, so the cut cannot leave the start of a credential that no pattern knows
+    return {"error": redact(next(g for g in m.groups() if g is not None).strip())[:80]}
 
 
 def _nccl(m: re.Match[str]) -> dict[str, FieldValue]:

@@ -14,6 +14,7 @@ Patterns here are linear (no nested quantifiers) so a hostile line cannot make t
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import replace
@@ -34,10 +35,42 @@ _REQUEST_MARKERS = (
     'msg="completion request"', 'msg="chat request"',
 )
 
-_SECRET = re.compile(
-    r"(?i)\b(?:bearer|basic)\s+[A-Za-z0-9._~+/=-]+|\bsk-[A-Za-z0-9_-]{8,}|\bhf_[A-Za-z0-9]{8,}"
-    r"|\b(?:api[_-]?key|access[_-]?token|auth[_-]?token|hf[_-]?token|secret|password|authorization)\b[\"']?\s*[:=]\s*[\"']?(?:(?i:bearer|basic)\s+)?[^\s,'\"}]+"
-)
+# Credentials, in the shapes detect-secrets' plugins know (a library the parsers may not import: they use the
+# standard library only), each replaced whole. Every pattern is linear: bounded or possessive-free runs that
+# cannot overlap, so a hostile line cannot make one backtrack.
+# The minimum lengths are below the real ones (a field a parser cut may hold the start of a key only).
+# Each shape comes with the literal it starts with: a pattern runs only on a text that holds its literal (a
+# substring test), which keeps the cost of a message without credentials near that of the literal tests.
+_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((literal, re.compile(pattern)) for literal, pattern in (
+    ("-----BEGIN", r"-----BEGIN[A-Z ]{0,40}PRIVATE KEY(?: BLOCK)?-----.*"),  # PEM: the rest of the line is the key
+    ("eyJ", r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*"),  # a JWT (its header is base64 `{"`)
+    ("gh", r"\bgh[pousr]_[A-Za-z0-9]{8,}"), ("github_pat_", r"\bgithub_pat_[A-Za-z0-9_]{8,}"),
+    ("glpat-", r"\bglpat-[A-Za-z0-9_-]{8,}"), ("xox", r"\bxox[abposr]-[A-Za-z0-9-]{6,}"),
+    ("A", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z0-9]{8,16}\b"), ("AIza", r"\bAIza[A-Za-z0-9_-]{8,}"),
+    ("k_", r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{8,}"), ("npm_", r"\bnpm_[A-Za-z0-9]{8,}"),
+    ("sk-", r"\bsk-[A-Za-z0-9_-]{8,}"), ("hf_", r"\bhf_[A-Za-z0-9]{8,}"),
+))
+# The same with a word kept before the credential (the literal is looked for in the lower-cased text): a
+# Cookie header (every value in it), an Authorization scheme (Bearer and Basic always; Token and Digest
+# when what follows has a digit, so prose stays).
+_HEADED: tuple[tuple[str, re.Pattern[str]], ...] = tuple((literal, re.compile(pattern)) for literal, pattern in (
+    ("cookie", r"(?i)(\b(?:set-)?cookie[ \t]*:[ \t]*)[^\r\n]*"),
+    ("bearer", r"(?i)(\bbearer[ \t]+)[A-Za-z0-9._~+/=-]+"), ("basic", r"(?i)(\bbasic[ \t]+)[A-Za-z0-9._~+/=-]+"),
+    ("token", r"(?i)(\btoken[ \t]+)(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}"),
+    ("digest", r"(?i)(\bdigest[ \t]+)(?=[A-Za-z0-9._~+/=-]*\d)[A-Za-z0-9._~+/=-]{8,}"),
+))
+# user:password@ (or a token alone before @) in a URL of any scheme, and e-mail addresses
+_URL_USER = re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,15}://)[^\s/@\"'<>]{1,256}@")
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]{1,64}@[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*")  # user@host too
+# NAME=value, NAME: value, "NAME": "value", NAME='value' — the value replaced when the name says it is a
+# credential (`_secret_name`); an `Authorization: Token …` keeps its scheme word out of the value.
+# The match is the name alone (the rest is looked ahead at), so a name that is not a credential's consumes
+# nothing after it: in `failed: api_key=…` and `https://…/token=…` the later name is still seen.
+_ASSIGN = re.compile(r"(?<![\w.-])([A-Za-z_][\w.-]{0,63})(?=([\"']?[ \t]*[:=][ \t]*[\"']?)"
+                     r"((?i:bearer|basic|token|digest)[ \t]+)?([^\s,;'\"}&)\]<>]+))")
+_NAME_WORDS = ("passw", "passphrase", "pwd", "secret", "token", "credential", "cookie", "auth", "jwt", "session",
+               "signature")
+_NAME_NOT = ("tokens", "token_ids", "tokenizer", "max_token", "num_token")
 # Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
 # characters it alone can consume, so matching is linear in the line length.
 _QUOTED_MAX = 1600  # the longest quoted string emptied (a longer one is cut where it opens)
@@ -56,7 +89,9 @@ _HOLE = "\x00"
 # Every credential `_SECRET` finds contains one of these, in any case: an ASCII line without any of them is
 # passed over without the scan (a case-insensitive pattern tried at every position; non-ASCII text always
 # takes the scan, since case folding there reaches beyond `str.lower`).
-_SECRET_WORDS = ("bearer", "basic", "sk-", "hf", "api", "access", "auth", "token", "secret", "password")
+_SECRET_WORDS = ("key", "token", "pass", "secret", "auth", "@", "bearer", "basic", "sk-", "hf", "pwd", "cookie",
+                 "session", "credential", "eyj", "gh", "glpat", "xox", "akia", "asia", "a3t", "abia", "acca",
+                 "aiza", "k_", "npm_", "-----", "jwt", "sig", "digest")
 # A word such as a method, a route or a model name: nothing in it that `redact` would change, when it has
 # no credential word either (so most field values skip the passes).
 _PLAIN_WORD = re.compile(r"[\w./:-]{1,120}")
@@ -108,7 +143,7 @@ def _redact_once(text: str) -> str:
     # NUL is the marker of an emptied string below: one in the input must not pass for one.
     text = text[:MAX_INPUT_CHARS].replace(_HOLE, " ")
     if _may_hold_secret(text):
-        text = _SECRET.sub(REDACTED, text)
+        text = _secrets(text)
     if "'" in text or '"' in text:
         text = _QUOTED.sub(_empty, text)
         text = _cut_at_unmatched_quote(text)
@@ -129,6 +164,53 @@ def _may_hold_secret(text: str) -> bool:
     return any(map(text.lower().__contains__, _SECRET_WORDS))
 
 
+def _secret_name(name: str) -> bool:
+    """Whether NAME in `NAME=value` names a credential: DB_PASSWORD, OPENAI_API_KEY, client_secret,
+    aws_secret_access_key, token, passwd, Authorization, X-Api-Key, session_id … but not max_tokens."""
+    n = name.lower().replace("-", "_")
+    if any(w in n for w in _NAME_NOT) and not any(w in n for w in ("passw", "secret", "authoriz")):
+        return False
+    if "author" in n and "authoriz" not in n:
+        n = n.replace("author", "")
+    return n.endswith("key") or any(w in n for w in _NAME_WORDS)
+
+
+def _assignments(text: str) -> str:
+    """Every `NAME=value` whose name is a credential's with its value replaced (`_ASSIGN`)."""
+    out: list[str] = []
+    done = 0
+    for m in _ASSIGN.finditer(text):
+        if m.start() < done:
+            continue  # inside a value already replaced
+        name, sep, scheme, value = m.group(1), m.group(2), m.group(3) or "", m.group(4)
+        if not _secret_name(name) or (not scheme and value.lower() in ("token", "bearer", "basic", "digest")):
+            continue
+        if "session" in name.lower() and value.isdigit():  # `sessions=3`: a count, not a session id
+            continue
+        out.append(text[done:m.start()] + name + sep + scheme + REDACTED)
+        done = m.end() + len(sep) + len(scheme) + len(value)
+    return "".join(out) + text[done:] if out else text
+
+
+def _headed(m: re.Match[str]) -> str:
+    return m.group(1) + REDACTED
+
+
+def _secrets(text: str) -> str:
+    """Every credential in `text` replaced: the shapes, URL user info, e-mail addresses, named values."""
+    for literal, pattern in _SHAPES:
+        if literal in text:
+            text = pattern.sub(REDACTED, text)
+    lower = text.lower()
+    for literal, pattern in _HEADED:
+        if literal in lower:
+            text = pattern.sub(_headed, text)
+    if "@" in text:
+        text = _URL_USER.sub(r"\1" + REDACTED + "@", text)
+        text = _EMAIL.sub(REDACTED, text)
+    return _assignments(text)
+
+
 def _cut_at_unmatched_quote(text: str) -> str:
     """Cut before the first opening quote that is not one of the already-emptied strings."""
     i = 0
@@ -144,8 +226,30 @@ def _cut_at_unmatched_quote(text: str) -> str:
 
 
 def route(path: str) -> str:
-    """An HTTP request path fit for a record and a label: the query string dropped, length bounded."""
-    return path.split("?", 1)[0][:120]
+    """An HTTP request path fit for a record and a label: the query string dropped, length bounded, and a
+    segment that is a credential replaced — one a credential name announces (`/token/…`, `/api_key/…`), or
+    one that looks random (`_random_segment`: a reset link's key, a signed URL's signature)."""
+    segments = path.split("?", 1)[0][:120].split("/")
+    for i, segment in enumerate(segments):
+        if segment and (_random_segment(segment) or (i and _secret_name(segments[i - 1].split("=")[0]))):
+            segments[i] = REDACTED
+    return "/".join(segments)
+
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_~+=-]{16,}")
+
+
+def _random_segment(segment: str) -> bool:
+    """A segment of 16 or more letters and digits with the entropy of a key, as detect-secrets judges a
+    string: hex above 3 bits a character, any other alphabet above 4 (or 3.5 for one shorter than 24)."""
+    if _SEGMENT.fullmatch(segment) is None or not any(c.isdigit() for c in segment):
+        return False
+    counts = [segment.count(c) for c in set(segment)]
+    n = len(segment)
+    entropy = -sum(k / n * math.log2(k / n) for k in counts)
+    if all(c in "0123456789abcdefABCDEF" for c in segment):
+        return entropy > 3.0
+    return entropy > (4.0 if n >= 24 else 3.5)
 
 
 def opens_request_text(text: str) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import ModelError
+from agent.sources.bounded import read_small_text
 
 
 @dataclass(frozen=True)
@@ -232,11 +233,13 @@ def _int(cfg: dict[str, Any], path: Path, *keys: str) -> int:
 def load_hf_config(path: Path) -> ModelShape:
     """Read a Hugging Face config.json the way vLLM does, naming the field when one is missing."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(read_small_text(path))
     except OSError as exc:
         raise ModelError(f"{path}: cannot read model config: {exc.strerror or exc}") from exc
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ModelError(f"{path}: not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ModelError(f"{path}: not a config.json: nested too deeply") from exc
     if not isinstance(raw, dict):
         raise ModelError(f"{path}: expected a JSON object (a Hugging Face config.json)")
     # Multimodal wrappers (Gemma-3, Llama-4, Mistral-3 …) keep the language model under text_config.

@@ -108,12 +108,13 @@ def _read_lines(path: Path | None) -> list[str]:
     """A saved log's lines, unwrapped from Docker json-file or CRI envelopes where they have one."""
     if path is None:
         return []
+    from agent.sources.bounded import open_saved
     from agent.sources.saved import Unwrapper
 
     if path.is_dir():
         fail(f"{path}: is a directory, not a log file")
     try:
-        with path.open("rb") as handle:
+        with open_saved(path) as handle:
             return [text for text, _, _ in Unwrapper().read(handle)]
     except OSError as exc:
         fail(f"{path}: cannot read: {exc.strerror or exc}")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agent.config import DEFAULT_CONFIG_PATH, load_config
 from agent.errors import AgentError, StoreError
+from agent.inert import inert
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
 from agent.sinks.storefile import failure_hint
@@ -52,7 +53,10 @@ def build(*, db: Path | None, config: Path | None, logs: Sequence[Path], since: 
 
 
 def render(report: Report, output_format: str, *, color: bool) -> str:
-    """The report in one of FORMATS; `color` for a terminal (text only, at the terminal's width)."""
+    """The report in one of FORMATS; `color` for a terminal (text only, at the terminal's width). Every
+    string in it (messages, file, engine and model names from the logs) is made inert first, once for all
+    the formats: rich's colours and Markdown's markup are added after."""
+    report = inert(report)
     if output_format == "json":
         return json.dumps(as_json(report), indent=1, allow_nan=False) + "\n"
     if output_format == "md":

@@ -18,6 +18,7 @@ from pathlib import Path
 from agent.errors import AgentError
 from agent.records import Server
 from agent.sinks.store import Store
+from agent.sources.bounded import open_saved
 from agent.sources.saved import FileScan, scan_stream
 
 
@@ -34,7 +35,7 @@ def load_logs(paths: Sequence[Path], store: Store, *, server: Server = Server.AU
             out.append(scan)
             continue
         try:
-            with path.open("rb") as handle:
+            with open_saved(path) as handle:
                 scan = scan_stream(handle, str(path), server, path.stat().st_mtime, tz)
         except OSError as exc:
             raise AgentError(f"{path}: cannot read: {exc.strerror or exc}") from exc

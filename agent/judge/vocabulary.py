@@ -77,9 +77,14 @@ def seconds(text: str | float) -> float:
         if not m:
             raise ValueError(f"expected a duration like 90s, 10m, 2h or 1d, got {text!r}")
         value = float(m.group(1)) * _UNIT[m.group(2) or "s"]
-    if not 0 < value < float("inf"):
-        raise ValueError(f"expected a positive duration like 90s, 10m, 2h or 1d, got {text!r}")
+    if not 0 < value <= MAX_DURATION_SECONDS:
+        raise ValueError(f"expected a positive duration like 90s, 10m, 2h or 1d, up to {MAX_DURATION_DAYS:,}d, "
+                         f"got {text!r}")
     return value
+
+
+MAX_DURATION_DAYS = 36_500  # a century: longer reaches before any clock the agent can have stored
+MAX_DURATION_SECONDS = MAX_DURATION_DAYS * 86_400.0
 
 
 def ref_key(ref: str) -> str:

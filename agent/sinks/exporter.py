@@ -13,11 +13,9 @@ deprecated (docs/metrics.md, "Deprecated labels") and goes in 0.3.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from socketserver import ThreadingMixIn
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, ProcessCollector, make_wsgi_app
 from prometheus_client.core import (
@@ -31,6 +29,7 @@ from prometheus_client.registry import Collector
 
 from agent.bookkeeping import SourceStats
 from agent.buildinfo import BuildInfo
+from agent.inert import printable
 from agent.records import EventKind, GpuProcessSample, HistogramWindow, ServerStats
 from agent.sinks.families import (
     BUDGET_GAUGES,
@@ -42,6 +41,7 @@ from agent.sinks.families import (
     SERVER_GAUGES,
     Labels,
 )
+from agent.sinks.httpserve import BoundedServer, Request, Response, ServingStats
 from agent.sinks.landing import landing
 from agent.sinks.snapshot import (
     Snapshot,
@@ -69,14 +69,20 @@ class SnapshotCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self._latest()
-        yield from _counters(_with_zero_events(snap.totals, snap.servers))
-        yield from _agent(snap)
-        yield from _sources(snap.sources, engines_of(snap))
-        yield from _servers(snap.servers, snap.facts)
-        yield from _latency(snap.histograms)
-        yield from _gpus(snap)
-        yield from _budget(snap)
-        yield from _findings(snap.findings)
+        families = itertools.chain(_counters(_with_zero_events(snap.totals, snap.servers)), _agent(snap),
+                                   _sources(snap.sources, engines_of(snap)), _servers(snap.servers, snap.facts),
+                                   _latency(snap.histograms), _gpus(snap), _budget(snap), _findings(snap.findings))
+        for family in families:
+            yield _inert_labels(family)
+
+
+def _inert_labels(family: Metric) -> Metric:
+    """Label values made `printable`: a source is named after its file (`vllm/<file>`), and a file name may
+    hold terminal escapes that a person reading /metrics, or a dashboard, would otherwise be shown raw."""
+    if any(printable(v, keep_newlines=False) != v for s in family.samples for v in s.labels.values()):
+        family.samples = [s._replace(labels={k: printable(v, keep_newlines=False) for k, v in s.labels.items()})
+                          for s in family.samples]
+    return family
 
 
 def _with_zero_events(totals: Totals, servers: Mapping[str, ServerStats]) -> dict[tuple[str, Labels], float]:
@@ -312,66 +318,61 @@ def _findings(findings: Sequence[Finding]) -> Iterator[Metric]:
 
 # --- serving -----------------------------------------------------------------------------------------
 
-MAX_CONNECTIONS = 16  # scrapes are short; more at once are refused rather than allowed to eat descriptors
-IDLE_SECONDS = 5.0  # a connection that sends no complete request in this long is closed
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    request_queue_size = 64
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self.refused = 0
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.refused += 1
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._slots.release()
-
-
-class _QuietHandler(WSGIRequestHandler):
-    timeout = IDLE_SECONDS
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Scrapes every few seconds are not news; errors still reach the exporter's own counters."""
 
 
 class MetricsServer:
-    """`/metrics` and a small landing page at `/`, on a background thread; port 0 picks a free port."""
+    """`/metrics` and a small landing page at `/`, on a background thread; port 0 picks a free port.
 
-    def __init__(self, latest: Callable[[], Snapshot], host: str, port: int) -> None:
+    prometheus_client's WSGI app renders (content negotiation, gzip, `name[]`); `BoundedServer` serves it,
+    so that idle, slow or malformed clients are cut off by deadlines and counted, not given a thread each.
+    """
+
+    def __init__(self, latest: Callable[[], Snapshot], host: str, port: int, **limits: Any) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(SnapshotCollector(latest))
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, resident memory, open fds (Linux)
-        metrics_app = make_wsgi_app(self.registry)
+        self._latest = latest
+        self._app = make_wsgi_app(self.registry)
+        self._http = BoundedServer(self._answer, host, port, **limits)
+        self.registry.register(_ServingCollector(self._http.stats))
+        self.host, self.port = host, self._http.port
 
-        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-            if environ.get("PATH_INFO") in ("", "/"):
-                start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-                return [landing(latest())]
-            return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+    def _answer(self, request: Request) -> Response:
+        if request.path in ("", "/"):
+            return Response("200 OK", [("Content-Type", "text/html; charset=utf-8")], landing(self._latest()))
+        environ = {"REQUEST_METHOD": request.method, "PATH_INFO": request.path, "QUERY_STRING": request.query}
+        for name, key in (("accept", "HTTP_ACCEPT"), ("accept-encoding", "HTTP_ACCEPT_ENCODING")):
+            if name in request.headers:
+                environ[key] = request.headers[name]
+        answer: list[Any] = []
+        body = b"".join(self._app(environ, lambda status, headers: answer.extend((status, headers))))
+        return Response(answer[0], list(answer[1]), body)
 
-        self._httpd = make_server(host, port, app, server_class=_Server, handler_class=_QuietHandler)
-        self.host, self.port = host, int(self._httpd.server_address[1])
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="metrics", daemon=True)
+    @property
+    def stats(self) -> ServingStats:
+        return self._http.stats
 
     def start(self) -> None:
-        self._thread.start()
+        self._http.start()
 
     def close(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._http.close()
+
+
+class _ServingCollector(Collector):
+    """The metrics port's own counters: how connections ended, and accepts that failed."""
+
+    def __init__(self, stats: ServingStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        ended = CounterMetricFamily("deepinfer_exporter_connections", "Connections to the metrics port, by how "
+                                    "they ended (served, timed_out, evicted, refused, malformed, reset).",
+                                    labels=["outcome"])
+        for outcome, n in self._stats.outcomes.items():
+            ended.add_metric([outcome], float(n))
+        yield ended
+        failed = CounterMetricFamily("deepinfer_exporter_accept_errors", "Connections the metrics port could not "
+                                     "accept (the agent was out of file descriptors).")
+        failed.add_metric([], float(self._stats.accept_errors))
+        yield failed

@@ -33,7 +33,7 @@ from typing import Any
 from sqlite_utils import Database, Migrations
 
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor
-from agent.errors import StoreError
+from agent.errors import StoreError, StoreVersionError
 from agent.records import Event, EventKind
 from agent.sinks.rows import TABLES
 from agent.sinks.schema import MIGRATIONS as SCHEMA
@@ -166,6 +166,11 @@ class Store:
             applied = {m.name for m in MIGRATIONS.applied(store._db)}
         except sqlite3.Error as exc:
             raise StoreError(f"{file}: cannot open the store: {exc}") from exc
+        unknown = sorted(applied - set(KNOWN_MIGRATIONS))
+        if unknown:
+            store.close()
+            raise StoreVersionError(f"{file}: the store was written by a newer agent (its schema has "
+                                    f"{', '.join(unknown)}): read it with that agent's version or newer")
         missing = [m for m in KNOWN_MIGRATIONS if m not in applied]
         if missing:
             store.close()
@@ -178,8 +183,8 @@ class Store:
         (the daemon and a CLI command) do not both create the tables. An up-to-date store takes no lock."""
         unknown = [m.name for m in MIGRATIONS.applied(self._db) if m.name not in KNOWN_MIGRATIONS]
         if unknown:
-            raise StoreError(f"{self._name}: the schema has migrations this agent does not know "
-                             f"({', '.join(unknown)}): it was written by a newer agent; upgrade the agent")
+            raise StoreVersionError(f"{self._name}: the schema has migrations this agent does not know "
+                                    f"({', '.join(unknown)}): it was written by a newer agent; upgrade the agent")
         if not MIGRATIONS.pending(self._db):
             return
         self._db.execute("BEGIN IMMEDIATE")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor, StoreStats
-from agent.errors import StoreError
+from agent.errors import StoreError, StoreVersionError
 from agent.sinks.store import Store, TotalsKey
 from agent.sinks.storefile import failure_hint
 from agent.verdicts import StoredRecord
@@ -105,6 +105,8 @@ class ResilientWriter:
         """Open the store now (at start-up, to report a problem at once); True when it is usable."""
         try:
             self._db_bytes = self._ensure_store().db_bytes()
+        except StoreVersionError:
+            raise  # a newer agent's store: waiting cannot fix it
         except StoreError as exc:
             self._fail(exc, now)
             return False
@@ -169,6 +171,9 @@ class ResilientWriter:
 
     def _ensure_store(self) -> Store:
         if self._store is not None and self._store.replaced():
+            log.warning("the store %s was deleted or replaced while the agent ran: opening the file now at that "
+                        "path (a new one starts empty; the rows written before are in the old file, if kept)",
+                        self._store.name)
             self.close()
         if self._store is None:
             self._store = self._opener()
@@ -195,6 +200,8 @@ class ResilientWriter:
                     self._pending.popleft()
                     self._buffered -= len(batch.records)
             self._db_bytes = store.db_bytes()
+        except StoreVersionError:
+            raise
         except StoreError as exc:
             self._fail(exc, now)
             return result

@@ -24,8 +24,10 @@ straddle the cuts).
 from __future__ import annotations
 
 import itertools
+import os
 import pickle
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from datetime import tzinfo
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent.records import Record, Server
+from agent.sources.bounded import open_saved
 from agent.sources.saved import Emit, FileScan, ended_before, feed_plain, file_newlines, no_newlines, scan_into, stamp
 from agent.views.scan_progress import Progress, counted
 from agent.views.scan_text import JsonlWriter
@@ -159,7 +162,7 @@ def _work(job: _Job, chunk: _Chunk) -> _Done:
 
     checkpoints: list[_Checkpoint] = []
     first_seen: dict[str, tuple[float | None, int] | None] = {}
-    with Path(job.path).open("rb") as handle:
+    with open_saved(job.path) as handle:
         newlines = file_newlines(handle) or no_newlines
         handle.seek(chunk.start)
         if chunk.index == 0:
@@ -212,7 +215,7 @@ def _skip_blank(handle: BinaryIO, offset: int) -> tuple[int, int]:
 
 def _newlines_in(path: str, chunk: _Chunk) -> int:
     """Newlines in one chunk's bytes (each worker counts its own, so later chunks know their first line)."""
-    with Path(path).open("rb") as handle:
+    with open_saved(path) as handle:
         count = (file_newlines(handle) or no_newlines)(chunk.start, chunk.end)
     return count or 0
 
@@ -221,7 +224,7 @@ def chunks(path: str, size: int, jobs: int, min_bytes: int) -> list[_Chunk]:
     """Up to `jobs` byte ranges of at least `min_bytes`, each starting at a line start."""
     n = max(1, min(jobs, size // max(min_bytes, 1)))
     cuts = [0]
-    with Path(path).open("rb") as handle:
+    with open_saved(path) as handle:
         for i in range(1, n):
             handle.seek(max(size * i // n, cuts[-1]))
             if handle.tell() > 0:
@@ -240,7 +243,7 @@ def _settled_class(path: str, source: str, server: Server, ref_time: float | Non
     if server is not Server.AUTO:
         return REGISTRY[server]
     probe = AutoParser(source, ref_time, tz)
-    with Path(path).open("rb") as handle:
+    with open_saved(path) as handle:
         _, offset = _skip_blank(handle, 0)
         for raw in handle:
             probe.feed(raw.decode("utf-8", errors="replace").rstrip("\r\n"), None, path, offset)
@@ -333,7 +336,7 @@ def _stitch(source: str, parts: list[_Chunk], done: list[_Done], emit: Emit, jso
     _take(done[0], None, jsonl_out, summary)
     true: Any = pickle.loads(done[0].parser)
     lines = done[0].lines
-    with Path(source).open("rb") as handle:
+    with open_saved(source) as handle:
         newlines = file_newlines(handle) or no_newlines
         for part, result in zip(parts[1:], done[1:], strict=True):
             handle.seek(part.start)
@@ -362,12 +365,14 @@ def scan_path(path: Path, emit: Emit, server: Server, tz: tzinfo, jobs: int, jso
               progress: Progress | None = None) -> FileScan:
     """One file: in parallel when it is plain and large enough for `jobs` > 1, else with one job; `progress`
     (views/scan_progress.py) is told the bytes read."""
-    ref_time = path.stat().st_mtime
-    if jobs > 1 and _is_plain(path):
-        scan = scan_parallel(path, emit, server, ref_time, tz, jobs, jsonl_out, summary, min_bytes, probe, progress)
-        if scan is not None:
-            return scan
-    with path.open("rb") as handle:
+    with open_saved(path) as handle:  # a device is refused; a FIFO is read once, never waited on
+        info = os.fstat(handle.fileno())
+        ref_time = info.st_mtime
+        if jobs > 1 and stat.S_ISREG(info.st_mode) and _is_plain(path):
+            scan = scan_parallel(path, emit, server, ref_time, tz, jobs, jsonl_out, summary, min_bytes, probe,
+                                 progress)
+            if scan is not None:
+                return scan
         if progress is None:
             return scan_into(handle, str(path), emit, server, ref_time, tz)
         with counted(handle, progress) as reader:
@@ -377,7 +382,7 @@ def scan_path(path: Path, emit: Emit, server: Server, tz: tzinfo, jobs: int, jso
 def _is_plain(path: Path) -> bool:
     from agent.sources.saved import detect_format
 
-    with path.open("rb") as handle:
+    with open_saved(path) as handle:
         for raw in handle:
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             if text.strip():

@@ -3,6 +3,7 @@ pattern names nothing or something unreadable (what `check` warns about before t
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 from collections.abc import Collection
@@ -40,10 +41,20 @@ def pattern_problems(pattern: str, exclude: Collection[str] = ()) -> list[str]:
     if not paths:
         return unmatched_problems(pattern)
     own = {os.path.realpath(p) for p in exclude}
+    own_ids = set()
+    for name in exclude:
+        with contextlib.suppress(OSError):
+            st = Path(name).stat()
+            own_ids.add((st.st_dev, st.st_ino))
     out: list[str] = []
     for path in paths:
         p = Path(path)
-        if os.path.realpath(p) in own:
+        try:
+            st = p.stat()
+            ident = (st.st_dev, st.st_ino)
+        except OSError:
+            ident = None
+        if os.path.realpath(p) in own or ident in own_ids:  # by name, or a hard link to it
             out.append(f"{path} is the agent's own store: it is never read (narrow the glob)")
         elif not p.exists():
             out.append(f"{path}: dangling symlink")

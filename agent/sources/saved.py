@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
 from agent.records import Event, Record, Server, ServerStats, event_with
+from agent.sources.bounded import MAX_LINE_BYTES
 from agent.sources.framing import PartialJoiner, unwrap
 from parsers import Parser, make_parser
 
@@ -254,6 +255,9 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
         return 0, offset
     locate = functools.partial(stamp, newlines=newlines or no_newlines)
     feed_lines = parser.feed_lines
+    # A line over MAX_LINE_BYTES comes in pieces (bounded.py), each the last of its batch: pieces that end
+    # without a newline are not lines of their own, so they do not move the count of lines.
+    cut = getattr(raws, "cut", 0) - (first is not None and len(first) == MAX_LINE_BYTES and first[-1:] != b"\n")
     count = 0
     batches = _batches(raws)
     for batch in itertools.chain(([first],), batches) if first is not None else batches:
@@ -266,6 +270,9 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
         if records := feed_lines(part, path, offset, line - 1 + count, locate):
             emit(records, parser.server)
         count += take
+        if (pieces := getattr(raws, "cut", 0) - cut) and take == len(batch):
+            count -= pieces
+            cut += pieces
         offset += sum(map(len, part))
         if take < len(batch):
             raws.seek(offset)  # type: ignore[attr-defined]  # only a file is read with `end` or `limit`

@@ -151,6 +151,7 @@ class FileTailer(Refinder):
         self._named = set()
         paths = self._glob()
         reasons = self._pattern_problems(paths)
+        own = self.own_ids()
         for path in paths:
             if os.path.realpath(path) in self._exclude:
                 reasons.append(f"{path} is the agent's own store: not read")
@@ -160,6 +161,9 @@ class FileTailer(Refinder):
             except OSError as exc:
                 reasons.append(f"{path}: " + ("dangling symlink" if Path(path).is_symlink()
                                               else exc.strerror or str(exc)))
+                continue
+            if (st.st_dev, st.st_ino) in own:  # a hard link to the store or its -wal
+                reasons.append(f"{path} is the agent's own store (a hard link to it): not read")
                 continue
             if not stat.S_ISREG(st.st_mode):
                 if not glob.has_magic(self.pattern):
@@ -340,19 +344,26 @@ class FileTailer(Refinder):
         f.lines.flush(f.read_pos, lambda frame, offset: self._deliver(f, frame, offset, out))
 
     def _truncated(self, f: TailedFile, now: float, out: TailOut) -> None:
-        """copytruncate: finish the unread tail from the copy, then read this file again from 0."""
+        """copytruncate: finish the unread tail from the copy, then read this file again from 0. A file cut in
+        place below the cursor (no copy, same first bytes) is read on from its new end: it kept lines read."""
         self._count["truncations"] += 1
         # (no `near`: the bytes before the cursor are gone from this file; the copy is known by its start)
         old = Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now)
+        size = self._size(f)
+        cut_in_place = (FINGERPRINT_BYTES <= size < f.read_pos and fingerprint_length(f.fp) == FINGERPRINT_BYTES
+                        and fingerprint_matches(f.fd, f.fp))
         del self._open[f.key]
         f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
         self._open[f.key] = f
+        start = 0
         if self._recover_from_copy(old, now) is None:
             out.expired.append(old)
             self._catch_up(f.path, now)
-        self._restart_at(f, 0)
+            start = size if cut_in_place else 0  # (a line the cut ended in was delivered whole before)
+        self._restart_at(f, start)
         f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
         f.emitted = None
+
 
     def _retire(self, f: TailedFile, now: float, out: TailOut) -> None:
         self._flush(f, out)

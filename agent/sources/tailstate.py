@@ -97,9 +97,24 @@ class TailerState:
         paths = glob.glob(self.pattern)  # noqa: PTH207 (an absolute user glob; Path.glob takes relative ones)
         return sorted(p for p in paths if not p.endswith(COMPRESSED_SUFFIXES))
 
+    def own_ids(self) -> set[tuple[int, int]]:
+        """(device, inode) of the agent's own store files as they are now: a hard link to one (or a copy
+        of the name through a bind mount) is the same file under a name `_exclude` does not list."""
+        ids = set()
+        for p in self._exclude:
+            with contextlib.suppress(OSError):
+                st = os.stat(p)  # noqa: PTH116 (a hot path: no Path object per call)
+                ids.add((st.st_dev, st.st_ino))
+        return ids
+
     def _open_at(self, path: str, now: float, key: str | None, offset: int | None) -> TailedFile | None:
-        """Open `path` read-only and identify it by fstat; offset None means "at the last complete line"."""
+        """Open `path` read-only and identify it by fstat; offset None means "at the last complete line".
+        The agent's own store is never opened, under any name (closing a descriptor of it would drop
+        SQLite's locks), so it is told by stat first."""
         try:
+            st = os.stat(path)  # noqa: PTH116
+            if (st.st_dev, st.st_ino) in self.own_ids():
+                return None
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
             if path not in self._failed_paths:  # counted once per failure, retried every poll

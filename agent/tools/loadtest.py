@@ -31,7 +31,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from agent.errors import AgentError
-from agent.http import AsyncClient, HttpConnectionError, HttpTimeoutError
+from agent.http import AsyncClient, HttpBodyTooLargeError, HttpConnectionError, HttpTimeoutError
+from agent.sources.bounded import read_small_text
+from agent.tools.loadtest_answers import completion_tokens, error_class, stream_chunk_kind
 from agent.tools.loadtest_judge import judged
 from agent.tools.loadtest_report import ERROR_CLASSES, LoadTestResult, verdict
 from agent.tools.loadtest_watch import Peaks, Watcher, level_verdict
@@ -43,6 +45,10 @@ MAX_LEVELS = 32
 MAX_LEVEL = 4096
 MAX_REQUESTS_PER_LEVEL = 100_000
 MAX_TOTAL_REQUESTS = 1_000_000
+MAX_TIMEOUT_SECONDS = 24 * 3600.0
+MAX_PAUSE_SECONDS = 3600.0
+MAX_INPUT_TOKENS = 1 << 20  # a prompt of a million words is 6 MB: enough for any context window there is
+MAX_OUTPUT_TOKENS = 1 << 20
 API_KEY_VARIABLES = ("DEEPINFER_API_KEY", "OPENAI_API_KEY")
 
 
@@ -55,8 +61,13 @@ class LoadTestError(AgentError):
 
 def endpoint_url(url: str) -> str:
     """The URL to POST to: a bare `http://host:port` means `/v1/completions`."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as exc:  # `http://[::1/v1`: an unclosed bracket; a port past 65535
+        raise LoadTestError(f"{url!r}: not a URL ({exc}); expected one such as "
+                            "http://127.0.0.1:8000/v1/completions") from exc
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LoadTestError(f"{url!r}: expected an http(s) URL such as http://127.0.0.1:8000/v1/completions")
     if parts.path in ("", "/"):
         parts = parts._replace(path="/v1/completions")
@@ -76,8 +87,8 @@ def is_chat(url: str) -> bool:
 def synthetic_payload(input_tokens: int, output_tokens: int, chat: bool) -> dict[str, Any]:
     """A fixed request of about `input_tokens` prompt tokens (one word each) and exactly `output_tokens`
     output tokens (`ignore_eos`, a vLLM/SGLang extension, keeps the model from stopping early)."""
-    if input_tokens <= 0 or output_tokens <= 0:
-        raise LoadTestError("--input-tokens and --output-tokens must be positive")
+    if not (0 < input_tokens <= MAX_INPUT_TOKENS and 0 < output_tokens <= MAX_OUTPUT_TOKENS):
+        raise LoadTestError(f"--input-tokens and --output-tokens must be between 1 and {MAX_INPUT_TOKENS:,}")
     text = " ".join(["hello"] * input_tokens)
     body: dict[str, Any] = {"max_tokens": output_tokens, "ignore_eos": True, "temperature": 0}
     if chat:
@@ -90,10 +101,10 @@ def synthetic_payload(input_tokens: int, output_tokens: int, chat: bool) -> dict
 def load_payload(path: Path, chat: bool) -> dict[str, Any]:
     """A JSON payload file: `prompt` (or `messages` for chat) and `max_tokens`, sent as they are."""
     try:
-        body = json.loads(path.read_text(encoding="utf-8"))
+        body = json.loads(read_small_text(path))
     except OSError as exc:
         raise LoadTestError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise LoadTestError(f"{path}: not JSON: {exc}") from exc
     if not isinstance(body, dict):
         raise LoadTestError(f"{path}: expected a JSON object with prompt/messages and max_tokens")
@@ -146,8 +157,9 @@ class LoadTestOptions:
             problems.append(f"requests per level must be between 1 and {MAX_REQUESTS_PER_LEVEL}")
         if sum(self.requests_for(level) for level in self.levels) > MAX_TOTAL_REQUESTS:
             problems.append(f"more than {MAX_TOTAL_REQUESTS} requests in all")
-        if self.timeout_seconds <= 0 or self.pause_seconds < 0:
-            problems.append("--timeout must be positive and --pause not negative")
+        if not (0 < self.timeout_seconds <= MAX_TIMEOUT_SECONDS and 0 <= self.pause_seconds <= MAX_PAUSE_SECONDS):
+            problems.append(f"--timeout must be above 0 and at most {MAX_TIMEOUT_SECONDS:g} s, --pause between 0 "
+                            f"and {MAX_PAUSE_SECONDS:g} s")
         if problems:
             raise LoadTestError("; ".join(problems))
 
@@ -156,19 +168,6 @@ Progress = Callable[[int, int, int], None]  # (level, requests done, requests in
 
 
 # ---- per-request work -----------------------------------------------------------------------------
-
-
-def error_class(status: int) -> str | None:
-    """None for a success; else the LoadStep error class of an HTTP status."""
-    if 200 <= status < 300:
-        return None
-    if status == 429:
-        return "http_429"
-    if status == 503:
-        return "http_503"
-    if status >= 500:
-        return "http_5xx"
-    return "other"
 
 
 @dataclass
@@ -180,51 +179,20 @@ class _Tally:
     done: int = 0
 
 
-def _completion_tokens(body: bytes) -> int:
-    try:
-        usage = json.loads(body).get("usage") or {}
-        tokens = usage.get("completion_tokens")
-        return int(tokens) if isinstance(tokens, int) else 0
-    except (ValueError, AttributeError):
-        return 0
-
-
-def stream_chunk_kind(line: bytes) -> str | None:
-    """What one server-sent-events line of an OpenAI stream is: `text` (a chunk carrying output),
-    `error` (the server failed after its 200), or None (keep-alive, role-only or empty chunk, [DONE])."""
-    if not line.startswith(b"data:"):
-        return None
-    data = line[5:].strip()
-    if not data or data == b"[DONE]":
-        return None
-    try:
-        event = json.loads(data)
-    except ValueError:
-        return None
-    if not isinstance(event, dict):
-        return None
-    if "error" in event:
-        return "error"
-    for choice in event.get("choices") or ():
-        if isinstance(choice, dict):
-            delta = choice.get("delta")
-            text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
-            if text:
-                return "text"
-    return None
-
-
 async def _one(client: AsyncClient, url: str, payload: Mapping[str, Any], stream: bool, tally: _Tally) -> None:
     started = time.perf_counter()
     first: float | None = None
     chunks = 0
+    completion_chunks = 0
     failed_in_stream = False
 
     def on_line(line: bytes) -> None:
-        nonlocal first, chunks, failed_in_stream
+        nonlocal first, chunks, completion_chunks, failed_in_stream
         kind = stream_chunk_kind(line)
         if kind == "error":
             failed_in_stream = True
+        if kind in ("text", "chunk"):
+            completion_chunks += 1
         if kind != "text":
             return
         chunks += 1
@@ -239,11 +207,17 @@ async def _one(client: AsyncClient, url: str, payload: Mapping[str, Any], stream
     except HttpConnectionError:
         tally.errors["connection"] += 1
         return
+    except HttpBodyTooLargeError:  # an answer over 16 MiB, a streamed line over 1 MiB
+        tally.errors["bad_answer"] += 1
+        return
     finally:
         tally.done += 1
     kind = error_class(reply.status)
     if kind is None and failed_in_stream:
         kind = "http_5xx"  # a stream that had already sent 200 and then failed
+    tokens = None if stream or kind is not None else completion_tokens(reply.body)
+    if kind is None and (completion_chunks == 0 if stream else tokens is None):
+        kind = "bad_answer"  # a 200 that is not a completion: a wrong URL, a proxy's page
     if kind is not None:
         tally.errors[kind] += 1
         return
@@ -253,7 +227,7 @@ async def _one(client: AsyncClient, url: str, payload: Mapping[str, Any], stream
         if first is not None:
             tally.ttfts.append(first)
     else:
-        tally.output_tokens += _completion_tokens(reply.body)
+        tally.output_tokens += tokens or 0
 
 
 def percentile(values: Sequence[float], p: float) -> float | None:
@@ -336,7 +310,7 @@ async def served_model(client: AsyncClient, url: str) -> str | None:
     try:
         reply = await client.get(urlunsplit((parts.scheme, parts.netloc, "/v1/models", "", "")))
         data = json.loads(reply.body).get("data") if reply.status == 200 else None
-    except (HttpTimeoutError, HttpConnectionError, ValueError, AttributeError):
+    except (HttpTimeoutError, HttpConnectionError, HttpBodyTooLargeError, ValueError, AttributeError, RecursionError):
         return None
     if isinstance(data, list) and data and isinstance(data[0], dict) and isinstance(data[0].get("id"), str):
         return str(data[0]["id"])
@@ -364,9 +338,14 @@ async def run(options: LoadTestOptions, progress: Progress | None = None,
             model = await served_model(client, url)
             if model is not None:
                 options = replace(options, payload={**options.payload, "model": model})
+        failure = None
         try:
             for level in options.levels:
-                step = await run_level(client, options, watcher, run_id, url, level, progress)
+                try:
+                    step = await run_level(client, options, watcher, run_id, url, level, progress)
+                except Exception as exc:  # what was measured before stays: the caller shows and saves it
+                    failure = f"level {level}: {type(exc).__name__}: {exc}"
+                    break
                 steps.append(step)
                 if on_step is not None:
                     on_step(step)
@@ -377,4 +356,4 @@ async def run(options: LoadTestOptions, progress: Progress | None = None,
     findings, categories = await asyncio.to_thread(judged, options.db_path, options.log_path, steps,
                                                    options.pause_seconds)
     return LoadTestResult(run_id, url, tuple(steps), verdict(steps, options.capacity, findings, categories,
-                                                              options.pause_seconds))
+                                                              options.pause_seconds), failure)

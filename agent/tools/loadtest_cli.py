@@ -72,6 +72,8 @@ def run_loadtest(*, url: str, levels: str, requests_per_level: int | None, paylo
         except OSError as exc:
             raise LoadTestError(f"{save}: cannot write: {exc.strerror or exc}") from exc
     typer.echo(json.dumps(document, indent=2) if as_json else render_table(result))
+    if result.failure is not None:  # the levels measured are shown and kept; the run still failed
+        raise LoadTestError(f"the load test stopped early: {result.failure}")
     return result
 
 

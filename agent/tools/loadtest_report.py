@@ -17,7 +17,9 @@ from typing import Any
 from agent.judge.precedence import headline
 from agent.verdicts import Finding, LoadStep
 
-ERROR_CLASSES = ("http_429", "http_503", "http_5xx", "timeout", "connection", "other")
+ERROR_CLASSES = ("http_429", "http_503", "http_5xx", "timeout", "connection", "bad_answer", "other")
+# bad_answer: a 200 that is not a completion (not JSON, no `choices`, nested too deep, a stream with no
+# chunk), or an answer over 16 MiB, or a streamed line over 1 MiB — counted, never a crash
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class LoadTestResult:
     target: str
     steps: tuple[LoadStep, ...]
     verdict: Verdict
+    failure: str | None = None  # why the run stopped before its last level (the levels above still count)
 
 
 def _cause(step: LoadStep) -> str:
@@ -50,7 +53,8 @@ def _cause(step: LoadStep) -> str:
     if step.errors:
         worst = max(step.errors.items(), key=lambda kv: kv[1])[0]
         return {"http_429": "429 refusals", "http_503": "503 refusals", "http_5xx": "5xx errors",
-                "timeout": "client timeouts", "connection": "connection errors"}.get(worst, "failed requests")
+                "timeout": "client timeouts", "connection": "connection errors",
+                "bad_answer": "answers that were not completions"}.get(worst, "failed requests")
     return "failures"
 
 
@@ -118,7 +122,9 @@ def verdict(steps: Sequence[LoadStep], capacity: int | None, findings: Sequence[
                    "503 refusals": "requests were refused at admission (a queue limit)",
                    "client timeouts": "requests ran past the client timeout",
                    "5xx errors": "the server failed requests",
-                   "connection errors": "the endpoint stopped answering (is it up? did it crash?)"}.get(
+                   "connection errors": "the endpoint stopped answering (is it up? did it crash?)",
+                   "answers that were not completions": "the endpoint answered with something that is not an "
+                   "OpenAI completion (is the URL right?)"}.get(
                        cause, "requests failed")
             text += f": {why} before the KV cache ran out, so the budget's {capacity} is not tested by this run"
     return Verdict(capacity, safe, broken.level, cause, agrees, text)
@@ -127,7 +133,7 @@ def verdict(steps: Sequence[LoadStep], capacity: int | None, findings: Sequence[
 def to_json(result: LoadTestResult) -> dict[str, Any]:
     return {"run_id": result.run_id, "target": result.target,
             "steps": [dict(asdict(s), errors=dict(s.errors)) for s in result.steps],
-            "verdict": asdict(result.verdict)}
+            "verdict": asdict(result.verdict), "failure": result.failure}
 
 
 def _ms(value: float | None) -> str:
@@ -153,4 +159,6 @@ def render_table(result: LoadTestResult) -> str:
         if s.gpu_memory_peak_bytes is not None:
             out[-1] += f"  gpu {s.gpu_memory_peak_bytes / 2**30:.2f} GiB"
     out.append(f"verdict: {result.verdict.text}")
+    if result.failure is not None:
+        out.append(f"stopped early: {result.failure}")
     return "\n".join(out)

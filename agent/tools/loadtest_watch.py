@@ -67,8 +67,9 @@ def event_count(event: Event) -> int:
 
 
 # How each error class reads in a verdict, in the order a cause is named (the first present governs).
-_FAILURE_WORDS = (("http_503", "refused (503)"), ("http_429", "refused (429)"), ("http_5xx", "failed (5xx)"),
-                  ("timeout", "client timeout(s)"), ("connection", "connection(s) lost"), ("other", "other error(s)"))
+_FAILURE_WORDS = {"http_503": "refused (503)", "http_429": "refused (429)", "http_5xx": "failed (5xx)",
+                  "timeout": "client timeout(s)", "connection": "connection(s) lost",
+                  "bad_answer": "bad_answer (answers that were not completions)", "other": "other error(s)"}
 
 
 def level_verdict(level: int, errors: Counter[str], peaks: Peaks) -> tuple[bool, str]:
@@ -77,7 +78,8 @@ def level_verdict(level: int, errors: Counter[str], peaks: Peaks) -> tuple[bool,
     engine's own distress (preemptions, then sustained queueing). Preemptions beside failures are named as
     context, never as the cause: a real vLLM preempted 13 times while its clients timed out."""
     failed = sum(errors.values())
-    detail = ", ".join(f"{errors[kind]} {words}" for kind, words in _FAILURE_WORDS if errors[kind])
+    order = [*_FAILURE_WORDS, *sorted(set(errors) - set(_FAILURE_WORDS))]
+    detail = ", ".join(f"{errors[kind]} {_FAILURE_WORDS.get(kind, kind)}" for kind in order if errors[kind])
     also = f" (also {peaks.preemptions} preemption(s))" if peaks.preemptions else ""
     if peaks.engine_dead or (peaks.scrape_lost and errors["connection"] + errors["http_5xx"]):
         return True, f"the engine died: {failed} request(s) failed ({detail})" if failed else "the engine died"

@@ -54,6 +54,10 @@ class EngineOomError(AgentError):
         self.total_bytes = total_bytes
 
 
+MAX_COUNT = 1 << 31  # blocks, tokens, sequences: far beyond any GPU, and no overflow in the arithmetic
+MAX_RATE = 1e9
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """What the simulated engine was started with. Rates are per second of simulated time; `speed`
@@ -77,16 +81,17 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.kv_blocks <= 0:
-            problems.append(f"kv_blocks must be positive, got {self.kv_blocks}")
-        if self.block_size <= 0 or self.max_num_seqs <= 0 or self.max_model_len <= 0:
-            problems.append("block_size, max_num_seqs and max_model_len must be positive")
+        if not 0 < self.kv_blocks <= MAX_COUNT:
+            problems.append(f"kv_blocks must be positive and at most {MAX_COUNT:,}, got {self.kv_blocks}")
+        if not all(0 < n <= MAX_COUNT for n in (self.block_size, self.max_num_seqs, self.max_model_len)):
+            problems.append(f"block_size, max_num_seqs and max_model_len must be positive and at most {MAX_COUNT:,}")
         if self.max_queue_size is not None and self.max_queue_size < 0:
             problems.append("max_queue_size must not be negative")
         if self.reject_status not in (429, 503):
             problems.append(f"reject_status must be 429 or 503, got {self.reject_status}")
-        if self.prefill_tps <= 0 or self.decode_tps <= 0 or self.speed <= 0:
-            problems.append("prefill_tps, decode_tps and speed must be positive")
+        rates = (self.prefill_tps, self.decode_tps, self.speed)
+        if not all(0 < r <= MAX_RATE for r in rates):  # NaN fails every comparison, infinity the bound
+            problems.append(f"prefill_tps, decode_tps and speed must be positive and at most {MAX_RATE:g}")
         if problems:
             raise AgentError("; ".join(problems))
 

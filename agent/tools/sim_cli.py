@@ -4,12 +4,14 @@ then serve until Ctrl-C, SIGTERM, `--duration`, or a simulated OOM (exit 1)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import signal
 from pathlib import Path
 
 import typer
 
 from agent.capacity.inputs import SizingRequest, resolve
+from agent.errors import AgentError
 from agent.records import KvDtype
 from agent.tools.sim import SIMULATED, SimConfig, from_budget
 from agent.tools.sim_server import SimServer, serve
@@ -32,8 +34,19 @@ def run_simulator(*, host: str, port: int, model: str, vram_gib: float, util: fl
                                        overhead_gib=overhead_gib, block_size=block_size, max_model_len=max_model_len,
                                        kv_dtype=KvDtype.AUTO))
         config = from_budget(sizing.inputs, **settings)
-    server = SimServer(config, log, stats_interval_seconds=stats_interval)
-    return asyncio.run(_main(server, host, port, duration))
+    if not 0 <= port <= 65535:
+        raise AgentError(f"--port {port}: a port is between 0 and 65535 (0 picks a free one)")
+    if duration is not None and not 0 < duration <= 366 * 86400:  # NaN and infinity too
+        raise AgentError(f"--duration {duration}: seconds above 0, at most a year")
+    try:
+        server = SimServer(config, log, stats_interval_seconds=stats_interval)
+    except OSError as exc:
+        raise AgentError(f"--log {log}: cannot write: {exc.strerror or exc}") from exc
+    try:
+        return asyncio.run(_main(server, host, port, duration))
+    except OSError as exc:  # the address taken (a real vLLM on 8000), a host that does not resolve
+        hint = " (another process holds it? --port 0 picks a free one)" if exc.errno == errno.EADDRINUSE else ""
+        raise AgentError(f"cannot serve on {host}:{port}: {exc.strerror or exc}{hint}") from exc
 
 
 async def _main(server: SimServer, host: str, port: int, duration: float | None) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,8 @@ from aiohttp import web
 from agent.errors import AgentError
 from agent.tools.sim import SIMULATED, Engine, EngineOomError, QueueFullError, SimConfig, SimRequest
 from agent.tools.sim_output import GIB, Histogram, RequestHistograms, VllmLog, num, prompt_tokens
+
+log = logging.getLogger("agent.simulate")
 
 
 @dataclass
@@ -72,7 +75,7 @@ class SimServer:
                        "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
             self.log.refused_start(self.config, message)
             raise AgentError(f"{SIMULATED} engine cannot start: {message}")
-        app = web.Application(client_max_size=64 << 20)
+        app = web.Application(client_max_size=64 << 20, middlewares=[_no_traceback])
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/metrics", self._metrics)
@@ -195,7 +198,7 @@ class SimServer:
             body = await request.json()
             if not isinstance(body, dict):
                 raise ValueError("not an object")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, nested past the recursion limit
             return self._error(request, 400, "request body is not a JSON object", "BadRequestError")
         if self.engine.dead:
             return self._error(request, 500, "EngineCore encountered an issue. See stack trace (above) for the root "
@@ -207,7 +210,7 @@ class SimServer:
             tokens = prompt_tokens(body)
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens")
                              or self.config.default_max_tokens)
-        except (TypeError, ValueError, AttributeError):
+        except (TypeError, ValueError, AttributeError, OverflowError, RecursionError):  # max_tokens 1e999: inf
             return self._error(request, 400, "prompt, messages or max_tokens malformed", "BadRequestError")
         if max_tokens < 1:
             return self._error(request, 400, "max_tokens must be at least 1", "BadRequestError")
@@ -383,6 +386,20 @@ class SimServer:
         out += [f'http_requests_total{{handler="/v1/completions",method="POST",status="{status}"}} {num(n)}'
                 for status, n in sorted(self.http_answers.items())]
         return "\n".join(out) + "\n"
+
+
+@web.middleware
+async def _no_traceback(request: web.Request,
+                        handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+    """A request the handlers did not foresee is answered 500 with one log line, never a traceback."""
+    try:
+        return await handler(request)
+    except (web.HTTPException, asyncio.CancelledError, ConnectionResetError):
+        raise
+    except Exception as exc:
+        log.warning("%s %s: %s: %s", request.method, request.path, type(exc).__name__, exc)
+        return web.json_response({"object": "error", "message": f"{type(exc).__name__}", "type": "InternalServerError",
+                                  "code": 500}, status=500)
 
 
 async def serve(server: SimServer, host: str, port: int, on_ready: Callable[[str], Awaitable[None] | None],

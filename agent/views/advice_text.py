@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from agent.inert import inert, printable
 from agent.judge.precedence import Recommendation, reconcile
 from agent.judge.replay import Advice, Replay
 from agent.judge.sizing import Sizing, sizing
@@ -54,7 +55,7 @@ def render_finding(f: Finding, cleared_at: float | None = None) -> str:
     span = f"    since {_when(f.since)}"
     span += f", cleared {_when(cleared_at)}" if cleared_at is not None else ", still active at the end"
     lines.append(span)
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def render_replay(result: Replay, blind: Mapping[str, Sequence[BlindSpot]] | None = None) -> str:
@@ -77,7 +78,7 @@ def render_replay(result: Replay, blind: Mapping[str, Sequence[BlindSpot]] | Non
         parts.append("\n" + render_recommendations(recs))
     for advice in result.advice:
         parts.append("\n" + render_finding(advice.finding, advice.cleared_at))
-    return "\n".join(parts)
+    return printable("\n".join(parts))
 
 
 def recommendation_line(r: Recommendation) -> str:
@@ -101,19 +102,19 @@ def recommendation_json(r: Recommendation) -> dict[str, Any]:
 
 
 def finding_json(f: Finding, cleared_at: float | None = None) -> dict[str, Any]:
-    return {"rule": f.rule, "engine": f.engine, "severity": f.severity.value,
+    return inert({"rule": f.rule, "engine": f.engine, "severity": f.severity.value,
             "knob": f.knob.value if f.knob else None, "direction": f.direction.value if f.direction else None,
             "from": f.current, "to": f.recommended, "evidence": dict(f.evidence), "arithmetic": f.arithmetic,
-            "message": f.message, "since": f.since, "cleared_at": cleared_at, "window_seconds": f.window_seconds}
+            "message": f.message, "since": f.since, "cleared_at": cleared_at, "window_seconds": f.window_seconds})
 
 
 def replay_json(result: Replay) -> dict[str, Any]:
-    return {"since": result.since, "until": result.until, "engines": result.engines,
+    return inert({"since": result.since, "until": result.until, "engines": result.engines,
             "capacities": {k: v.as_dict() for k, v in result.capacities.items()},
             "sizing": {k: _sizing_json(sizing(v, result.workload_tokens)) for k, v in result.capacities.items()},
             "findings": [finding_json(a.finding, a.cleared_at) for a in result.advice],
             "recommendations": [recommendation_json(r) for r in
-                                reconcile(a.finding for a in result.advice if a.cleared_at is None)]}
+                                reconcile(a.finding for a in result.advice if a.cleared_at is None)]})
 
 
 def _sizing_json(size: Sizing) -> dict[str, Any]:

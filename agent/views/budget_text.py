@@ -15,8 +15,9 @@ from agent.capacity.inputs import Sizing
 from agent.capacity.plan import Plan
 from agent.capacity.reconcile import Reconciliation, Row
 from agent.config import Config
+from agent.inert import printable
 from agent.records import KvDtype
-from agent.views.units import printable, size
+from agent.views.units import size
 
 # The budget method's skeleton values for what the budget does not decide; confirm them with the load test.
 SKELETON_DEFAULTS = {

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any
 
+from agent.sources.bounded import BoundedLines
+
 PROGRESS_MIN_BYTES = 64 << 20
 READ_BYTES = 1 << 20  # the reader's buffer: progress is told once per refill
 
@@ -98,4 +100,4 @@ class _Counted(io.RawIOBase):
 
 def counted(handle: io.BufferedReader, progress: Progress) -> io.BufferedReader:
     """`handle` read through a buffer that tells `progress` the bytes read (close `handle` itself)."""
-    return io.BufferedReader(_Counted(handle.raw, progress), READ_BYTES)
+    return BoundedLines(_Counted(handle.raw, progress), READ_BYTES)

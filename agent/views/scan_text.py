@@ -9,10 +9,11 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, Any
 
+from agent.inert import inert, printable
 from agent.records import CapacityFact, Event, Record, Server, ServerStats
 from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
-from agent.views.units import fact, printable, when
+from agent.views.units import fact, when
 from agent.visibility import BlindSpot, log_blind_spots
 
 
@@ -119,7 +120,7 @@ def record_json(record: Record, server: Server) -> str:
     kind = "event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats) else "fact"
     if isinstance(record, CapacityFact | ServerStats):
         body.setdefault("server", server.value)
-    return json.dumps({"type": kind, **body}, ensure_ascii=False, default=str)
+    return json.dumps(inert({"type": kind, **body}), ensure_ascii=False, default=str)
 
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
@@ -157,7 +158,7 @@ def _string(x: str | None) -> str:
     if text is None:
         if len(_STRINGS) >= 1 << 10:
             _STRINGS.clear()
-        text = _STRINGS[x] = _ENCODE(x)
+        text = _STRINGS[x] = _ENCODE(printable(x))
     return text
 
 

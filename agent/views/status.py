@@ -15,11 +15,12 @@ from typing import Any
 
 from agent.config import Config
 from agent.daemon.status import LATENCY_WINDOW_SECONDS, StatusReport
+from agent.inert import inert, printable
 from agent.judge.precedence import reconcile
 from agent.messages import fold
 from agent.records import Event, as_dict
 from agent.views.advice_text import finding_line, recommendation_line
-from agent.views.units import printable, size
+from agent.views.units import size
 
 
 def _live(report: StatusReport, name: str, **labels: str) -> float | None:
@@ -47,7 +48,7 @@ def to_json(report: StatusReport, config: Config, budget_max: int | None) -> dic
                         "lag_bytes": _live(report, "deepinfer_source_lag_bytes", source=name),
                         "lines": _live(report, "deepinfer_source_lines", source=name)})
     nvml_up = _live(report, "deepinfer_nvml_up")
-    return {
+    return inert({
         "running": report.live is not None, "metrics_url": report.metrics_url, "store_error": report.store_error,
         "store_up": None if report.live is None else bool(_live(report, "deepinfer_store_up")),
         "nvml": "disabled" if not config.nvml.enabled else None if report.live is None
@@ -58,7 +59,7 @@ def to_json(report: StatusReport, config: Config, budget_max: int | None) -> dic
         "events": [as_dict(e) for e in report.events],
         "event_totals": [{"source": s, "server": v, "kind": k, "count": n} for (s, v, k), n in report.totals.items()],
         "latency": report.latency,
-    }
+    })
 
 
 _LATENCY_LABELS = (("ttft_seconds", "TTFT"), ("queue_time_seconds", "queue"), ("e2e_latency_seconds", "e2e"))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timezone
 
 from agent.capacity.budget import GIB, KIB, MIB
@@ -36,21 +35,3 @@ def number(value: float | str) -> str:
     if isinstance(value, float):
         return f"{value:,.0f}" if value.is_integer() else f"{value:,.2f}"
     return str(value)
-
-
-# C0 and C1 controls (ESC starts CSI/OSC/DCS sequences; 0x9b is a one-byte CSI), DEL, and the bidi
-# overrides that reorder what a terminal shows. Log lines are written by anyone who can reach the API.
-_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_CONTROL_OR_NEWLINE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(m: re.Match[str]) -> str:
-    code = ord(m.group(0))
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str, *, keep_newlines: bool = True) -> str:
-    """Text safe for a terminal: every control character (escape sequences, C1, bidi overrides) shown as
-    `\\xNN` / `\\uNNNN`. Every human-facing output passes here; newlines are the view's own unless
-    `keep_newlines` is False (one field of one line)."""
-    return (_CONTROL if keep_newlines else _CONTROL_OR_NEWLINE).sub(_escape, text)

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.fake_nvml import FakeNvml
+from tests.unit.test_metrics_serving import Flood
 
 pytestmark = pytest.mark.integration
 
@@ -204,12 +206,35 @@ def test_exposition_passes_promtool(node: dict[str, Any]) -> None:
     assert lint.stderr == ""
 
 
-def test_a_real_prometheus_scrapes_the_agent(node: dict[str, Any]) -> None:
+@pytest.mark.parametrize("flood", [False, True], ids=["quiet", "1000-idle-and-slowloris"])
+def test_a_real_prometheus_scrapes_the_agent(node: dict[str, Any], flood: bool) -> None:
+    """Also while 1,000 idle sockets and 40 slowloris connections hold the metrics port: each new
+    connection is cut off by its deadline (or evicted when every slot is taken), so Prometheus's get in."""
     binary = shutil.which("prometheus")
     if binary is None:
         pytest.skip("prometheus not installed (Debian package prometheus; .ci/run installs it)")
     agent = node["agent"]()
     append(node["log"], STATS, OOM, REJECT)
+    with contextlib.ExitStack() as stack:
+        if flood:
+            _flood(stack, agent.port)
+        _prometheus_scrapes(node, agent, binary)
+        if flood:
+            cut = sum(agent.value("deepinfer_exporter_connections_total", outcome=o) or 0
+                      for o in ("timed_out", "evicted"))
+            assert cut >= 1000  # the flood was held off by the deadlines (and evictions), not just outwaited
+    assert "Traceback" not in agent.stderr_path.read_text()
+
+
+def _flood(stack: contextlib.ExitStack, port: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1400:
+        pytest.skip(f"needs 1400 file descriptors, the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1400), hard))
+    stack.callback(Flood(port, idle=1000, slow=40).close)
+
+
+def _prometheus_scrapes(node: dict[str, Any], agent: Agent, binary: str) -> None:
     tmp = node["tmp"]
     (tmp / "prom.yml").write_text(f"""
 global: {{scrape_interval: 1s, evaluation_interval: 1s}}
@@ -240,6 +265,9 @@ scrape_configs:
         assert query('deepinfer_events_total{kind="http_429"}')[0]["value"][1] == "1"
         assert query("deepinfer_gpu_memory_total_bytes")[0]["value"][1] == "85899345920"
         assert query("up")[0]["value"][1] == "1"
+        # Ten scrapes in a row succeeded (while flooded, for the flooded run): none timed out.
+        wait_for("ten good scrapes", lambda: query("sum_over_time(up[1m]) >= 10 and count_over_time(up[1m]) == "
+                                                   "sum_over_time(up[1m])"), timeout=60)
     finally:
         prom.terminate()
         prom.wait(10)

@@ -109,7 +109,13 @@ def test_relative_config_json_is_relative_to_the_config_file(tmp_path: Path) -> 
     assert cfg.model.config_json == tmp_path / "models" / "config.json"
 
 
-def test_empty_file_is_all_defaults(tmp_path: Path) -> None:
-    (tmp_path / "empty.yaml").write_text("")
-    cfg = load_config(tmp_path / "empty.yaml")
+@pytest.mark.parametrize("text", ["", "\n\n", "# every line commented out\n# sources: []\n"])
+def test_an_empty_file_is_refused_and_braces_are_all_defaults(tmp_path: Path, text: str) -> None:
+    (tmp_path / "empty.yaml").write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "empty.yaml")
+    assert caught.value.problems == [f"{tmp_path / 'empty.yaml'}: the file is empty (no settings): write at least "
+                                     "one section (sources:, model:, metrics: …), or `{}` for every default"]
+    (tmp_path / "defaults.yaml").write_text("{}\n")
+    cfg = load_config(tmp_path / "defaults.yaml")
     assert cfg.sources == [] and cfg.metrics.port == 9842

@@ -14,11 +14,11 @@ from agent.tools.loadtest import (
     LoadTestOptions,
     default_metrics_url,
     endpoint_url,
-    error_class,
     load_payload,
     percentile,
     synthetic_payload,
 )
+from agent.tools.loadtest_answers import error_class
 from agent.tools.loadtest_cli import parse_levels
 from agent.tools.loadtest_report import verdict
 from agent.tools.loadtest_watch import Watcher
@@ -159,14 +159,14 @@ def test_capacity_from_the_agent_config_is_the_budget() -> None:
 
 
 def test_stream_chunks() -> None:
-    from agent.tools.loadtest import stream_chunk_kind
+    from agent.tools.loadtest_answers import stream_chunk_kind
 
     role = b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n'
     text = b'data: {"choices":[{"index":0,"delta":{"content":" Hi"}}]}\n'
     completion = b'data: {"choices": [{"index": 0, "text": " Hi"}]}\n'
     error = b'data: {"error": {"message": "engine dead", "code": 500}}\n'
     assert [stream_chunk_kind(x) for x in (role, text, completion, error, b"data: [DONE]\n", b"\n", b": ping\n")] == [
-        None, "text", "text", "error", None, None, None]
+        "chunk", "text", "text", "error", None, None, None]
 
 
 def test_levels_are_kept_in_the_agents_store_for_report(tmp_path: Path) -> None:

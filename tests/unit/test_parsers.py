@@ -144,7 +144,8 @@ def test_request_logs_are_dropped_and_messages_redacted() -> None:
     # the word pre-check in front of the marker scan lets every marker through, wherever it sits in a line
     for marker in _REQUEST_MARKERS:
         assert is_request_log(marker) and is_request_log(f"INFO x {marker} y")
-    assert redact("Authorization: Bearer abc.def key sk-0123456789abcdef") == "<redacted> key <redacted>"
+    assert redact("Authorization: Bearer abc.def key sk-0123456789abcdef") == ("Authorization: Bearer <redacted> key "
+                                                                             "<redacted>")
     assert redact("ValueError: bad 'never closed prompt") == "ValueError: bad <redacted>"
     assert redact("The model's max seq len (4096)") == "The model's max seq len (4096)"
 

@@ -112,3 +112,22 @@ def test_the_stages_run_one_at_a_time_with_a_clock_and_publish_each_engines_capa
     cap = snap.capacities["vllm"]
     assert (cap.governs, cap.paper_max_concurrency, cap.max_concurrency) == ("engine", 13, 12)
     daemon.close(1001.0)
+
+
+def test_a_reload_with_an_empty_config_keeps_the_running_one(tmp_path: Path) -> None:
+    """An editor that truncated the file, then a SIGHUP: the sources, NVML off and the port stay as they were."""
+    (tmp_path / "vllm.log").write_text(f"{OOM}\n")
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text("sources: [{path: vllm.log, server: vllm, name: vllm, start_at: beginning}]\n"
+                           "nvml: {enabled: false}\nstore: {path: agent.db}\nmetrics: {port: 9999}\n")
+    daemon = Daemon(load_config(config_path), load_config=lambda: load_config(config_path))
+    daemon.start(1000.0)
+    daemon.run_once(1000.0)
+    config_path.write_text("")
+    assert daemon.reload(1001.0) is False
+    assert [s.name for s in daemon.config.sources] == ["vllm"]
+    assert daemon.config.nvml.enabled is False and daemon.config.metrics.port == 9999
+    daemon.run_once(1001.5)  # the next step publishes the reload's outcome
+    snap = daemon.snapshot()
+    assert snap.totals[("config_reload_errors_total", ())] == 1 and snap.config_last_reload_ok is False
+    daemon.close(1002.0)

@@ -254,13 +254,17 @@ def test_redact_is_bounded_and_never_raises(text: str) -> None:
 
 SECRETS_AND_QUOTES = st.lists(st.sampled_from([*"ab '\"\\{}?=: \t\x00…", "password=", "token: ", "Bearer ",
                                                 "sk-abcdefgh12", "<redacted>", "prompt: '", "ſecret=", "K",
-                                                "x" * 90]), max_size=300).map("".join)
+                                                "x" * 90, "DB_PASSWORD=", "Cookie: ", "Token ", "a1b2c3d4e5",
+                                                "https://u:p@", "bob@example.com", "eyJhbGciOi.eyJzdWIi.x",
+                                                "ghp_" + "a1" * 12, "AKIAIOSFODNN7EXAMPLE", "-----BEGIN ",
+                                                "PRIVATE KEY-----", "xoxb-12345678901", "session_id=",
+                                                "max_tokens="]), max_size=300).map("".join)
 
 
 def redact_every_pass(text: str) -> str:
     """`redact` as it was written before its short cuts: every pass on every text."""
     text = text[:redact_module.MAX_INPUT_CHARS].replace("\x00", " ")
-    text = redact_module._SECRET.sub(REDACTED, text)
+    text = redact_module._secrets(text)
     text = redact_module._QUOTED.sub(lambda m: m.group(0)[0] + "\x00" + m.group(0)[0], text)
     text = redact_module._cut_at_unmatched_quote(text).replace("\x00", REDACTED)
     text = redact_module._BODY.sub("{" + REDACTED + "}", text)

@@ -113,3 +113,58 @@ def test_two_processes_creating_the_store_at_once_both_succeed(tmp_path: Path) -
     assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
     with Store.open(db) as store:
         assert store.schema_version == SCHEMA_VERSION
+
+
+def _from_the_future(db: Path) -> None:
+    Store.open(db).close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
+                     "VALUES ('deepinfer-agent', '9999_from_the_future', '2030-01-01')")
+
+
+def test_the_daemon_stops_on_a_newer_store_instead_of_retrying_for_ever(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    _from_the_future(db)
+    config = tmp_path / "config.yaml"
+    config.write_text(f"store: {{path: {db}}}\nnvml: {{enabled: false}}\nmetrics: {{listen: 127.0.0.1, port: 0}}\n")
+    done = subprocess.run([sys.executable, "-m", "agent", "run", "--config", str(config)], capture_output=True,
+                          text=True, timeout=60, check=False)  # today's agent buffers and retries for ever
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "9999_from_the_future" in last and "newer agent" in last, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", [["report", "--db"], ["advise", "--db"]])
+def test_readers_refuse_a_newer_store(tmp_path: Path, command: list[str]) -> None:
+    db = tmp_path / "agent.db"
+    _from_the_future(db)
+    done = subprocess.run([sys.executable, "-m", "agent", *command, str(db)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 1 and done.stderr.startswith("error: ") and "newer agent" in done.stderr, done.stderr
+
+
+def test_a_store_deleted_under_the_daemon_is_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import time
+
+    from agent.config import load_config
+    from agent.daemon.loop import Daemon
+
+    db = tmp_path / "agent.db"
+    (tmp_path / "vllm.log").write_text("")
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sources: [{{path: {tmp_path / 'vllm.log'}, server: vllm, name: vllm}}]\n"
+                      f"store: {{path: {db}}}\nnvml: {{enabled: false}}\n")
+    daemon = Daemon(load_config(config))
+    now = time.time()
+    daemon.start(now)
+    daemon.run_once(now)
+    for path in tmp_path.glob("agent.db*"):
+        path.unlink()
+    with (tmp_path / "vllm.log").open("a") as out:
+        out.write('(APIServer pid=1) INFO:     127.0.0.1:1 - "POST /v1/completions HTTP/1.1" 429 Too Many Requests\n')
+    daemon.run_once(now + 1)
+    daemon.close(now + 2)
+    said = [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and "deleted or replaced" in r.getMessage()]
+    assert len(said) == 1 and str(db) in said[0]

@@ -258,3 +258,41 @@ def test_copytruncate_between_two_reads_of_one_poll_tears_nothing(
     f.step(2)
     f.step(3)
     assert Counter(f.texts()) == Counter(old + new)
+
+
+@pytest.mark.parametrize("cut", ["at_a_line_end", "inside_a_line"])
+def test_a_file_cut_in_place_below_the_cursor_is_not_read_again(tmp_path: Path, follow: FollowFactory,
+                                                                 cut: str) -> None:
+    """`truncate -s` of a file being read: the 300 lines it keeps were delivered already, so they are not
+    delivered again; the lines written after the cut are, once. (No copy exists: it is no copytruncate.)"""
+    f = follow()
+    log = tmp_path / "a.log"
+    lines = [f"line {i:04d} of the engine log, long enough to pass the fingerprint" for i in range(1000)]
+    log.write_text("".join(line + "\n" for line in lines))
+    f.step(1)
+    keep = sum(len(line) + 1 for line in lines[:300]) + (0 if cut == "at_a_line_end" else 7)
+    os.truncate(log, keep)
+    f.step(2)  # the cut is seen (inotify wakes the loop at once); the writer goes on after it
+    with log.open("a") as out:
+        out.write("after the cut 1\nafter the cut 2\n")
+    f.step(3)
+    f.step(4)
+    texts = f.texts()
+    # inside a line: the piece of it the cut kept was delivered whole before; reading on from the cut gives
+    # the writer's next line as it wrote it
+    assert texts == [*lines, "after the cut 1", "after the cut 2"]
+    assert f.tailer.stats().truncations_total == 1
+
+
+def test_copytruncate_still_reads_the_live_file_from_its_start(tmp_path: Path, follow: FollowFactory) -> None:
+    f = follow()
+    log = tmp_path / "a.log"
+    log.write_text("".join(f"old {i:03d} ................................................\n" for i in range(50)))
+    f.step(1)
+    shutil.copy(log, tmp_path / "a.log.1")  # logrotate's copytruncate: the copy, then the cut to 0
+    os.truncate(log, 0)
+    with log.open("a") as out:
+        out.write("".join(f"new {i:03d} ................................................\n" for i in range(3)))
+    f.step(2)
+    assert f.texts()[-3:] == [f"new {i:03d} ................................................" for i in range(3)]
+    assert len(f.texts()) == 53

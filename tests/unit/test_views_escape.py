@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from agent.cli import app
 from agent.config import Config
 from agent.daemon.status import StatusReport
+from agent.inert import printable
 from agent.records import Event, EventKind, Phase, Server, Severity
 from agent.views.status import render
-from agent.views.units import printable
 
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 HOSTILE = "\x1b]0;pwned\x07 \x1bP+q\x1b\\ \x9b31m \u202etxt.exe"

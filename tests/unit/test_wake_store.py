@@ -75,3 +75,37 @@ def test_many_appends_between_two_waits_are_one_wake(tmp_path: Path) -> None:
         assert not waker.wait(0.05), "the 2,000 appends were read as one batch, nothing is left over"
     finally:
         waker.close()
+
+
+def test_a_hard_link_to_the_store_or_its_wal_in_a_watched_glob_is_never_read(tmp_path: Path) -> None:
+    """The own-store exclusion compares (device, inode), not names: links named like logs are the store."""
+    import sqlite3
+    import time
+
+    from agent.config import load_config
+    from agent.daemon.loop import Daemon
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    written = [f"(APIServer pid=1) INFO 11-29 09:00:{i % 60:02d} [api.py:1] line {i}" for i in range(40)]
+    (logs / "vllm.log").write_text("".join(line + "\n" for line in written[:20]))
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sources: [{{path: '{logs}/*', server: vllm, name: vllm, start_at: beginning}}]\n"
+                      f"nvml: {{enabled: false}}\nstore: {{path: {tmp_path / 'agent.db'}}}\n")
+    daemon = Daemon(load_config(config))
+    now = time.time()
+    daemon.start(now)
+    daemon.run_once(now)
+    wal = tmp_path / "agent.db-wal"
+    (logs / "store.log").hardlink_to(tmp_path / "agent.db")
+    if wal.exists():
+        (logs / "wal.log").hardlink_to(wal)
+    with (logs / "vllm.log").open("a") as out:
+        out.write("".join(line + "\n" for line in written[20:]))
+    for step in range(1, 6):
+        daemon.run_once(now + step)
+    snap = daemon.snapshot()
+    daemon.close(now + 7)
+    assert snap.totals[("source_lines_total", ("vllm",))] == 40
+    with sqlite3.connect(tmp_path / "agent.db") as conn:
+        assert conn.execute("SELECT count(*) FROM events").fetchone()[0] == 0
