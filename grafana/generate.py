@@ -366,6 +366,13 @@ INCIDENTS = Dashboard(
                    Query(f"deepinfer_scrape_duration_seconds{{{ENGINE}}}", "{{instance}} last scrape {{target}}",
                          unit="s")),
                   min=0),
+            Panel("Metrics port",
+                  "How connections to the agent's /metrics ended per second: served, or cut off (timed out, "
+                  "evicted to make room, refused, malformed, reset) so that idle or slow clients never starve a "
+                  "scraper; accepts that failed (out of file descriptors).",
+                  (per_second("deepinfer_exporter_connections_total", "outcome", "{{instance}} {{outcome}}"),
+                   per_second("deepinfer_exporter_accept_errors_total", "", "{{instance}} accept errors")),
+                  min=0),
             Panel("Store",
                   "SQLite: size, records held in memory while it cannot be written, write failures and records "
                   "dropped per second.",

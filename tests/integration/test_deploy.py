@@ -790,8 +790,9 @@ store: {{path: /var/lib/deepinfer-agent/agent.db}}
         systemd.run("sh", "-c", f"echo '{scenario_lines()[8]}' >> /var/log/vllm/engine.log")
         # a glob source: the file it matched is the engine (`<source>/<file>`, docs/rules.md)
         wait_for("the OOM read through group adm", lambda: metric(
-            'deepinfer_events_total{kind="oom",server="vllm",source="vllm/engine"} 1.0'))
-        assert metric('deepinfer_source_up{source="vllm"} 1.0') and metric("deepinfer_store_up 1.0")
+            'deepinfer_events_total{engine="vllm/engine",kind="oom",server="vllm",source="vllm/engine"} 1.0'))
+        assert metric('deepinfer_source_up{engine="vllm/engine",source="vllm"} 1.0')
+        assert metric("deepinfer_store_up 1.0")
         assert systemd.run("systemctl", "reload", "deepinfer-agent").returncode == 0
         wait_for("the reload", lambda: metric("deepinfer_config_reloads_total 1.0"))
 

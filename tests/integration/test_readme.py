@@ -125,9 +125,9 @@ def test_run_then_curl_shows_the_readme_counters(quickstart: tuple[Agent, Path, 
         return "\n".join(x for x in body.splitlines() if x.startswith("deepinfer_events_total")
                          and not x.endswith(" 0.0"))
 
-    wait_for("the three events", lambda: counters().count("\n") == 2, timeout=30)
-    assert assert_matches(example.sample, counters()) == 3
-    assert len(counters().splitlines()) == 3, "the README shows every counter above 0"
+    wait_for("the four events", lambda: counters().count("\n") == 3, timeout=30)
+    assert assert_matches(example.sample, counters()) == 4
+    assert len(counters().splitlines()) == 4, "the README shows every counter above 0"
 
 
 def test_status_prints_what_the_readme_shows(quickstart: tuple[Agent, Path, int]) -> None:
