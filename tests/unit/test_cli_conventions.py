@@ -108,6 +108,19 @@ def test_help_version_completion_and_json() -> None:
     assert code == 0 and any(m["name"] == "qwen2.5-7b" for m in json.loads(out))
 
 
+def test_the_version_is_written_once() -> None:
+    """`--version` and the installed package's metadata agree: pyproject reads the version from agent/__init__.py.
+
+    A second, static version in pyproject.toml would drift; the metadata pip records would then differ from what
+    `--version` and the build_info metric print.
+    """
+    from importlib.metadata import version
+
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and "\nversion =" not in pyproject
+    assert version("deepinfer-agent") == __version__
+
+
 def test_scan_progress_reports_every_byte() -> None:
     import io
 
