@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timezone
 from pathlib import Path
 
 import pytest
@@ -121,12 +122,19 @@ def test_the_version_is_written_once() -> None:
     assert version("deepinfer-agent") == __version__
 
 
-def test_scan_progress_reports_every_byte() -> None:
-    import io
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_scan_progress_reports_every_byte(tmp_path: Path, jobs: int) -> None:
+    """The bar is told the bytes read as `scan` reads them (per refill with one job, per chunk with two),
+    ending at the file's size."""
+    from agent.records import Server
+    from agent.sources.parallel import scan_path
+    from agent.views.summary import SummaryBuilder
 
-    from agent.cli import _Progress
-
-    data = b"".join(b"line %d\n" % n for n in range(200_000))
+    log = tmp_path / "big.log"
+    data = b"".join(b"line %d\n" % n for n in range(200_000))  # 1.4 MB: more than one 1 MiB refill
+    log.write_bytes(data)
+    summary = SummaryBuilder()
     seen: list[int] = []
-    lines = list(_Progress(io.BytesIO(data), seen.append))  # type: ignore[arg-type]
-    assert len(lines) == 200_000 and sum(seen) == len(data) and len(seen) > 1
+    scan_path(log, lambda records, _server: summary.add(records), Server.AUTO, timezone.utc, jobs, None, summary,
+              min_bytes=1, progress=seen.append)
+    assert seen[-1] == len(data) and len(seen) > 1 and seen == sorted(seen)
