@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, BinaryIO, NoReturn
+from typing import Annotated, NoReturn
 
 import typer
 import typer.core
@@ -269,27 +269,6 @@ def models(
         swa = f", {preset.sliding_layers} SWA layers" if preset.sliding_layers else ""
         typer.echo(f"{preset.name:<18} {params:>7}  {preset.layers:>3} layers, {kind}{swa}: "
                    f"{size(per_token)}/token  ({preset.hf_id})")
-
-
-PROGRESS_BYTES = 64 << 20  # `scan` shows a progress bar on a terminal for files this big
-
-
-class _Progress:
-    """A binary file's lines, reporting the bytes consumed (scan's progress bar)."""
-
-    def __init__(self, handle: BinaryIO, advance: Callable[[int], None]) -> None:
-        self._handle = handle
-        self._advance = advance
-
-    def __iter__(self) -> Iterator[bytes]:
-        pending = 0
-        for raw in self._handle:
-            pending += len(raw)
-            if pending >= 1 << 20:
-                self._advance(pending)
-                pending = 0
-            yield raw
-        self._advance(pending)
 
 
 class ScanServer(str, Enum):

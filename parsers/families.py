@@ -4,7 +4,7 @@ Each engine module lists its own signatures first (precise wording, the numbers 
 families come after them in every parser, GenericParser included, so a line still means something when
 the stream was not recognised, the excerpt is too short to tell, or a fork or binding reworded the engine's
 message. One event per kind per occurrence still holds (`StreamParser.events_for`), so a family never
-doubles an engine signature that already matched. Formats: shared/reference/server-formats.md.
+doubles an engine signature that already matched. The formats: docs/parsers.md.
 
 Families and their guards against the known hard negatives:
 

@@ -75,7 +75,7 @@ _NAME_NOT = ("tokens", "token_ids", "tokenizer", "max_token", "num_token")
 # characters it alone can consume, so matching is linear in the line length.
 _QUOTED_MAX = 1600  # the longest quoted string emptied (a longer one is cut where it opens)
 _QUOTED = re.compile(r"(?<![\w`])'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
-assert f"{{0,{_QUOTED_MAX}}}" in _QUOTED.pattern, "opens_request_text counts on it"
+# opens_request_text counts on the bound being _QUOTED_MAX (tests/unit/test_record_layouts.py checks it).
 _BODY = re.compile(r"\{[^{}]{0,1600}\}")
 _QUERY = re.compile(r"\?[^\s\"]+")
 # A client's address where an access line starts with it (uvicorn's `10.1.2.3:40000 - "POST …"`, nginx's
@@ -101,7 +101,7 @@ _PLAIN_WORD = re.compile(r"[\w./:-]{1,120}")
 # before any scan, which tries every marker at every position (~4× dearer on an access line).
 _REQUEST_WORDS = ("request", "Request", "prompt", "response", "_token_ids", "SamplingParams", "obj=", "ReqInput(",
                   '"messages":', '"inputs":')
-assert all(any(w in m for w in _REQUEST_WORDS) for m in _REQUEST_MARKERS), "a request marker without its word"
+# (tests/unit/test_record_layouts.py checks that every marker holds one of them.)
 # Each word with the markers that contain it, as one alternation of literals (a leading \b would make it ~20×
 # slower): a line with "Requests" in it ("429 Too Many Requests") is searched for "CompletionRequest(" alone.
 # One exception to plain literals: "failed to parse response: {…}" reports an error (the body is the server's

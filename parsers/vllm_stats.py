@@ -19,7 +19,8 @@ from parsers.prefix import ANSI, Split, quoted_or_request
 from parsers.redact import scrub
 
 _new_tuple = tuple.__new__
-assert len(ServerStats._fields) == 16, "_stats builds a ServerStats field by field"
+# `_stats` and `_run` build a ServerStats field by field, and unpack `_STATS`' and `_PLAIN`'s groups by position:
+# tests/unit/test_record_layouts.py holds the 16 fields and the group order (an assert here would vanish under -O).
 
 STATS_WORD = "Avg prompt throughput: "
 _STATS = re.compile(
@@ -31,8 +32,6 @@ _STATS = re.compile(
     r"(?:, CPU KV cache usage: [\d.]+%)?(?:, Prefix cache hit rate: (?P<hit>[\d.]+)%)?"
 )
 # `_stats` unpacks `m.groups()` positionally (cheaper than named lookups on the hottest line).
-assert tuple(_STATS.groupindex) == (
-    "engine", "pt", "gt", "running", "swapped", "pending", "waiting", "preempt", "kv", "hit"), _STATS.groupindex
 # The same line in any other shape (older eras' extra timing fields, fields added or reordered, the line glued
 # after a progress bar or quoted in backticks): `Name: value` pairs read wherever they sit after the first one.
 _FIELD = re.compile(
@@ -48,7 +47,6 @@ _PLAIN = re.compile(
     r"Running: (\d+) reqs, (?:(?!)(\d)(\d))?Waiting: (\d+) reqs(?:(?!)(\d))?, GPU KV cache usage: ([\d.]+)%"
     r"(?!, CPU KV)(?:, Prefix cache hit rate: ([\d.]+)%)?"
 )
-assert _PLAIN.groups == _STATS.groups
 _ENGINE_TAG = re.compile(r"Engine (\d{1,4}): $")
 _STAMP_IN = re.compile(r"(?:DEBUG|INFO|WARNING) (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 

@@ -6,8 +6,9 @@ concurrency" line). They are compared at the same request length, the paper's to
 Which governs: **the engine's**, whenever it reported one — it measured its own weights, activation
 peak and framework overhead on the real card, where the paper used estimates; the paper figure governs
 only until the engine has spoken (or for an engine that prints no capacity lines). A disagreement of
-more than `DISAGREEMENT` (10 %) is itself worth a finding: one of the paper's inputs is not what the
-engine runs with. `status`, the advisor and `report` all read this and nothing else.
+more than 10 % is itself worth a finding (the rule `capacity_disagrees` in rules/default.yaml holds the
+threshold): one of the paper's inputs is not what the engine runs with. `status`, the advisor and
+`report` all read this and nothing else.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from agent.capacity.reconcile import reconcile
 from agent.config import Config
 from agent.errors import AgentError
 
-DISAGREEMENT = 0.10
 Basis = Literal["engine", "paper"]
 
 
@@ -66,11 +66,6 @@ class Capacity:
         if self.engine_max_concurrency is None or not self.paper_max_concurrency:
             return None
         return self.engine_max_concurrency / self.paper_max_concurrency - 1.0
-
-    @property
-    def disagrees(self) -> bool:
-        ratio = self.disagreement_ratio
-        return ratio is not None and abs(ratio) > DISAGREEMENT
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data for JSON and the exporter: both figures, which governs, and the disagreement."""

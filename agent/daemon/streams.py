@@ -31,7 +31,7 @@ from agent.sources.tailer import FileTailer
 from parsers import Parser, make_parser
 
 _new_tuple = tuple.__new__
-assert ServerStats._fields[12:] == ("path", "offset", "file_key", "line"), "`_locate` builds a ServerStats by position"
+# `_locate` builds a ServerStats by position (its last four fields): tests/unit/test_record_layouts.py holds them.
 MAX_REMEMBERED_FILES = 1000  # file incarnations whose path a stream remembers (rotations since it started)
 
 

@@ -179,12 +179,12 @@ def _sources(sources: Sequence[SourceStats], engines: set[str]) -> Iterator[Metr
 
 def _servers(servers: Mapping[str, ServerStats], facts: Mapping[str, Mapping[str, float | str]]) -> Iterator[Metric]:
     # `source` repeats `engine` on these series: deprecated, kept until 0.3 (docs/metrics.md).
-    for suffix, attr, doc, scale in SERVER_GAUGES:
+    for suffix, attr, doc in SERVER_GAUGES:
         family = _gauge(f"server_{suffix}", doc, ("engine", "server", "source"))
         for engine, stats in sorted(servers.items()):
             value = getattr(stats, attr)
             if value is not None:
-                family.add_metric([engine, stats.server.value, engine], float(value) * scale)
+                family.add_metric([engine, stats.server.value, engine], float(value))
         yield family
     last = _gauge("server_last_sample_timestamp_seconds", "Time of the latest load sample (Unix time).",
                   ("engine", "server", "source"))

@@ -46,15 +46,15 @@ COUNTERS: dict[str, tuple[str, Labels]] = {
 ENGINE_COUNTERS = frozenset({"events_total"})
 
 
-SERVER_GAUGES: tuple[tuple[str, str, str, float], ...] = (
-    # (metric suffix, ServerStats field, help, scale)
-    ("running_requests", "running", "Requests being computed (the engine's running batch).", 1.0),
-    ("waiting_requests", "waiting", "Requests accepted but waiting for a slot.", 1.0),
-    ("swapped_requests", "swapped", "Requests whose KV cache was swapped to CPU (vLLM V0).", 1.0),
-    ("kv_cache_usage_ratio", "kv_usage_ratio", "Share of the KV cache in use (0–1).", 1.0),
-    ("prompt_tokens_per_second", "prompt_tps", "Prompt (prefill) throughput.", 1.0),
-    ("generation_tokens_per_second", "gen_tps", "Generation (decode) throughput.", 1.0),
-    ("prefix_cache_hit_ratio", "prefix_hit_ratio", "Prefix-cache hit ratio (0–1).", 1.0),
+SERVER_GAUGES: tuple[tuple[str, str, str], ...] = (
+    # (metric suffix, ServerStats field, help): exported as the engine reported them, unscaled
+    ("running_requests", "running", "Requests being computed (the engine's running batch)."),
+    ("waiting_requests", "waiting", "Requests accepted but waiting for a slot."),
+    ("swapped_requests", "swapped", "Requests whose KV cache was swapped to CPU (vLLM V0)."),
+    ("kv_cache_usage_ratio", "kv_usage_ratio", "Share of the KV cache in use (0–1)."),
+    ("prompt_tokens_per_second", "prompt_tps", "Prompt (prefill) throughput."),
+    ("generation_tokens_per_second", "gen_tps", "Generation (decode) throughput."),
+    ("prefix_cache_hit_ratio", "prefix_hit_ratio", "Prefix-cache hit ratio (0–1)."),
 )
 FACT_GAUGES: tuple[tuple[str, str, str], ...] = (
     ("server_kv_cache_tokens", "kv_cache_tokens", "KV-cache capacity in tokens, as the engine reported it."),

@@ -17,7 +17,7 @@ BUDGET = compute(BudgetInputs(QWEN7B, 24 * GIB, 0.90, int(14.2 * GIB), int(1.6 *
 def test_the_paper_governs_until_the_engine_reports() -> None:
     cap = capacity_of(BUDGET)
     assert (cap.governs, cap.max_concurrency, cap.paper_max_concurrency) == ("paper", 13, 13)
-    assert cap.disagreement_ratio is None and not cap.disagrees
+    assert cap.disagreement_ratio is None
 
 
 def test_the_engines_kv_tokens_govern_restated_at_the_papers_length() -> None:
@@ -25,14 +25,13 @@ def test_the_engines_kv_tokens_govern_restated_at_the_papers_length() -> None:
     assert cap.governs == "engine"
     assert cap.engine_max_concurrency == pytest.approx(98304 / 8192)
     assert cap.max_concurrency == 12
-    assert cap.disagreement_ratio == pytest.approx(12 / 13 - 1)
-    assert not cap.disagrees  # 7.7 % is within the 10 % the inputs' rounding allows
+    assert cap.disagreement_ratio == pytest.approx(12 / 13 - 1)  # 7.7 %: within the rule's 10 %
 
 
 def test_a_printed_concurrency_is_scaled_by_the_length_it_was_printed_for() -> None:
     cap = capacity_of(BUDGET, {"max_concurrency": 1.3, "max_model_len": 32768.0})
     assert cap.engine_max_concurrency == pytest.approx(1.3 * 32768 / 8192)
-    assert cap.max_concurrency == 5 and cap.disagrees
+    assert cap.max_concurrency == 5 and cap.disagreement_ratio == pytest.approx(1.3 * 4 / 13 - 1)
 
 
 def test_without_a_paper_budget_the_engine_stands_at_its_own_length() -> None:

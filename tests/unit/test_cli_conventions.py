@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timezone
 from pathlib import Path
 
 import pytest
@@ -108,12 +109,32 @@ def test_help_version_completion_and_json() -> None:
     assert code == 0 and any(m["name"] == "qwen2.5-7b" for m in json.loads(out))
 
 
-def test_scan_progress_reports_every_byte() -> None:
-    import io
+def test_the_version_is_written_once() -> None:
+    """`--version` and the installed package's metadata agree: pyproject reads the version from agent/__init__.py.
 
-    from agent.cli import _Progress
+    A second, static version in pyproject.toml would drift; the metadata pip records would then differ from what
+    `--version` and the build_info metric print.
+    """
+    from importlib.metadata import version
 
-    data = b"".join(b"line %d\n" % n for n in range(200_000))
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and "\nversion =" not in pyproject
+    assert version("deepinfer-agent") == __version__
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_scan_progress_reports_every_byte(tmp_path: Path, jobs: int) -> None:
+    """The bar is told the bytes read as `scan` reads them (per refill with one job, per chunk with two),
+    ending at the file's size."""
+    from agent.records import Server
+    from agent.sources.parallel import scan_path
+    from agent.views.summary import SummaryBuilder
+
+    log = tmp_path / "big.log"
+    data = b"".join(b"line %d\n" % n for n in range(200_000))  # 1.4 MB: more than one 1 MiB refill
+    log.write_bytes(data)
+    summary = SummaryBuilder()
     seen: list[int] = []
-    lines = list(_Progress(io.BytesIO(data), seen.append))  # type: ignore[arg-type]
-    assert len(lines) == 200_000 and sum(seen) == len(data) and len(seen) > 1
+    scan_path(log, lambda records, _server: summary.add(records), Server.AUTO, timezone.utc, jobs, None, summary,
+              min_bytes=1, progress=seen.append)
+    assert seen[-1] == len(data) and len(seen) > 1 and seen == sorted(seen)
