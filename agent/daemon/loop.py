@@ -26,6 +26,7 @@ from agent.daemon.totals import Totals
 from agent.daemon.witnesses import counted_once
 from agent.errors import AgentError
 from agent.judge.advisor import Advisor, engine_config, knobs_of
+from agent.judge.precedence import reconcile
 from agent.judge.rules import RuleError, load_rules
 from agent.records import CapacityFact, Server, ServerStats
 from agent.sinks.exporter import Snapshot, TargetState
@@ -288,7 +289,8 @@ class Daemon:
             store_up=store.up, store_buffered_records=store.buffered_records, store_size_bytes=store.db_bytes,
             budget=_budget_gauges(self._budget), capacities=self.capacities(),
             configured=_configured(self.config), config_last_reload_ok=self._reload_ok,
-            findings=self.advisor.active(), build=self._build_info,
+            findings=self.advisor.active(),
+            governing=tuple(r.governs for r in reconcile(self.advisor.active())), build=self._build_info,
             histograms={(h.source, h.signal): h for s in self._scrapers for h in s.histograms_since_start(now)},
         )
         with self._snapshot_lock:

@@ -71,7 +71,8 @@ class SnapshotCollector(Collector):
         snap = self._latest()
         families = itertools.chain(_counters(_with_zero_events(snap.totals, snap.servers)), _agent(snap),
                                    _sources(snap.sources, engines_of(snap)), _servers(snap.servers, snap.facts),
-                                   _latency(snap.histograms), _gpus(snap), _budget(snap), _findings(snap.findings))
+                                   _latency(snap.histograms), _gpus(snap), _budget(snap),
+                                   _findings(snap.findings, snap.governing))
         for family in families:
             yield _inert_labels(family)
 
@@ -300,16 +301,18 @@ def _budget(snap: Snapshot) -> Iterator[Metric]:
     yield governing
 
 
-def _findings(findings: Sequence[Finding]) -> Iterator[Metric]:
-    """One series per active finding (rule × engine: both bounded, by the rule files and the config)."""
+def _findings(findings: Sequence[Finding], governing: Sequence[Finding]) -> Iterator[Metric]:
+    """One series per active finding (rule × engine: both bounded, by the rule files and the config), and one
+    recommended value per (engine, knob): the governing finding's (agent/judge/precedence.py), so a dashboard
+    or an alert never shows two numbers for one knob."""
     active = _gauge("finding_active", "1 while the advisor's finding is active (docs/rules.md).",
                     ("rule", "engine", "severity"))
-    value = _gauge("recommended_value", "The value an active finding recommends for its knob.",
-                   ("rule", "engine", "knob"))
+    value = _gauge("recommended_value", "The value the governing finding recommends for its knob (one per engine "
+                   "and knob; `rule` names the finding that governs).", ("rule", "engine", "knob"))
     for f in findings:
-        if not f.active:
-            continue
-        active.add_metric([f.rule, f.engine, f.severity.value], 1.0)
+        if f.active:
+            active.add_metric([f.rule, f.engine, f.severity.value], 1.0)
+    for f in governing:
         if f.knob is not None and isinstance(f.recommended, int | float):
             value.add_metric([f.rule, f.engine, f.knob.value], float(f.recommended))
     yield active

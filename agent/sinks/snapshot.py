@@ -53,6 +53,7 @@ class Snapshot:
     configured: Mapping[str, float] = field(default_factory=dict)
     config_last_reload_ok: bool = True
     findings: Sequence[Finding] = ()
+    governing: Sequence[Finding] = ()  # of the active findings, the one that governs each (engine, knob)
     histograms: Mapping[tuple[str, str], HistogramWindow] = field(default_factory=dict)
     build: BuildInfo | None = None
 

@@ -250,15 +250,24 @@ def test_active_findings_are_exported_and_cleared_ones_are_not() -> None:
     from agent.prom import exposition_samples
     from agent.sinks.exporter import Snapshot, SnapshotCollector
 
+    from agent.judge.precedence import reconcile
+
     on = Finding(NOW, NOW, "oom_kv_at_limit", E, Severity.CRITICAL, "m", Knob.MAX_NUM_SEQS, Direction.LOWER, 32, 13)
+    # a second active finding on the same knob: lowering to 13 to stop OOMs governs raising to 48
+    raise_ = Finding(NOW, NOW, "kv_headroom_raise_concurrency", E, Severity.INFO, "m", Knob.MAX_NUM_SEQS,
+                     Direction.RAISE, 32, 48)
     off = Finding(NOW, NOW, "queue_timeouts", E, Severity.WARNING, "m", Knob.QUEUE_TIMEOUT_MS, active=False)
+    findings = [on, raise_, off]
+    governing = [r.governs for r in reconcile(findings)]
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(lambda: Snapshot(version="1", started_at=0.0, findings=[on, off])))
+    registry.register(SnapshotCollector(lambda: Snapshot(version="1", started_at=0.0, findings=findings,
+                                                         governing=governing)))
     samples = exposition_samples(generate_latest(registry).decode())
-    assert samples["deepinfer_finding_active"] == [
+    assert sorted(samples["deepinfer_finding_active"], key=lambda s: s[0]["rule"]) == [
+        ({"rule": "kv_headroom_raise_concurrency", "engine": E, "severity": "info"}, 1.0),
         ({"rule": "oom_kv_at_limit", "engine": E, "severity": "critical"}, 1.0)]
     assert samples["deepinfer_recommended_value"] == [
-        ({"rule": "oom_kv_at_limit", "engine": E, "knob": "max_num_seqs"}, 13.0)]
+        ({"rule": "oom_kv_at_limit", "engine": E, "knob": "max_num_seqs"}, 13.0)], "one number per knob"
 
 
 def test_the_kernel_log_is_not_an_engine() -> None:
