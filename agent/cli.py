@@ -148,8 +148,8 @@ def check(
         if as_json or output_format == Output.JSON:
             typer.echo(json.dumps({"config": str(config), "ok": False, "problems": list(exc.problems)}))
             raise typer.Exit(1) from None
-        for problem in exc.problems:
-            typer.echo(problem, err=True)
+        for problem in exc.problems:  # each an error line, as every command's (file:line: field: expected …)
+            typer.echo(f"error: {problem}", err=True)
         typer.echo(f"{config}: {len(exc.problems)} problem(s)", err=True)
         raise typer.Exit(1) from None
     warnings = [f"source {s.source_name()}: {problem}" for s in cfg.sources if s.path is not None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -108,9 +109,11 @@ def _read_lines(path: Path | None) -> list[str]:
     """A saved log's lines, unwrapped from Docker json-file or CRI envelopes where they have one."""
     if path is None:
         return []
-    from agent.sources.bounded import open_saved
+    from agent.sources.bounded import bounded, open_saved
     from agent.sources.saved import Unwrapper
 
+    if str(path) == "-":  # standard input, as every file argument takes it
+        return [text for text, _, _ in Unwrapper().read(bounded(sys.stdin.buffer))]
     if path.is_dir():
         fail(f"{path}: is a directory, not a log file")
     try:

@@ -21,8 +21,8 @@ def loadtest(
                                        ".../v1/chat/completions (a bare host:port means /v1/completions).")],
     levels: Annotated[str, typer.Option(help="Concurrency levels, in order.")] = "1,2,3,5,8,12",
     requests_per_level: Annotated[int | None, typer.Option(help="Requests per level (default 20 × level).")] = None,
-    payload: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="JSON request body with a "
-                                                 "fixed prompt (or messages) and max_tokens.")] = None,
+    payload: Annotated[Path | None, typer.Option(help="JSON request body with a fixed prompt (or messages) and "
+                                                 "max_tokens; '-' reads standard input.")] = None,
     input_tokens: Annotated[int, typer.Option(help="Without --payload: prompt length (one word per token).")] = 512,
     output_tokens: Annotated[int, typer.Option(help="Without --payload: max_tokens (with ignore_eos).")] = 128,
     timeout: Annotated[float, typer.Option(help="Client timeout per request, seconds.")] = 60.0,

@@ -15,6 +15,7 @@ import errno
 import io
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -79,7 +80,13 @@ MAX_TEXT_FILE_BYTES = 16 << 20  # a config, a rule file, a model's config.json, 
 def read_small_text(path: str | Path, limit: int = MAX_TEXT_FILE_BYTES) -> str:
     """A small text file read whole (UTF-8; UnicodeDecodeError as `bytes.decode` raises it): only a regular
     file of at most `limit` bytes — a FIFO would wait for a writer for ever and a device never end, so
-    both are an OSError that says so, as is a directory or a bigger file."""
+    both are an OSError that says so, as is a directory or a bigger file. `-` is standard input (to its end, at
+    most `limit` bytes)."""
+    if str(path) == "-":
+        data = sys.stdin.buffer.read(limit + 1)
+        if len(data) > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit >> 20} MiB: not a file of settings", "-")
+        return data.decode("utf-8")
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)

@@ -192,17 +192,18 @@ def completion(prompt_words: int, max_tokens: int, **extra: Any) -> dict[str, An
 
 
 def drive(engine: Engine, bodies: Sequence[Mapping[str, Any] | str], timeout: float = 180.0,
-          path: str = "/v1/completions", stagger: float = 0.0) -> Outcomes:
-    """Send every body at once (optionally `stagger` seconds apart) and wait for every answer."""
+          path: str = "/v1/completions", stagger: float = 0.0, at_once: int = 0) -> Outcomes:
+    """Send the bodies — the first `at_once` together, the rest `stagger` seconds apart (all at once without a
+    stagger) — and wait for every answer."""
     out = Outcomes()
 
     async def main() -> None:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             tasks = []
-            for body in bodies:
+            for i, body in enumerate(bodies):
                 tasks.append(asyncio.create_task(_one(session, engine.url + path, body, timeout, out)))
-                if stagger:
+                if stagger and i + 1 >= at_once:
                     await asyncio.sleep(stagger)
             await asyncio.gather(*tasks)
 

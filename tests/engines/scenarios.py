@@ -167,11 +167,12 @@ VLLM_VERSION = "0.32.0"
 
 
 def vllm_preemption(engine: Engine) -> Recording:
-    """Ten 250 + 250-token requests arriving 1.5 s apart on a 1,024-token cache with max_num_seqs 4: two fit, the
-    rest wait (never more than the 10 the queue holds), and the running ones outgrow the cache and are preempted
-    (V1 recomputes them later). Arrivals over 15 s span at least one 10 s stats line, so the log shows the queue."""
+    """Ten 250 + 250-token requests on a 1,024-token cache with max_num_seqs 4: six at once — four are admitted
+    (8 blocks of prompt each fill the 32) and outgrow the cache, so they are preempted (V1 recomputes them
+    later) — then four more 2 s apart, so the incident spans at least one 10 s stats line and the log shows the
+    queue. Never more than the 10 the queue holds."""
     return incident(engine, VLLM_VERSION, "preemption",
-                    lambda: clients(drive(engine, [completion(250, 250)] * 10, stagger=1.5)),
+                    lambda: clients(drive(engine, [completion(250, 250)] * 10, stagger=2.0, at_once=6)),
                     lambda start: bed.wait_for_stats(engine, start))
 
 

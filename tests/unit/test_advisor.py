@@ -247,10 +247,9 @@ def replace_rule(name: str, **changes: float) -> Rule:
 def test_active_findings_are_exported_and_cleared_ones_are_not() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from agent.judge.precedence import reconcile
     from agent.prom import exposition_samples
     from agent.sinks.exporter import Snapshot, SnapshotCollector
-
-    from agent.judge.precedence import reconcile
 
     on = Finding(NOW, NOW, "oom_kv_at_limit", E, Severity.CRITICAL, "m", Knob.MAX_NUM_SEQS, Direction.LOWER, 32, 13)
     # a second active finding on the same knob: lowering to 13 to stop OOMs governs raising to 48

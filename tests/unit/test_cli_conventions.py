@@ -138,3 +138,23 @@ def test_scan_progress_reports_every_byte(tmp_path: Path, jobs: int) -> None:
     scan_path(log, lambda records, _server: summary.add(records), Server.AUTO, timezone.utc, jobs, None, summary,
               min_bytes=1, progress=seen.append)
     assert seen[-1] == len(data) and len(seen) > 1 and seen == sorted(seen)
+
+
+def test_the_remaining_file_arguments_read_standard_input(tmp_path: Path) -> None:
+    # budget --from-log, check --config and loadtest --payload take `-` as every file argument does
+    import subprocess
+    import sys
+
+    log = (Path(__file__).resolve().parents[1] / "data" / "real" / "engines" / "vllm-0.32.0" / "preemption"
+           / "engine.log").read_bytes()
+    done = subprocess.run([sys.executable, "-m", "agent", "budget", "--layers", "2", "--kv-heads", "2", "--head-dim",
+                           "32", "--vram-gib", "1", "--weights-gib", "0.001", "--overhead-gib", "0", "--from-log", "-"],
+                          input=log, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert b"KV cache tokens" in done.stdout and b"1,024" in done.stdout  # the engine's 32 blocks x 32 tokens
+    done = subprocess.run([sys.executable, "-m", "agent", "check", "--config", "-"], input=b"{sources: []}\n",
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(b"-: OK"), done.stderr
+    done = subprocess.run([sys.executable, "-m", "agent", "check", "--config", "-"], input=b"", capture_output=True,
+                          timeout=60)
+    assert done.returncode == 1 and b"error:" in done.stderr and b"empty" in done.stderr
