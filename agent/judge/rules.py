@@ -90,8 +90,9 @@ class Aggregate(_Model):
         return f"{base}{suffix}_{self.agg}"
 
 
-class Condition(Aggregate):
-    """An aggregate compared with a number (`value`) or with `factor` × a capacity/config value (`ref`)."""
+class _Comparison(_Model):
+    """The right-hand side both kinds of condition share: a number (`value`) or `factor` × a capacity/config
+    value (`ref`), exactly one of them."""
 
     op: Literal[">", ">=", "<", "<=", "==", "!="]
     value: float | None = None
@@ -106,21 +107,21 @@ class Condition(Aggregate):
         return v
 
     @model_validator(mode="after")
-    def _one_rhs(self) -> Condition:
+    def _one_rhs(self) -> _Comparison:
         if (self.value is None) == (self.ref is None):
             raise ValueError("give exactly one of value (a number) or ref (a capacity/config value)")
         return self
 
 
-class SampleCondition(_Model):
+class Condition(_Comparison, Aggregate):
+    """An aggregate compared with a number (`value`) or with `factor` × a capacity/config value (`ref`)."""
+
+
+class SampleCondition(_Comparison):
     """One test inside a `same_sample` group: a per-sample signal compared with a number or `factor` × a
     reference, checked sample by sample (no window aggregate)."""
 
     signal: str
-    op: Literal[">", ">=", "<", "<=", "==", "!="]
-    value: float | None = None
-    ref: str | None = None
-    factor: float = 1.0
 
     @field_validator("signal")
     @classmethod
@@ -128,19 +129,6 @@ class SampleCondition(_Model):
         if v not in SAMPLE_SIGNALS:
             raise ValueError(f"{v!r} is not a per-sample signal (expected one of: {', '.join(SAMPLE_SIGNALS)})")
         return v
-
-    @field_validator("ref")
-    @classmethod
-    def _known_ref(cls, v: str | None) -> str | None:
-        if v is not None and v not in REFERENCES:
-            raise ValueError(f"unknown reference {v!r} (expected one of: {', '.join(REFERENCES)})")
-        return v
-
-    @model_validator(mode="after")
-    def _one_rhs(self) -> SampleCondition:
-        if (self.value is None) == (self.ref is None):
-            raise ValueError("give exactly one of value (a number) or ref (a capacity/config value)")
-        return self
 
 
 def _kind(item: Any) -> str:
