@@ -71,11 +71,10 @@ def vllm_preemption(seen: Seen, truth: dict[str, Any]) -> None:
     assert truth["preemptions"] > 0, "the incident must have preempted (the engine's own counter)"
     # V1 never logs a preemption: the log-only count is unknown, and the agent says so instead of printing 0
     assert seen.count(EventKind.PREEMPTION) == 0 and "preemptions" in seen.blind
-    # a queue formed (the engine's gauge); the log samples it every 10 s, so it shows it when a stats line fell
-    # inside it, and never more than there was
-    assert truth["peak_waiting"] >= 1
+    # Six at once on max_num_seqs 4 queue two (the engine's gauge, sampled every 0.5 s, catches it in most runs:
+    # truth["peak_waiting"]); the log samples the queue every 10 s, so it shows it when a stats line fell inside
+    # it, and then the queue's becoming non-empty is one `pending` event
     peak = seen.summary.peak_waiting.waiting if seen.summary.peak_waiting is not None else 0
-    assert (peak or 0) <= truth["peak_waiting"] + 4  # the gauge is sampled too (every 0.5 s): a little slack
     assert seen.count(EventKind.PENDING) == (1 if peak else 0)
     # the capacity line: 32 blocks × 32 tokens, two requests of 512
     assert (seen.facts["kv_cache_tokens"], seen.facts["max_concurrency"]) == (1024, 2.0)
