@@ -1,6 +1,6 @@
 """How well the parsers classify real log excerpts nobody tuned them on: per-class P/R/F1 and macro-F1.
 
-    .venv/bin/python bench/generality.py [--split tune|validation|fresh|fresh2|all] [--show-misses]
+    .venv/bin/python bench/generality.py [--split tune|validation|fresh|fresh2|fresh3|all] [--show-misses]
 
 The excerpts live in tests/data/real/excerpts.txt, each with its public URL and the classes an expert
 reading it expects (README.md there). A third of them (tests/data/real/validation.txt) was set aside
@@ -35,6 +35,7 @@ EXCERPTS = DATA / "excerpts.txt"
 VALIDATION = DATA / "validation.txt"
 FRESH = DATA / "fresh.txt"  # collected after tuning, scored as they came: a second held-out check
 FRESH2 = DATA / "fresh2.txt"  # collected after the second round of changes, scored as they came
+FRESH3 = DATA / "fresh3.txt"  # collected after the third round, scored once as they came
 SPLIT_KEY = 20261201  # the fixed key of the one random draw that made validation.txt
 
 KIND_CLASS = {
@@ -120,8 +121,8 @@ def validation_ids() -> frozenset[str]:
 
 
 def split(excerpts: Iterable[Excerpt], which: str) -> list[Excerpt]:
-    """`tune`, `validation` (drawn before tuning), `fresh` and `fresh2` (collected after it) or `all`."""
-    held, fresh, fresh2 = held_ids(VALIDATION), held_ids(FRESH), held_ids(FRESH2)
+    """`tune`, `validation` (drawn before tuning), `fresh`, `fresh2` and `fresh3` (collected after it) or `all`."""
+    held, fresh, fresh2, fresh3 = held_ids(VALIDATION), held_ids(FRESH), held_ids(FRESH2), held_ids(FRESH3)
     if which == "all":
         return list(excerpts)
     if which == "validation":
@@ -130,7 +131,10 @@ def split(excerpts: Iterable[Excerpt], which: str) -> list[Excerpt]:
         return [ex for ex in excerpts if ex.id in fresh]
     if which == "fresh2":
         return [ex for ex in excerpts if ex.id in fresh2]
-    return [ex for ex in excerpts if ex.id not in held and ex.id not in fresh and ex.id not in fresh2]
+    if which == "fresh3":
+        return [ex for ex in excerpts if ex.id in fresh3]
+    later = fresh | fresh2 | fresh3
+    return [ex for ex in excerpts if ex.id not in held and ex.id not in later]
 
 
 def classify(ex: Excerpt) -> list[Record]:
@@ -243,16 +247,16 @@ def render(name: str, report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--split", choices=["tune", "validation", "fresh", "fresh2", "all"], default="all")
+    ap.add_argument("--split", choices=["tune", "validation", "fresh", "fresh2", "fresh3", "all"], default="all")
     ap.add_argument("--show-misses", action="store_true")
     ap.add_argument("--draw", action="store_true", help="print a fresh validation draw (done once, committed)")
     args = ap.parse_args(argv)
     excerpts = load()
     if args.draw:
-        fresh = held_ids(FRESH) | held_ids(FRESH2)
+        fresh = held_ids(FRESH) | held_ids(FRESH2) | held_ids(FRESH3)
         print("\n".join(draw_validation([ex for ex in excerpts if ex.id not in fresh])))
         return 0
-    names = ["tune", "validation", "fresh", "fresh2"] if args.split == "all" else [args.split]
+    names = ["tune", "validation", "fresh", "fresh2", "fresh3"] if args.split == "all" else [args.split]
     for name in names:
         report = score(split(excerpts, name))
         print(render(name, report))
