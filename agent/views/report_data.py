@@ -20,8 +20,10 @@ from typing import Any
 from agent.capacity.capacity import capacity_of, paper_budget
 from agent.config import Config
 from agent.errors import AgentError
+from agent.judge.precedence import reconcile
 from agent.sinks.queries import Queries, percentile
 from agent.verdicts import Finding
+from agent.views.advice_text import recommendation_json
 from agent.views.report_verdict import Verdict, verdict
 from agent.visibility import engines_blind_spots
 
@@ -139,6 +141,8 @@ class Report:
     charts: dict[str, Chart]
     markers: list[dict[str, Any]]
     version: int = 1
+    # one answer per (engine, knob) of the active findings, by the advisor's precedence (agent/judge/precedence.py)
+    recommendations: list[dict[str, Any]] = field(default_factory=list)
 
 
 def as_json(report: Report) -> dict[str, Any]:
@@ -384,4 +388,5 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
     return Report(source, window, empty, judged, timeline, loads, memory,
                   capacity, findings, [MessageLine(*m) for m in top.rows], top.sampled, load_steps, blind,
                   {"memory": memory_chart, "kv": kv, "load": load, "events": events},
-                  [{"ts": k.first, "kind": k.kind, "id": k.first_id} for k in timeline])
+                  [{"ts": k.first, "kind": k.kind, "id": k.first_id} for k in timeline],
+                  recommendations=[recommendation_json(r) for r in reconcile(f for f in found if f.active)])

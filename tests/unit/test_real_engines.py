@@ -65,3 +65,16 @@ def test_the_judge_gives_the_methods_answer_on_real_engine_logs(incident: str) -
     assert result.exit_code == 0, result.output
     got = {(r["knob"], r["direction"], r["from"], r["to"]) for r in json.loads(result.stdout)["recommendations"]}
     assert got == ADVICE[incident]
+
+
+def test_the_report_lists_the_same_one_answer_per_knob_as_advise() -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli import app
+
+    log = str(RECORDINGS / "vllm-0.32.0/preemption/engine.log")
+    report = json.loads(CliRunner().invoke(app, ["report", "--log", log, "--format", "json"]).stdout)
+    advice = json.loads(CliRunner().invoke(app, ["advise", "--json", "--log", log]).stdout)
+    assert report["recommendations"] == advice["recommendations"]
+    assert {(r["knob"], r["direction"], r["from"], r["to"]) for r in report["recommendations"]} == \
+        ADVICE["vllm-0.32.0/preemption"]
