@@ -94,7 +94,7 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
         ),
         Server.SGLANG: (
             (r"server_args=ServerArgs\(|sglang", 3),
-            (r"(?:Prefill|Decode) batch[.,] #", 3),
+            (r"(?:Prefill|Decode) batch[.,] #|^new fill batch\. #seq: ", 3),  # 0.1's router: the latter
             (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:TP|DP|PP|EP)\d+)*\] ", 1),
             (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens=", 3),
         ),

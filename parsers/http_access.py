@@ -94,9 +94,11 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 503\b"
                  r"|\b503 Service (?:Temporarily )?Unavailable\b",
                  Severity.WARNING, Phase.ADMISSION, _body_503),
-       # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings
+       # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings,
+       # a client's `… failed with status: 429`
        signature(EventKind.HTTP_429, r"\b429 (?:Client Error: )?Too Many Requests\b"
-                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 429\b|[\"']code\\?[\"']: ?429\b",
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?|failed with status:?) 429\b"
+                 r"|[\"']code\\?[\"']: ?429\b",
                  Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}))
     + FAILED_SIGNATURES
 )

@@ -87,6 +87,10 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     ("kv_cache_tokens", re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'"), _slot_pool),
     ("kv_cache_dtype", re.compile(r"(?:KV self size|size) += +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
+# Ollama runs llama.cpp's server with `--ctx-size` num_ctx × `--parallel` (server/sched.go scales it): the
+# whole cache, as llama.cpp's `n_ctx` is; each slot's share is what `n_ctx_slot` is, a request's limit
+_OLLAMA_CMD = re.compile(r"^starting llama server cmd=[^\n]{0,2000}? --ctx-size (\d+)\b")
+_OLLAMA_PARALLEL = re.compile(r" --parallel (\d+)\b")
 _KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB")
 # Weights on an accelerator (a CPU or host buffer is RAM): `load_tensors: CUDA0 model buffer size = … MiB`
 # (`llm_load_tensors:` in older builds, no `model` in some forks). One fact per device; the last one wins.
@@ -204,6 +208,14 @@ class LlamaCppParser(StreamParser):
         return [ServerStats(split.ts, self.source, Server.LLAMACPP, prompt_tps=prompt, gen_tps=gen, path=path,
                             offset=offset)]
 
+    def _ollama_cmd(self, split: Split, ctx: int, parallel: re.Match[str] | None) -> list[Record]:
+        """The runner's command line: the cache, and with `--parallel` the slots and each slot's context."""
+        out: list[Record] = [self.fact(split, "kv_cache_tokens", float(ctx))]
+        if parallel is not None and (slots := int(parallel.group(1))) > 0:
+            out += [self.fact(split, "max_num_seqs", float(slots)),
+                    self.fact(split, "max_model_len", float(ctx // slots))]
+        return out
+
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
         out: list[Record] = []
@@ -222,6 +234,8 @@ class LlamaCppParser(StreamParser):
                     continue
                 value = next(g for g in m.groups() if g is not None)
                 out.append(self.fact(split, name, conv(value)))
+        if (m := _OLLAMA_CMD.search(msg)) is not None:
+            out.extend(self._ollama_cmd(split, int(m.group(1)), _OLLAMA_PARALLEL.search(msg, m.end())))
         if (m := _KV_MIB.search(msg)) is not None:
             out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
         if (m := _WEIGHTS_MIB.search(msg)) is not None:

@@ -75,9 +75,12 @@ _PREFIX = re.compile(
 )
 # A Ray worker's tag, when SGLang runs as an RL rollout engine: `(WorkerDict pid=29239) `.
 _RAY_TAG = re.compile(r"\([\w.-]{1,60} pid=\d{1,9}(?:, ip=[\d.]{1,40})?\) ")
-_BATCH = re.compile(r"(Prefill|Decode) batch(?: \[\d+\])?[.,] ")
+# 0.1's router (managers/router/model_rpc.py, ModelRpcServer.get_new_fill_batch) logged only the prefill side:
+# `new fill batch. #seq: 1. … #remaining_req: 57. #running_req: 9.` — the waiting queue and the running batch
+_BATCH = re.compile(r"(?:Prefill|Decode) batch(?: \[\d+\])?[.,] |new fill batch\. ")
 _INT = {name: re.compile(pat) for name, pat in {
-    "running": r"#running-req: (\d+)", "waiting": r"#queue-req: (\d+)", "kv_used_tokens": r"#(?:full )?token: (\d+)",
+    "running": r"#running[-_]req: (\d+)", "waiting": r"#(?:queue-req|remaining_req): (\d+)",
+    "kv_used_tokens": r"#(?:full )?token: (\d+)",
 }.items()}
 _FLOAT = {name: re.compile(pat) for name, pat in {
     "kv_usage_ratio": r"(?:^|, )(?:full )?token usage: ([\d.]+)", "gen_tps": r"gen throughput \(token/s\): ([\d.]+)",
@@ -110,6 +113,7 @@ class SglangParser(StreamParser):
     STARTING = re.compile(r"server_args=|Load weight begin")
     READY = re.compile(r"The server is fired up and ready to roll|Application startup complete|Decode batch")
     STATS_WORD = "-req: "  # #running-req, #queue-req; a PD prefill server's line has only the latter
+    STATS_WORD2 = "_req: "  # 0.1's #remaining_req, #running_req
     HOT = hot("batch", "retract", "Retract", "out of memory", "Out of memory", "Not enough memory", "queue is full",
               "timeout reached",
               "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",

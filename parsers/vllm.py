@@ -122,7 +122,10 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
          r"|RayActorError|The actor died unexpectedly"
          # V1's run_engine_core logs the traceback, tells the front end the engine is dead and re-raises: a
          # traceback through that frame is the engine core dying, even when the paste lost the first line
-         r"|vllm/v1/engine/core\.py\", line \d+, in run_engine_core\b",
+         r"|vllm/v1/engine/core\.py\", line \d+, in run_engine_core\b"
+         # V0's AsyncLLMEngine: the background task's traceback (logged by _log_task_completion, "Engine
+         # background task failed") runs through run_engine_loop; no request's own traceback does
+         r"|vllm/engine/async_llm_engine\.py\", line \d+, in run_engine_loop\b",
          Severity.CRITICAL, extract=_died, incident=True),
     *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
@@ -165,7 +168,7 @@ class VllmParser(VllmStats):
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
               "ERROR",  # an ERROR record opens a block whatever it says (a traceback's first frame says nothing)
-              "warmup run", "init engine", "run_engine_core")
+              "warmup run", "init engine", "run_engine_core", "run_engine_loop")
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
