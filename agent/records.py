@@ -270,7 +270,7 @@ class LogLine(NamedTuple):
 
 _new_object = object.__new__
 _new_tuple = tuple.__new__
-# `log_line` and `ServerStats`' builders place fields by position: tests/unit/test_record_layouts.py holds the layouts.
+# `log_line` places fields by position: tests/unit/test_record_layouts.py holds it to the type.
 
 
 def event_with(event: Event, **changes: Any) -> Event:

@@ -7,9 +7,9 @@ The daemon and `scan` use three things from here:
 - `Parser.feed(text, ts, path, offset) -> list[Record]` per line (without its newline; `ts` is the
   envelope's time when there is one), and `Parser.flush() -> list[Record]` at end of stream or after a
   quiet spell (an open traceback is held until its end is seen).
-- `Parser.feed_lines(raws, path, offset, before, locate)`: the same for a batch of a plain file's raw lines,
-  records located by line number (`scan`'s path: the commonest lines are settled without per-line calls);
-  `Parser.feed_texts(texts, offsets, path)` for a run of one plain file's decoded lines (the daemon's).
+- `Parser.feed_batch(texts, offsets, path, first_line)`: the same for a run of one plain stream's decoded
+  lines, each at its byte offset (how `scan` and the daemon read plain files: the commonest lines are settled
+  without per-line calls); with `first_line`, load samples carry their line number.
 - `Parser.set_reference_time(now)`: the time yearless stamps (vLLM, syslog) are placed near; a daemon
   moves it as its clock advances (the parsers never read a clock).
 - `detect(lines) -> Server | None`.
@@ -26,7 +26,6 @@ from agent.records import Record, Server
 from parsers.base import MAX_LINE_CHARS, StreamParser
 from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
-from parsers.lanes import Locate
 from parsers.llamacpp import LlamaCppParser
 from parsers.prefix import COMPOSE, OUTER, earliest
 from parsers.sglang import SglangParser
@@ -47,13 +46,9 @@ class Parser(Protocol):
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
              offset: int | None = None) -> list[Record]: ...
 
-    def feed_lines(self, raws: Sequence[bytes], path: str | None, offset: int, before: int,
-                   locate: Locate) -> list[Record]:
-        """`feed` for a batch of a plain file's raw lines: their records, located (`scan`'s path)."""
-        ...
-
-    def feed_texts(self, texts: Sequence[str], offsets: Sequence[int], path: str | None) -> list[Record]:
-        """`feed` for a run of one plain file's decoded lines, each at its offset (the daemon's path)."""
+    def feed_batch(self, texts: Sequence[str], offsets: Sequence[int], path: str | None,
+                   first_line: int | None = None) -> list[Record]:
+        """`feed` for a run of one plain stream's decoded lines, each at its byte offset: the same records."""
         ...
 
     def flush(self) -> list[Record]: ...
@@ -181,30 +176,16 @@ class AutoParser:
             return self._settle()
         return []
 
-    def feed_lines(self, raws: Sequence[bytes], path: str | None, offset: int, before: int,
-                   locate: Locate) -> list[Record]:
+    def feed_batch(self, texts: Sequence[str], offsets: Sequence[int], path: str | None,
+                   first_line: int | None = None) -> list[Record]:
         out: list[Record] = []
         i = 0
-        while self._inner is None and i < len(raws):  # line by line until settled, then the server's batch
-            raw = raws[i]
-            text = raw.decode("utf-8", "replace").rstrip("\r\n")
-            if records := self.feed(text, None, path, offset):
-                out += locate(records, offset, before)
-            before += 1
-            offset += len(raw)
-            i += 1
-        if self._inner is not None and i < len(raws):
-            out += self._inner.feed_lines(raws[i:] if i else raws, path, offset, before, locate)
-        return out
-
-    def feed_texts(self, texts: Sequence[str], offsets: Sequence[int], path: str | None) -> list[Record]:
-        out: list[Record] = []
-        i = 0
-        while self._inner is None and i < len(texts):  # line by line until settled, then the server's run
+        while self._inner is None and i < len(texts):  # line by line until settled, then the server's batch
             out += self.feed(texts[i], None, path, offsets[i])
             i += 1
         if self._inner is not None and i < len(texts):
-            out += self._inner.feed_texts(texts[i:] if i else texts, offsets[i:] if i else offsets, path)
+            out += self._inner.feed_batch(texts[i:] if i else texts, offsets[i:] if i else offsets, path,
+                                          None if first_line is None else first_line + i)
         return out
 
     @property

@@ -21,7 +21,7 @@ catastrophically fails the build rather than a node.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
 
@@ -36,18 +36,14 @@ from agent.records import (
     ServerStats,
     Severity,
 )
-from parsers.lanes import Lanes
 from parsers.prefix import (
     ANSI,
     CJK_MONTH,
-    CLIENT_GONE,
     COMPOSE,
     CONTINUATION,
-    ERROR_STATUS_DIGITS,
     MONTH_STARTS,
     OPENS_BLOCK,
     OUTER,
-    PROXY_FLAGS,
     SYSLOG,
     Split,
     boring_access,
@@ -79,7 +75,7 @@ class _Block:
     last_line_no: int = 0
 
 
-class StreamParser(Stamps, Lanes):
+class StreamParser(Stamps):
     """One log stream of one server. Subclasses give the prefix splitter, the signatures and the ready markers.
 
     `ref_time` (epoch seconds: the envelope time, or the file's mtime) supplies the year to time
@@ -115,9 +111,35 @@ class StreamParser(Stamps, Lanes):
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
              offset: int | None = None) -> list[Record]:
         """Give one line (no newline); get the records it completes. Never raises on any input: a line
-        whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`."""
+        whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`.
+        `ts` is the envelope's time (Docker, CRI, journald), when the line came in one."""
+        return self._line(text, ts, path, offset, None)
+
+    def feed_batch(self, texts: Sequence[str], offsets: Sequence[int], path: str | None,
+                   first_line: int | None = None) -> list[Record]:
+        """Give a run of one plain stream's lines (decoded, without their newlines), each at its byte offset;
+        get all their records: exactly what `feed` gives line by line, and the same state after
+        (tests/unit/test_feed_lines.py). `scan` and the daemon read plain files this way; a batch saves the
+        per-line calls on the commonest line of a busy log, an access line that is not a refusal.
+
+        `first_line` is the 1-based number of the first line when the caller counts lines (`scan`): a load
+        sample then carries its `line`; any other record is left for the caller to locate by its offset."""
+        out: list[Record] = []
+        one = self._line
+        settled = self._settles_access
+        line = first_line
+        for text, offset in zip(texts, offsets, strict=True):
+            if not settled(text) and (records := one(text, None, path, offset, line)):
+                out += records
+            if line is not None:
+                line += 1
+        return out
+
+    def _line(self, text: str, ts: float | None, path: str | None, offset: int | None,
+              line: int | None) -> list[Record]:
+        """`feed` of one line, numbered `line` when the caller counts lines: the one path every line takes."""
         try:
-            out = self._feed(text, ts, path, offset)
+            out = self._feed(text, ts, path, offset, line)
         except (ValueError, OverflowError):
             self._parse_errors += 1
             return []
@@ -126,7 +148,8 @@ class StreamParser(Stamps, Lanes):
         # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
         return [r if r.__class__ is ServerStats else scrub(r) for r in out]
 
-    def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
+    def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None,
+              line: int | None) -> list[Record]:
         self.lines_seen += 1
         if text[:1] == "\x00":  # a NUL hole (copytruncate under a writer without O_APPEND) before a line
             text = text.lstrip("\x00")
@@ -202,11 +225,8 @@ class StreamParser(Stamps, Lanes):
         """`feed`'s first answer for an access line that is not a refusal (nothing, the line counted, a
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
-        if self._request_lines or (i := text.find(" HTTP/1.")) < 0 or (j := text.find('" ', i)) < 0 or (
-                text[j + 2:j + 3] in ERROR_STATUS_DIGITS
-                or (text[j + 8:j + 9] == " " and text[j + 6:j + 9] in PROXY_FLAGS)
-                or (text[j + 3:j + 4] == " " and text[j + 2:j + 7] == CLIENT_GONE) or len(text) > MAX_LINE_CHARS
-                or "\x1b" in text or "\r" in text):
+        if self._request_lines or not boring_access(text) or len(text) > MAX_LINE_CHARS or "\x1b" in text or (
+                "\r" in text):
             return False
         self.lines_seen += 1
         if opens_request_text(text):

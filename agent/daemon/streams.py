@@ -30,7 +30,6 @@ from agent.sources.nvml_model import GpuHealth
 from agent.sources.tailer import FileTailer
 from parsers import Parser, make_parser
 
-_new_tuple = tuple.__new__
 # `_locate` builds a ServerStats by position (its last four fields): tests/unit/test_record_layouts.py holds them.
 MAX_REMEMBERED_FILES = 1000  # file incarnations whose path a stream remembers (rotations since it started)
 
@@ -111,18 +110,16 @@ class LogStream:
         return self.parser_for(line.path)
 
     def _feed_run(self, run: list[LogLine]) -> list[Record]:
-        """Lines of one file, read in one call (`Parser.feed_texts`): the same records as one by one."""
+        """Lines of one file, read in one call (`Parser.feed_batch`): the same records as one by one."""
         first = run[0]
-        return self._where(first).feed_texts([line.text for line in run], [line.offset for line in run],
+        return self._where(first).feed_batch([line.text for line in run], [line.offset for line in run],
                                               first.file_key or first.path)
 
     def _locate(self, record: Record) -> Record:
         if isinstance(record, Event) and record.path in self.paths:
             return event_with(record, path=self.paths[record.path], file_key=record.path)
         if isinstance(record, ServerStats) and record.path in self.paths:
-            # `_replace(path=…, file_key=…)` by position, without its keyword machinery (one per stats line)
-            return _new_tuple(ServerStats, (*record[:12], self.paths[record.path], record.offset, record.path,
-                                            record.line))
+            return record._replace(path=self.paths[record.path], file_key=record.path)
         return record
 
     def persistable(self, fresh: Iterable[Cursor | JournalCursor]) -> list[Cursor | JournalCursor]:

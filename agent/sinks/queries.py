@@ -47,9 +47,12 @@ def _event(row: Sequence[Any]) -> Event:
                  json.loads(row[8]), row[9], row[10])
 
 
+_STATS_FIELDS = tuple(_STATS_COLUMNS.split(", ")[4:])  # running … offset: each column fills the field it names
+
+
 def _stats(row: Sequence[Any]) -> ServerStats:
     ts = row[1] if row[0] is None else row[0]
-    return ServerStats(ts, row[2], Server(row[3]), *row[4:])
+    return ServerStats(ts=ts, source=row[2], server=Server(row[3]), **dict(zip(_STATS_FIELDS, row[4:], strict=True)))
 
 
 

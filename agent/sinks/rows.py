@@ -29,7 +29,9 @@ def _event_row(e: Event, now: float) -> tuple[Any, ...]:
 
 
 def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
-    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, *s[3:15])  # not `line`
+    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, s.running, s.waiting, s.swapped,
+            s.kv_usage_ratio, s.prompt_tps, s.gen_tps, s.prefix_hit_ratio, s.preemptions, s.kv_used_tokens, s.path,
+            s.offset, s.file_key)  # not `line`: the daemon's rows have none
 
 
 def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:

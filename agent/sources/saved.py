@@ -9,7 +9,6 @@ It is a report, not a check: finding problems is the normal outcome, not an erro
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import os
 import re
@@ -100,7 +99,6 @@ class Unwrapper:
             yield held.text, held.ts, start
 
 
-_new_tuple = tuple.__new__
 Emit = Callable[[list[Record], Server], None]  # a line's records, and the server the stream is read as
 Newlines = Callable[[int, int], int | None]  # newlines in the file's bytes [a, b); None when they cannot be read again
 
@@ -165,9 +163,28 @@ def stamp(records: list[Record], pos: int, before: int, newlines: Newlines) -> l
             at: int = r.offset  # type: ignore[union-attr]
             back = 0 if at == pos else newlines(at, pos)
             line = None if back is None else before + 1 - back
-            # `_make` / `replace` without their checks (records come in storms)
-            r = (_new_tuple(ServerStats, (*r[:-1], line)) if cls is ServerStats  # type: ignore[index]
-                 else event_with(r, line=line))  # type: ignore[arg-type]
+            r = r._replace(line=line) if cls is ServerStats else event_with(r, line=line)  # type: ignore[union-attr, arg-type]
+        out.append(r)
+    return out
+
+
+def located(records: list[Record], offsets: list[int], first_line: int, newlines: Newlines) -> list[Record]:
+    """The records of a batch of lines (each at its offset, the first numbered `first_line`) with their 1-based
+    `line`, where the parser did not give it: a record that starts in the batch is numbered by its place there,
+    one that starts earlier (a traceback, lines held until the server was recognised) is counted back from the
+    batch's first line by reading its bytes again, so no line costs more than a look-up."""
+    start = offsets[0]
+    out: list[Record] = []
+    for r in records:
+        cls = r.__class__
+        if (cls is ServerStats or cls is Event) and r.offset is not None and r.line is None:  # type: ignore[union-attr]
+            at: int = r.offset  # type: ignore[union-attr]
+            if at >= start:
+                line: int | None = first_line + bisect.bisect_right(offsets, at) - 1
+            else:
+                back = newlines(at, start)
+                line = None if back is None else first_line - back
+            r = r._replace(line=line) if cls is ServerStats else event_with(r, line=line)  # type: ignore[union-attr, arg-type]
         out.append(r)
     return out
 
@@ -253,8 +270,8 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
     `line` (`stamp`; `newlines` counts back for those that start before the line just read)."""
     if (end is not None and offset >= end) or limit == 0:
         return 0, offset
-    locate = functools.partial(stamp, newlines=newlines or no_newlines)
-    feed_lines = parser.feed_lines
+    newlines = newlines or no_newlines
+    feed_batch = parser.feed_batch
     # A line over MAX_LINE_BYTES comes in pieces (bounded.py), each the last of its batch: pieces that end
     # without a newline are not lines of their own, so they do not move the count of lines.
     cut = getattr(raws, "cut", 0) - (first is not None and len(first) == MAX_LINE_BYTES and first[-1:] != b"\n")
@@ -267,8 +284,11 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
             ends = list(itertools.accumulate(map(len, part), initial=offset))
             take = min(take, bisect.bisect_left(ends, end, 1))
             part = part[:take]
-        if records := feed_lines(part, path, offset, line - 1 + count, locate):
-            emit(records, parser.server)
+        offsets = list(itertools.accumulate(map(len, part), initial=offset))
+        offsets.pop()  # the offset after the batch
+        texts = [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in part]
+        if texts and (records := feed_batch(texts, offsets, path, line + count)):
+            emit(located(records, offsets, line + count, newlines), parser.server)
         count += take
         if (pieces := getattr(raws, "cut", 0) - cut) and take == len(batch):
             count -= pieces

@@ -269,8 +269,10 @@ class Scraper:
                 out.append(CapacityFact(now, self.source, name, value))
                 self._facts[name] = value
         count = r.preemptions[0] if r.preemptions is not None and had_baseline else None
-        out.append(ServerStats(now, self.source, server, r.running, r.waiting, r.swapped, r.kv_usage_ratio,
-                               r.prompt_tps, r.gen_tps, r.prefix_hit_ratio, count, r.kv_used_tokens))
+        out.append(ServerStats(now, self.source, server, running=r.running, waiting=r.waiting, swapped=r.swapped,
+                               kv_usage_ratio=r.kv_usage_ratio, prompt_tps=r.prompt_tps, gen_tps=r.gen_tps,
+                               prefix_hit_ratio=r.prefix_hit_ratio, preemptions=count,
+                               kv_used_tokens=r.kv_used_tokens))
         if r.waiting is not None:
             before, self._waiting = self._waiting, r.waiting
             if r.waiting > 0 and before == 0:

@@ -1,10 +1,9 @@
-"""`feed_lines` (how `scan` reads a plain file, in batches) and `feed_texts` (how the daemon reads a run of a
-plain file's lines) give exactly what feeding each line gives: the same records with the same line numbers
-(none for the daemon), and the same parser state after, whatever the batch size."""
+"""`feed_batch` (how `scan` and the daemon read a run of a plain file's lines) gives exactly what feeding each
+line gives: the same records with the same line numbers (none for the daemon), and the same parser state after,
+whatever the batch size."""
 
 from __future__ import annotations
 
-import functools
 from datetime import timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -14,9 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.records import Record, Server
-from agent.sources.saved import stamp
+from agent.sources.saved import located, stamp
 from parsers import make_parser
-from parsers.vllm_stats import _PLAIN, _STATS
 
 from .conftest import LOGS, REF_TIME
 
@@ -55,10 +53,11 @@ def in_batches(parser: Any, data: bytes, size: int) -> list[Record]:
     out: list[Record] = []
     offset = 0
     raws = lines_of(data)
-    locate = functools.partial(stamp, newlines=_newlines(data))
     for start in range(0, len(raws), size):
         batch = raws[start:start + size]
-        out += parser.feed_lines(batch, "t.log", offset, start, locate)
+        texts = [raw.decode("utf-8", "replace").rstrip("\r\n") for raw in batch]
+        offsets = [offset + sum(map(len, batch[:i])) for i in range(len(batch))]
+        out += located(parser.feed_batch(texts, offsets, "t.log", start + 1), offsets, start + 1, _newlines(data))
         offset += sum(map(len, batch))
     return out
 
@@ -80,12 +79,12 @@ def assert_same(server: Server, data: bytes, size: int, tz: Any = timezone.utc) 
     assert [getattr(r, "line", None) for r in got] == [getattr(r, "line", None) for r in expected]
     assert _state(many) == _state(one)
     assert many.flush() == one.flush()
-    # the daemon's runs (`feed_texts`): what `feed` gives line by line, without line numbers
+    # the daemon's runs (no line numbers): what `feed` gives line by line
     one, runs = make_parser(server, "t", REF_TIME, tz), make_parser(server, "t", REF_TIME, tz)
     texts, offsets = as_the_daemon(data)
     expected = [r for text, offset in zip(texts, offsets, strict=True) for r in one.feed(text, None, "t.log", offset)]
     got = [r for start in range(0, len(texts), size)
-           for r in runs.feed_texts(texts[start:start + size], offsets[start:start + size], "t.log")]
+           for r in runs.feed_batch(texts[start:start + size], offsets[start:start + size], "t.log")]
     assert got == expected
     assert [getattr(r, "line", None) for r in got] == [getattr(r, "line", None) for r in expected]
     assert _state(runs) == _state(one)
@@ -171,26 +170,6 @@ def test_a_minute_that_is_not_sixty_seconds_is_converted_line_by_line() -> None:
         assert_same(Server.VLLM, "\n".join(lines).encode(), size, ZoneInfo("Europe/Berlin"))
 
 
-@pytest.mark.parametrize("line", [t for t in TRICKY_LINES if "throughput" in t])
-def test_the_plain_shape_reads_as_the_general_pattern(line: str) -> None:
-    """`_PLAIN`, tried first, gives `_STATS`'s groups on every line it matches."""
-    start = line.find("Engine ") if "Engine " in line else line.find("Avg prompt")
-    plain = _PLAIN.match(line, start)
-    if plain is not None:
-        general = _STATS.match(line, start)
-        assert general is not None and general.groups() == plain.groups()
-
-
-@given(st.tuples(*[st.from_regex(r"\d{1,5}(\.\d{1,2})?", fullmatch=True)] * 4, *[st.integers(0, 9999)] * 3))
-def test_the_plain_shape_agrees_on_any_numbers(numbers: tuple[Any, ...]) -> None:
-    pt, gt, kv, hit, engine, running, waiting = numbers
-    line = (f"Engine {engine:03d}: Avg prompt throughput: {pt} tokens/s, Avg generation throughput: {gt} tokens/s, "
-            f"Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv}%, "
-            f"Prefix cache hit rate: {hit}%")
-    plain, general = _PLAIN.match(line), _STATS.match(line)
-    assert plain is not None and general is not None and plain.groups() == general.groups()
-
-
 def test_an_access_line_after_a_request_text_is_read_as_feed_reads_it() -> None:
     """A prompt opened over lines: the access line after it ends it (it has a prefix of its own), so the
     batch lane must not settle it while a request's text is open."""
@@ -199,3 +178,26 @@ def test_an_access_line_after_a_request_text_is_read_as_feed_reads_it() -> None:
     data = "\n".join([opened, access, access, "line two of the prompt"]).encode()
     for size in (1, 2, 4):
         assert_same(Server.VLLM, data, size)
+
+
+@pytest.mark.parametrize("line", [
+    "INFO 11-28 00:02:08 [loggers.py:123] " + _V1.format(w=0),  # no process tag
+    "INFO 11-28 00:02:08 metrics.py:351] " + _V1.format(w=0).replace("Engine 000: ", ""),  # V0's location
+    "Nov 28 00:02:09 host vllm[1]: " + _TAG + "INFO 11-28 00:02:09 [loggers.py:123] " + _V1.format(w=0),  # syslog
+    _TAG + "INFO 11-28 00:02:10 [loggers.py:123] " + _V1.format(w=0),
+])
+def test_a_stats_line_is_read_once_whatever_its_prefix(line: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each prefix is tried once, and the fields are read once, by whichever path found them."""
+    from parsers.vllm_stats import VllmStats
+
+    reads: list[int | None] = []
+    real = VllmStats._stats
+
+    def counted(self: VllmStats, *args: Any) -> list[Record]:
+        reads.append(args[4] if len(args) > 4 else None)
+        return real(self, *args)
+
+    monkeypatch.setattr(VllmStats, "_stats", counted)
+    parser = make_parser(Server.VLLM, "t", REF_TIME)
+    (sample,) = parser.feed_batch([line], [0], "t.log", 5)
+    assert len(reads) == 1 and sample.running == 44 and sample.waiting == 0  # type: ignore[union-attr]

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from agent.records import CapacityFact, Event, EventKind, Record, Server
 from parsers import make_parser
-from parsers.lanes import unlocated
 from parsers.redact import redact
 
 from . import secret_shapes
@@ -92,14 +91,15 @@ BEFORE = {  # what the engine logged just before: an ERROR leaves a block open; 
 
 
 def _three_ways(server: Server, lines: list[str]) -> list[list[Record]]:
-    """The records of `lines` through feed (one line at a time), feed_lines (scan) and feed_texts (daemon)."""
+    """The records of `lines` through feed (one line at a time), and feed_batch as `scan` (lines numbered) and the
+    daemon (not numbered) call it."""
     one = run(make_parser(server, "t", REF_TIME), lines)
     raws = [(line + "\n").encode() for line in lines]
     offsets = [sum(len(r) for r in raws[:i]) for i in range(len(raws))]
     scan = make_parser(server, "t", REF_TIME)
-    batch = scan.feed_lines(raws, "test.log", 0, 0, unlocated) + scan.flush()
+    batch = scan.feed_batch(lines, offsets, "test.log", 1) + scan.flush()
     daemon = make_parser(server, "t", REF_TIME)
-    texts = daemon.feed_texts(lines, offsets, "test.log") + daemon.flush()
+    texts = daemon.feed_batch(lines, offsets, "test.log") + daemon.flush()
     return [one, batch, texts]
 
 

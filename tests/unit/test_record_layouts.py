@@ -1,29 +1,61 @@
-"""The layouts that records built by position, and patterns read by position, depend on.
+"""Records are built and read by field name, so a field added, dropped or moved cannot mis-build them.
 
-The hot paths build `ServerStats` and `LogLine` with `tuple.__new__` and slices, `Frame` by filling its
-`__dict__`, and unpack the vLLM stats pattern's groups positionally. These checks were import-time
-`assert`s, which `python -O` removes: here they hold under any interpreter flag. A field added, dropped or
-moved fails one of them, naming the builder to update.
+`LogLine` (one per tailed line) and `Frame` keep fast builders next to their types; these checks hold them to
+what the types' own constructors build, under any interpreter flag (an import-time `assert` would vanish under
+`python -O`). A stored row is read from a record by name: each column gets the field it is named after.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+from pathlib import Path
 
 import pytest
 
 from agent.records import LogLine, Server, ServerStats, log_line
+from agent.sinks.rows import TABLES
 from agent.sources.framing import Frame, plain_frame
 from parsers import redact
-from parsers.vllm_stats import _PLAIN, _STATS
 
 
-def test_server_stats_has_the_sixteen_fields_its_builders_place_by_position() -> None:
-    # parsers/vllm_stats.py builds all 16 in order; agent/daemon/streams.py (`_locate`) keeps the first 12 and
-    # rebuilds the last four; agent/sources/saved.py replaces the last one, `line`.
-    assert ServerStats._fields == (
-        "ts", "source", "server", "running", "waiting", "swapped", "kv_usage_ratio", "prompt_tps", "gen_tps",
-        "prefix_hit_ratio", "preemptions", "kv_used_tokens", "path", "offset", "file_key", "line")
+def test_each_stats_column_holds_the_field_it_is_named_after() -> None:
+    # every field a distinct value, so a value in the wrong column cannot go unseen
+    stats = ServerStats(ts=1.5, source="e", server=Server.VLLM, running=3, waiting=4, swapped=5, kv_usage_ratio=0.25,
+                        prompt_tps=6.5, gen_tps=7.5, prefix_hit_ratio=0.125, preemptions=8, kv_used_tokens=9,
+                        path="/var/log/vllm.log", offset=10, file_key="k1", line=11)
+    table = TABLES[ServerStats]
+    columns = table.insert.split("(", 1)[1].split(")", 1)[0].split(", ")
+    row = table.row(stats, 99.0)
+    assert columns[:2] == ["at", "ts"] and row[:2] == (1.5, 1.5)
+    assert dict(zip(columns[2:], row[2:], strict=True)) == {
+        "source": "e", "server": "vllm", "running": 3, "waiting": 4, "swapped": 5, "kv_usage_ratio": 0.25,
+        "prompt_tps": 6.5, "gen_tps": 7.5, "prefix_hit_ratio": 0.125, "preemptions": 8, "kv_used_tokens": 9,
+        "path": "/var/log/vllm.log", "offset": 10, "file_key": "k1"}
+
+
+def _calls(name: str) -> list[tuple[str, ast.Call]]:
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted(p for package in ("agent", "parsers") for p in (root / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == name:
+                found.append((f"{path.relative_to(root)}:{node.lineno}", node))
+    return found
+
+
+def test_server_stats_is_built_by_name_everywhere() -> None:
+    """A defaulted field added to `ServerStats` (before `line`, where a new one goes) shifts every value placed
+    by position after it: only the three fields every sample has (ts, source, server) may be given so."""
+    calls = _calls("ServerStats")
+    assert calls, "no ServerStats built: the walk is looking in the wrong place"
+    positional = {where: len(call.args) for where, call in calls if len(call.args) > 3
+                  or any(isinstance(arg, ast.Starred) for arg in call.args)}
+    assert not positional, f"ServerStats built by position: {positional}"
+    # the one fast factory, `log_line`, sits next to its type and is held to it below
+    around = [where for where, _ in _calls("tuple.__new__") + _calls("_new_tuple")
+              if not where.startswith("agent/records.py:")]
+    assert not around, f"a record built around its constructor: {around}"
 
 
 def test_log_line_builds_what_the_named_tuple_does() -> None:
@@ -41,15 +73,8 @@ def test_plain_frame_sets_every_field_of_frame() -> None:
                                            "truncated": False}
 
 
-def test_the_stats_patterns_groups_sit_where_the_stats_reader_unpacks_them() -> None:
-    assert tuple(_STATS.groupindex) == (
-        "engine", "pt", "gt", "running", "swapped", "pending", "waiting", "preempt", "kv", "hit")
-    assert _STATS.groups == len(_STATS.groupindex) == 10
-    assert _PLAIN.groups == _STATS.groups  # the fast shape, tried first, puts each value in the same group
-
-
 def test_a_stats_line_is_read_into_the_fields_it_names() -> None:
-    """The positional build, end to end: each number of a V1 stats line lands in its own field."""
+    """End to end: each number of a V1 stats line lands in its own field."""
     from parsers.vllm import VllmParser
 
     line = ("(APIServer pid=1) INFO 01-02 03:04:05 [loggers.py:123] Engine 000: Avg prompt throughput: 12.5 "

@@ -1,4 +1,4 @@
-"""`LogStream.feed`: a batch's lines are parsed in runs of one file (`Parser.feed_texts`), each by its own
+"""`LogStream.feed`: a batch's lines are parsed in runs of one file (`Parser.feed_batch`), each by its own
 engine's parser, and give exactly what feeding the lines one at a time gives."""
 
 from __future__ import annotations
