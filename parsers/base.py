@@ -36,6 +36,7 @@ from agent.records import (
     ServerStats,
     Severity,
 )
+from parsers.checkpoint import Checkpoint, Incidents, NewKinds
 from parsers.prefix import (
     ANSI,
     CJK_MONTH,
@@ -62,6 +63,10 @@ DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
 MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there (a lost closing quote)
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
+# A parser's attributes that are not behaviour (where it reads, caches, counters), and those `checkpoint` takes
+# apart to number their lines relatively.
+_NOT_STATE = frozenset({"source", "tz", "ref_time", "lines_seen", "_parse_errors", "_ts_cache", "_minutes",
+                        "_last_incident", "_blocks", "_waiting"})
 
 
 @dataclass
@@ -249,6 +254,41 @@ class StreamParser(Stamps):
         self.ref_time = ref_time
         self._ts_cache = ("", None)
         self._minutes.clear()
+
+    def checkpoint(self) -> Checkpoint:
+        """What decides this parser's future output, line numbers taken relative to its current line
+        (parsers/checkpoint.py)."""
+        now = self.lines_seen
+        blocks = tuple((tag, b.first, b.path, b.offset, tuple(b.lines), now - b.last_line_no)
+                       for tag, b in self._blocks.items())  # order matters: blocks close in this order
+        waiting = {tag: n for tag, n in self._waiting.items() if n}  # 0 and absent mean the same
+        rest = {k: v for k, v in vars(self).items() if k not in _NOT_STATE}
+        incidents = {kind: (ts, now - line) for kind, (ts, line) in self._last_incident.items()}
+        return Checkpoint((blocks, waiting, rest), incidents, now, self._parse_errors)
+
+    def incidents(self) -> Incidents:
+        """Incident kind → (time, line) of its last report: what decides whether the next one is a repeat."""
+        return dict(self._last_incident)
+
+    def note_new_incidents(self) -> dict[str, tuple[float | None, int] | None]:
+        """From now on, note the first (time, line) each incident kind not remembered now is reported at (None
+        while it has only been asked about); the dict returned fills as lines are read. A pickled copy of the parser
+        (a worker's, handed back) no longer notes."""
+        table = self._last_incident = NewKinds(self._last_incident)
+        return table.first
+
+    def resume(self, lines_before: int, incidents: Incidents, parse_errors: int) -> None:
+        """Go on as if `lines_before` more lines had been read first: line numbers shift by them, an incident
+        kind this parser never met is remembered as `incidents` has it (line numbers of the whole stream), and
+        the count of parse errors becomes `parse_errors`."""
+        self.lines_seen += lines_before
+        for block in self._blocks.values():
+            block.last_line_no += lines_before
+        table = {kind: (ts, line + lines_before) for kind, (ts, line) in self._last_incident.items()}
+        for kind, last in incidents.items():
+            table.setdefault(kind, last)
+        self._last_incident = table
+        self._parse_errors = parse_errors
 
     def flush(self) -> list[Record]:
         """Close whatever is open (a truncated traceback is still an occurrence)."""

@@ -9,12 +9,12 @@ incidents — so a chunk's output is only taken when it is provably what one job
 
 - the main process carries the true parser state from the end of one chunk into the next, feeds the
   next chunk's probe lines itself (writing their records), and compares its state there with the
-  worker's: everything but line numbers (compared relative to the current line), caches and counters
-  must be equal;
+  worker's (`StreamParser.checkpoint()`, parsers/checkpoint.py): everything but line numbers (compared
+  relative to the current line), caches and counters must be equal;
 - an incident kind that only the true state remembers is checked where the worker first meets that
   kind again: the true state must also have called it new there;
-- when both hold, the worker's records are the true ones and its end state (shifted to the true line
-  numbers, plus the incident kinds it never met) becomes the true state; when either fails, the main
+- when both hold, the worker's records are the true ones and its end state (`resume`d: shifted to the true
+  line numbers, plus the incident kinds it never met) becomes the true state; when either fails, the main
   process parses the rest of that chunk itself. Either way the output is byte-identical to one job's.
 
 Docker json-file and CRI files, stdin and small files are read by one job (runtime-split lines would
@@ -42,50 +42,11 @@ from agent.views.scan_text import JsonlWriter
 from agent.views.summary import SummaryBuilder
 from parsers import REGISTRY, AutoParser, make_parser
 from parsers.base import DEDUP_WINDOW_LINES, DEDUP_WINDOW_S, StreamParser
+from parsers.checkpoint import Checkpoint
 from parsers.generic import GenericParser
 
 MIN_CHUNK_BYTES = 8 << 20  # smaller files are not worth the processes
 PROBE_LINES = 2000  # lines each later chunk reads to warm up before its records count
-
-# Parser attributes that are not behaviour: where it reads, caches, counters, and what is compared apart.
-_NOT_STATE = frozenset({"source", "tz", "ref_time", "lines_seen", "_parse_errors", "_ts_cache", "_minutes",
-                        "_last_incident", "_blocks", "_waiting"})
-
-Incidents = dict[str, tuple[float | None, int]]
-
-
-class _FirstSeen(dict[str, tuple[float | None, int]]):
-    """A parser's incident table that notes, for each kind it did not hold, the first (time, line) it was
-    asked about (a kind not held is always recorded as new, with exactly those)."""
-
-    def __init__(self, base: Incidents) -> None:
-        super().__init__(base)
-        self.first: dict[str, tuple[float | None, int] | None] = {}
-
-    def get(self, key: str, default: Any = None) -> Any:
-        if key not in self and key not in self.first:
-            self.first[key] = None
-        return super().get(key, default)
-
-    def __setitem__(self, key: str, value: tuple[float | None, int]) -> None:
-        if key in self.first and self.first[key] is None:
-            self.first[key] = value
-        super().__setitem__(key, value)
-
-
-def state_of(parser: StreamParser) -> tuple[Any, ...]:
-    """What decides a parser's future output, line numbers taken relative to its current line."""
-    now = parser.lines_seen
-    blocks = tuple((tag, b.first, b.path, b.offset, tuple(b.lines), now - b.last_line_no)
-                   for tag, b in parser._blocks.items())  # order matters: blocks close in this order
-    waiting = {tag: n for tag, n in parser._waiting.items() if n}  # 0 and absent mean the same
-    rest = {k: v for k, v in vars(parser).items() if k not in _NOT_STATE}
-    return blocks, waiting, rest
-
-
-def _relative(incidents: Incidents, now: int) -> dict[str, tuple[float | None, int]]:
-    return {kind: (ts, now - line) for kind, (ts, line) in incidents.items()}
-
 
 def _repeat(last: tuple[float | None, int], ts: float | None, line: int) -> bool:
     """`StreamParser._repeat`'s decision for an incident at (ts, line) given the kind's last one."""
@@ -105,13 +66,10 @@ class _Chunk:
 
 @dataclass
 class _Checkpoint:
-    """A worker's state after some lines of its chunk, and where its records after that point begin."""
+    """A worker's parser state after some lines of its chunk, and where its records after that point begin."""
 
     offset: int  # byte offset in the file
-    state: tuple[Any, ...]
-    incidents: dict[str, tuple[float | None, int]]  # relative line numbers
-    lines_seen: int
-    errors: int
+    parser: Checkpoint
     output_at: int  # position in the JSON-lines file
     segment: int  # first summary segment after it
 
@@ -177,21 +135,18 @@ def _work(job: _Job, chunk: _Chunk) -> _Done:
             parser = inner = job.parser_class(job.source, job.ref_time, job.tz)
             lines, offset = feed_plain(handle, inner, job.path, chunk.start, lambda records, server: None,
                                        chunk.end, job.probe, chunk.line, newlines)
-            watch = inner._last_incident = _FirstSeen(inner._last_incident)
+            first_seen = inner.note_new_incidents()
             step = job.probe
             while offset < chunk.end:
                 if writer is not None:
                     writer.flush()
                 segments.append(SummaryBuilder())
-                checkpoints.append(_Checkpoint(
-                    offset, state_of(inner), _relative(inner._last_incident, inner.lines_seen), inner.lines_seen,
-                    inner.parse_errors, out_handle.tell() if out_handle is not None else 0, len(segments) - 1))
+                checkpoints.append(_Checkpoint(offset, inner.checkpoint(),
+                                               out_handle.tell() if out_handle is not None else 0, len(segments) - 1))
                 count, offset = feed_plain(handle, inner, job.path, offset, sink, chunk.end, step,
                                            chunk.line + lines, newlines)
                 lines += count
                 step *= 2
-            first_seen = watch.first
-            inner._last_incident = dict(watch)
     if writer is not None and out_handle is not None:
         writer.flush()
         out_handle.close()
@@ -248,39 +203,31 @@ def _settled_class(path: str, source: str, server: Server, ref_time: float | Non
         for raw in handle:
             probe.feed(raw.decode("utf-8", errors="replace").rstrip("\r\n"), None, path, offset)
             offset += len(raw)
-            if probe._inner is not None:
+            if probe.inner is not None:
                 break
     probe.flush()
-    return type(probe._inner) if probe._inner is not None else GenericParser
+    return type(probe.inner) if probe.inner is not None else GenericParser
 
 
-def _adopt(true: Any, done: _Done, at: _Checkpoint) -> Any | None:
+def _adopt(true: Any, done: _Done, at: _Checkpoint) -> StreamParser | None:
     """The true state after the chunk, from the worker's, when the true state agrees with the worker's at
     checkpoint `at`; None when it does not (its records from there would differ)."""
-    inner = true._inner if isinstance(true, AutoParser) else true
-    if not isinstance(inner, StreamParser) or state_of(inner) != at.state:
+    inner = true.inner if isinstance(true, AutoParser) else true  # settled, an AutoParser is its inner parser
+    if not isinstance(inner, StreamParser):
         return None
-    mine = _relative(inner._last_incident, inner.lines_seen)
-    if any(mine.get(kind) != entry for kind, entry in at.incidents.items()):
+    mine, theirs = inner.checkpoint(), at.parser
+    if mine.state != theirs.state or any(mine.incidents.get(kind) != entry
+                                         for kind, entry in theirs.incidents.items()):
         return None
-    delta = inner.lines_seen - at.lines_seen
-    only_true = {kind: inner._last_incident[kind] for kind in mine if kind not in at.incidents}
+    delta = mine.lines_seen - theirs.lines_seen
+    remembered = inner.incidents()
+    only_true = {kind: remembered[kind] for kind in mine.incidents if kind not in theirs.incidents}
     for kind, last in only_true.items():
         first = done.first_seen.get(kind)
         if first is not None and _repeat(last, first[0], first[1] + delta):
             return None  # the true state would have called it a repeat: the worker's records differ
     adopted: StreamParser = pickle.loads(done.parser)
-    adopted.lines_seen += delta
-    for block in adopted._blocks.values():
-        block.last_line_no += delta
-    table = {kind: (ts, line + delta) for kind, (ts, line) in adopted._last_incident.items()}
-    for kind, last in only_true.items():
-        table.setdefault(kind, last)
-    adopted._last_incident = table
-    adopted._parse_errors = inner.parse_errors + adopted._parse_errors - at.errors
-    if isinstance(true, AutoParser):
-        true._inner = adopted
-        return true
+    adopted.resume(delta, only_true, mine.parse_errors + adopted.parse_errors - theirs.parse_errors)
     return adopted
 
 
