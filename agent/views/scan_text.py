@@ -89,113 +89,37 @@ def _distinctions(summary: Summary, blind: list[BlindSpot]) -> list[str]:
     return lines
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    return value
-
-
-def _items(record: Record) -> Iterator[tuple[str, Any]]:
-    """`as_dict(record).items()` without its deep copy (records hold only scalars, and a `fields` mapping of
-    scalars, so JSON cannot tell the difference; the copy made an event cost as much as fifty samples)."""
-    if isinstance(record, ServerStats):
-        return iter(record._asdict().items())
-    names = _FIELD_NAMES.get(type(record))
-    if names is None:
-        names = _FIELD_NAMES[type(record)] = tuple(f.name for f in fields(record))
-    return ((name, getattr(record, name)) for name in names)
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+def _inert_value(value: Any) -> Any:
+    """`inert` of one field's value, an enum as its value; a number (most values) as it is, without the walk."""
+    cls = value.__class__
+    if cls is float or cls is int or value is None:
+        return value
+    return inert(value.value if isinstance(value, Enum) else value)
 
 
 def record_json(record: Record, server: Server) -> str:
     """One record as a JSON object: `type` event (with `kind`), stats, or fact (with `name`, `value`);
-    stats and facts carry the server the stream was read as when they do not name one."""
-    body = {k: _plain(v) for k, v in _items(record)}
+    stats and facts carry the server the stream was read as when they do not name one. Every string passes
+    through `inert` (terminal controls shown as text); values are read without `as_dict`'s deep copy (records
+    hold only scalars and a `fields` mapping of scalars, so JSON cannot tell the difference)."""
+    if isinstance(record, ServerStats):
+        items: Iterator[tuple[str, Any]] = iter(record._asdict().items())
+    else:
+        items = ((f.name, getattr(record, f.name)) for f in fields(record))
+    kind = "event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats) else "fact"
+    body = {"type": kind}
+    body.update((k, _inert_value(v)) for k, v in items)
     if "line" in body:  # next to `offset`: after it come `file_key`, then `line`
         key = body.pop("file_key")
         body["line"] = body.pop("line")
         body["file_key"] = key
-    kind = "event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats) else "fact"
     if isinstance(record, CapacityFact | ServerStats):
         body.setdefault("server", server.value)
-    return json.dumps(inert({"type": kind, **body}), ensure_ascii=False, default=str)
+    return _encode(body)
 
 
-_ENCODE = json.JSONEncoder(ensure_ascii=False, default=str).encode
-_float_repr = float.__repr__
-_int_repr = int.__repr__
-_FLOATS: dict[float, str] = {}  # repr of recent floats: KV usage, hit rates and times repeat a lot
-_STRINGS: dict[str | None, str] = {}  # JSON of sources and paths (None is never a key; looking it up is fine)
-# (a float's cached spelling is looked up only for a float: 1 == 1.0, and an int is spelled `1`)
-_cached_float = _FLOATS.get
-_cached_string = _STRINGS.get
-
-
-def _float(x: float | None) -> str:
-    """As `json.dumps` writes a float field (None, and whatever else a caller put there, included)."""
-    if x is None:
-        return "null"
-    if x.__class__ is not float or x - x != 0 or x == 0:  # an int (1 == 1.0), NaN, infinity, -0.0 == 0.0
-        return _ENCODE(x)
-    text = _FLOATS.get(x)
-    if text is None:
-        if len(_FLOATS) >= 1 << 16:
-            _FLOATS.clear()
-        text = _FLOATS[x] = _float_repr(x)
-    return text
-
-
-def _int(x: int | None) -> str:
-    return "null" if x is None else _int_repr(x) if x.__class__ is int else _ENCODE(x)
-
-
-def _string(x: str | None) -> str:
-    if x is None:
-        return "null"
-    text = _STRINGS.get(x)
-    if text is None:
-        if len(_STRINGS) >= 1 << 10:
-            _STRINGS.clear()
-        text = _STRINGS[x] = _ENCODE(printable(x))
-    return text
-
-
-def _stats_json(r: ServerStats) -> str:
-    """`record_json` of a load sample (most records of a busy log), written field by field: no dict, no
-    enum lookups, float spellings reused (tests/unit/test_scan_stream.py checks it against `record_json`).
-    The commonest value of each field is spelled inline (a cached float, an int, a None), the rest by
-    `_float`, `_int` and `_string`, which say the same for those: a call per field was most of the cost."""
-    ts, source, server, running, waiting, swapped, kv, prompt, gen, hit, preempt, kv_tokens, path, offset, key, line = r
-    if (swapped is None and preempt is None and kv_tokens is None and key is None and running.__class__ is int
-            and waiting.__class__ is int and offset.__class__ is int and line.__class__ is int
-            and ts.__class__ is float and kv.__class__ is float and prompt.__class__ is float
-            and gen.__class__ is float and ts - ts == 0 and kv - kv == 0 and prompt - prompt == 0 and gen - gen == 0
-            and (hit is None or (hit.__class__ is float and hit - hit == 0))):
-        # the sample a stats line gives (every number a finite float or an int, which `json` spells as `repr`
-        # does): one format, no look-ups, a third of the general path's time
-        return (f'{{"type": "stats", "ts": {ts!r}, "source": {_cached_string(source) or _string(source)}, '
-                f'"server": {_cached_string(server._value_) or _string(server._value_)}, "running": {running}, '
-                f'"waiting": {waiting}, "swapped": null, "kv_usage_ratio": {kv!r}, "prompt_tps": {prompt!r}, '
-                f'"gen_tps": {gen!r}, "prefix_hit_ratio": {"null" if hit is None else _float_repr(hit)}, '
-                f'"preemptions": null, "kv_used_tokens": null, "path": {_cached_string(path) or _string(path)}, '
-                f'"offset": {offset}, "line": {line}, "file_key": null}}')
-    return (f'{{"type": "stats", "ts": {(ts.__class__ is float and _cached_float(ts)) or _float(ts)}, '
-            f'"source": {_cached_string(source) or _string(source)}, "server": {_string(server._value_)}, '
-            f'"running": {_int_repr(running) if running.__class__ is int else _int(running)}, '
-            f'"waiting": {_int_repr(waiting) if waiting.__class__ is int else _int(waiting)}, '
-            f'"swapped": {"null" if swapped is None else _int(swapped)}, '
-            f'"kv_usage_ratio": {(kv.__class__ is float and _cached_float(kv)) or _float(kv)}, '
-            f'"prompt_tps": {(prompt.__class__ is float and _cached_float(prompt)) or _float(prompt)}, '
-            f'"gen_tps": {(gen.__class__ is float and _cached_float(gen)) or _float(gen)}, '
-            f'"prefix_hit_ratio": {(hit.__class__ is float and _cached_float(hit)) or _float(hit)}, '
-            f'"preemptions": {"null" if preempt is None else _int(preempt)}, '
-            f'"kv_used_tokens": {"null" if kv_tokens is None else _int(kv_tokens)}, '
-            f'"path": {_cached_string(path) or _string(path)}, '
-            f'"offset": {_int_repr(offset) if offset.__class__ is int else _int(offset)}, '
-            f'"line": {_int_repr(line) if line.__class__ is int else _int(line)}, '
-            f'"file_key": {"null" if key is None else _string(key)}}}')
+# `json.dumps` with these options builds an encoder on every call: one is kept (it holds no data)
+_encode = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
 class JsonlWriter:
@@ -209,7 +133,7 @@ class JsonlWriter:
     def __call__(self, records: list[Record], server: Server) -> None:
         parts = self._parts
         for r in records:
-            parts.append(_stats_json(r) if type(r) is ServerStats else record_json(r, server))
+            parts.append(record_json(r, server))
         if len(parts) >= self._batch:
             self.flush()
 

@@ -4,6 +4,7 @@ and `--jobs N` giving byte for byte what one job gives, with events straddling t
 from __future__ import annotations
 
 import io
+import json
 import random
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from agent.records import Event, Record, Server, ServerStats
 from agent.sources.parallel import chunks, scan_path
 from agent.sources.saved import FileScan, scan_stream
-from agent.views.scan_text import JsonlWriter, record_json, render_text
+from agent.views.scan_text import JsonlWriter, render_text
 from agent.views.summary import NOTABLE_LIMIT, SummaryBuilder, summarize
 from parsers.vllm import VllmParser
 
@@ -27,7 +28,7 @@ def _scan(path: Path) -> FileScan:
         return scan_stream(handle, path.name, ref_time=REF_TIME)
 
 
-def test_fast_jsonl_encoder_writes_what_the_generic_one_does() -> None:
+def test_the_jsonl_writer_writes_one_line_per_record_whatever_its_batch() -> None:
     for path in FIXTURES:
         scan = _scan(path)
         out = io.StringIO()
@@ -35,33 +36,24 @@ def test_fast_jsonl_encoder_writes_what_the_generic_one_does() -> None:
         for record in scan.records:
             writer([record], scan.server)
         writer.flush()
-        assert out.getvalue() == "".join(record_json(r, scan.server) + "\n" for r in scan.records), path
+        lines = out.getvalue().splitlines()
+        assert len(lines) == len(scan.records), path
+        assert [json.loads(line)["type"] for line in lines] == [
+            "event" if isinstance(r, Event) else "stats" if isinstance(r, ServerStats) else "fact"
+            for r in scan.records], path
 
 
-def test_fast_jsonl_encoder_on_unusual_values() -> None:
-    """Values no parser gives today still come out as `json.dumps` spells them: an int where a float is
-    usual (after the equal float was cached), -0.0, NaN, infinity, a bool, None everywhere."""
+def test_a_sample_is_written_in_field_order_with_its_line_before_its_file_key() -> None:
     out = io.StringIO()
     writer = JsonlWriter(out)
-    samples = [
-        ServerStats(1.5, "s", Server.VLLM, 1, 2, 3, 0.25, 10.0, 20.0, 0.5, 4, 5, "p", 6, "k", 7),
-        ServerStats(1, "s", Server.SGLANG, True, 0, None, 1, 10, 20, -0.0, None, None, None, 0, None, None),
-        ServerStats(float("nan"), "s", Server.VLLM, None, None, None, float("inf"), -float("inf"), 0.0, None),
-        ServerStats(None, "", Server.AUTO),
-        ServerStats(1.5, "s", Server.VLLM, 1, 2, 3, 0.25, 10.0, 20.0, 0.5, 4, 5, "p", 6, "k", 7),
-        # the shape a stats line gives (the short path), and each way out of it
-        ServerStats(1.5, "s", Server.VLLM, 1, 2, None, 0.25, 10.0, 20.0, 0.5, None, None, "p", 6, None, 7),
-        ServerStats(-0.0, "s\"q", Server.VLLM, 0, 0, None, -0.0, 0.0, 1e300, None, None, None, "p\u2028", 6, None, 7),
-        ServerStats(1.5, "s", Server.VLLM, 1, 2, None, 0.25, float("nan"), 20.0, 0.5, None, None, "p", 6, None, 7),
-        ServerStats(float("inf"), "s", Server.VLLM, 1, 2, None, 0.25, 1.0, 20.0, 0.5, None, None, "p", 6, None, 7),
-        ServerStats(1.5, "s", Server.VLLM, 1, 2, None, 0.25, 1.0, 20.0, float("-inf"), None, None, "p", 6, None, 7),
-        ServerStats(1.5, "s", Server.VLLM, True, 2, None, 0.25, 1.0, 20.0, 0.5, None, None, "p", 6, None, 7),
-        ServerStats(1.5, "s", Server.VLLM, 1, 2, None, 1, 1.0, 20.0, 0.5, None, None, None, 6, None, 7),
-    ]
-    for sample in samples:
-        writer([sample], Server.VLLM)
+    writer([ServerStats(1.5, "s\"q", Server.VLLM, running=1, waiting=2, kv_usage_ratio=0.25, prompt_tps=10.0,
+                        gen_tps=float("nan"), prefix_hit_ratio=-0.0, path="p\x1b", offset=6, line=7)], Server.VLLM)
     writer.flush()
-    assert out.getvalue() == "".join(record_json(r, Server.VLLM) + "\n" for r in samples)
+    assert out.getvalue() == (
+        '{"type": "stats", "ts": 1.5, "source": "s\\"q", "server": "vllm", "running": 1, "waiting": 2, '
+        '"swapped": null, "kv_usage_ratio": 0.25, "prompt_tps": 10.0, "gen_tps": NaN, "prefix_hit_ratio": -0.0, '
+        '"preemptions": null, "kv_used_tokens": null, "path": "p\\\\x1b", "offset": 6, "line": 7, '
+        '"file_key": null}\n')
 
 
 def _reference_notable(records: list[Record]) -> list[Event]:
