@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-import typer.core
 
 from agent import __version__
 from agent.defaults import DEFAULT_CONFIG_PATH
@@ -35,41 +34,6 @@ app = typer.Typer(
 )
 
 NOT_RUNNING = 3  # `status` when nothing answers on the metrics port (as `systemctl is-active` says inactive)
-
-_display_type = typer.core.TyperOption.display_type_rich
-
-
-# What `--help` shows after an option, in words a person types, never a Python type (`<list[Path]>`).
-_HUMAN_TYPES = {"<list[Path]>": "<file>", "<int>": "<n>", "<int range>": "<n>", "<float>": "<number>",
-                "<str>": "<text>", "<list[str]>": "<text>"}
-_HUMAN_OPTIONS = {"--rules": "<dir>", "--since": "<duration>", "--from": "<time>", "--to": "<time>", "--tz": "<zone>",
-                  "--levels": "<n,n,…>", "--model": "<preset|config.json>", "--metrics-url": "<url>",
-                  "--host": "<address>", "--jobs": "<n>", "--color": "<auto|always|never>"}
-
-
-def _flag_without_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
-    """`--help` lists a switch without a `<bool>` after it (a switch takes no value), and every other
-    option with a human placeholder (`--since <duration>`, `--log <file>`)."""
-    if self.is_flag:
-        return None
-    for name in self.opts:
-        if name in _HUMAN_OPTIONS:
-            return _HUMAN_OPTIONS[name]
-    shown = _display_type(self, ctx)
-    return _HUMAN_TYPES.get(shown, shown) if shown is not None else None
-
-
-_argument_type = typer.core.TyperArgument.display_type_rich
-
-
-def _argument_placeholder(self: typer.core.TyperArgument, ctx: typer.Context) -> str | None:
-    shown = _argument_type(self, ctx)
-    return _HUMAN_TYPES.get(shown, shown) if shown is not None else None
-
-
-setattr(typer.core.TyperOption, "display_type_rich", _flag_without_type)  # noqa: B010
-setattr(typer.core.TyperArgument, "display_type_rich", _argument_placeholder)  # noqa: B010
-
 
 class Output(str, Enum):
     """`--format` of a command that prints data: text for people, json for programs."""
@@ -295,9 +259,11 @@ def scan(
                                                "first lines).")] = ScanServer.AUTO,
     output: Annotated[ScanFormat, typer.Option("--format", help="text: a summary; jsonl: one JSON object per "
                                                "record.")] = ScanFormat.TEXT,
-    tz: Annotated[str, typer.Option(help="Zone of time stamps that carry none (vLLM, SGLang, syslog): UTC, "
+    tz: Annotated[str, typer.Option(metavar="<zone>",
+                                    help="Zone of time stamps that carry none (vLLM, SGLang, syslog): UTC, "
                                     "+08:00 or Asia/Shanghai.")] = "UTC",
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, help="Processes that read one large plain "
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j",
+                                             metavar="<n>", min=1, help="Processes that read one large plain "
                                              "file in parallel (default: the CPUs available); the output is the "
                                              "same as with 1.")] = None,
 ) -> None:

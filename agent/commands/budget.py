@@ -18,28 +18,33 @@ from agent.records import KvDtype, WeightsDtype
 def budget(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Take inputs from this config file "
                                                 "(flags override it).")] = None,
-    model: Annotated[str | None, typer.Option(help="Preset name (see `models`) or a local HF config.json "
+    model: Annotated[str | None, typer.Option(metavar="<preset|config.json>",
+                                              help="Preset name (see `models`) or a local HF config.json "
                                               "(or its folder).")] = None,
-    layers: Annotated[int | None, typer.Option(help="Layers (with --kv-heads and --head-dim instead of "
+    layers: Annotated[int | None, typer.Option(metavar="<n>", help="Layers (with --kv-heads and --head-dim instead of "
                                                "--model).")] = None,
-    kv_heads: Annotated[int | None, typer.Option(help="KV heads (GQA groups).")] = None,
-    head_dim: Annotated[int | None, typer.Option(help="Head dimension.")] = None,
-    params_b: Annotated[float | None, typer.Option(help="Parameter count in billions (to estimate "
+    kv_heads: Annotated[int | None, typer.Option(metavar="<n>", help="KV heads (GQA groups).")] = None,
+    head_dim: Annotated[int | None, typer.Option(metavar="<n>", help="Head dimension.")] = None,
+    params_b: Annotated[float | None, typer.Option(metavar="<number>", help="Parameter count in billions (to estimate "
                                                    "weights).")] = None,
-    vram_gib: Annotated[float | None, typer.Option(help="GPU memory per card, GiB.")] = None,
-    util: Annotated[float | None, typer.Option(help="gpu_memory_utilization (default 0.9).")] = None,
-    weights_gib: Annotated[float | None, typer.Option(help="Weights, GiB (whole model; default: "
+    vram_gib: Annotated[float | None, typer.Option(metavar="<number>", help="GPU memory per card, GiB.")] = None,
+    util: Annotated[float | None, typer.Option(metavar="<number>",
+                                               help="gpu_memory_utilization (default 0.9).")] = None,
+    weights_gib: Annotated[float | None, typer.Option(metavar="<number>", help="Weights, GiB (whole model; default: "
                                                       "estimated from the parameter count).")] = None,
     weights_dtype: Annotated[WeightsDtype | None, typer.Option(help="Weights format for the estimate.")] = None,
-    overhead_gib: Annotated[float | None, typer.Option(help="Activations + framework overhead per GPU, "
+    overhead_gib: Annotated[float | None, typer.Option(metavar="<number>",
+                                                       help="Activations + framework overhead per GPU, "
                                                        "GiB (default 2.0).")] = None,
     kv_dtype: Annotated[KvDtype | None, typer.Option(help="KV-cache dtype.")] = None,
-    block_size: Annotated[int | None, typer.Option(help="Paged-KV block size in tokens (default 16).")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel size.")] = None,
-    max_model_len: Annotated[int | None, typer.Option(help="Tokens per request (input + output).")] = None,
-    input_p95: Annotated[int | None, typer.Option(help="P95 input tokens of the real workload.")] = None,
-    max_output: Annotated[int | None, typer.Option(help="Output cap in tokens (max_tokens).")] = None,
-    target_concurrency: Annotated[int | None, typer.Option(help="Plan how to reach this many concurrent "
+    block_size: Annotated[int | None, typer.Option(metavar="<n>",
+                                                   help="Paged-KV block size in tokens (default 16).")] = None,
+    tp: Annotated[int | None, typer.Option(metavar="<n>", help="Tensor-parallel size.")] = None,
+    max_model_len: Annotated[int | None, typer.Option(metavar="<n>",
+                                                      help="Tokens per request (input + output).")] = None,
+    input_p95: Annotated[int | None, typer.Option(metavar="<n>", help="P95 input tokens of the real workload.")] = None,
+    max_output: Annotated[int | None, typer.Option(metavar="<n>", help="Output cap in tokens (max_tokens).")] = None,
+    target_concurrency: Annotated[int | None, typer.Option(metavar="<n>", help="Plan how to reach this many concurrent "
                                                            "requests.")] = None,
     from_log: Annotated[Path | None, typer.Option(help="A vLLM start-up log: compare with what the engine "
                                                   "reported.")] = None,

@@ -50,17 +50,19 @@ def rules_check(
 
 @app.command()
 def advise(
-    log: Annotated[list[Path] | None, typer.Option("--log", help="Saved engine logs to judge (no daemon; each "
+    log: Annotated[list[Path] | None, typer.Option("--log",
+                                                   metavar="<file>", help="Saved engine logs to judge (no daemon; each "
                                                    "file is one engine; - reads standard input).")] = None,
     db: Annotated[Path | None, typer.Option("--db", help="The agent's store (default: the config's "
                                             "store.path).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Config: the budget's inputs, the knobs' "
                                                 "values, rules.dirs.")] = None,
-    since: Annotated[str | None, typer.Option(help="With a store: judge this far back (90s, 10m, 2h; "
+    since: Annotated[str | None, typer.Option(metavar="<duration>",
+                                              help="With a store: judge this far back (90s, 10m, 2h; "
                                               "default 1h). With --log: the whole log.")] = None,
-    rules_dir: Annotated[list[Path] | None, typer.Option("--rules", help="Extra rule folders (after "
+    rules_dir: Annotated[list[Path] | None, typer.Option("--rules", metavar="<dir>", help="Extra rule folders (after "
                                                          "the config's).")] = None,
-    tz: Annotated[str, typer.Option(help="--log: zone of time stamps that carry none.")] = "UTC",
+    tz: Annotated[str, typer.Option(metavar="<zone>", help="--log: zone of time stamps that carry none.")] = "UTC",
     output_format: Annotated[Output, typer.Option("--format", help=FORMAT_HELP)] = Output.TEXT,
     as_json: Annotated[bool, typer.Option("--json", help=JSON_ALIAS_HELP)] = False,
     fail_on_finding: Annotated[bool, typer.Option("--fail-on-finding", help="Exit 3 when any rule fired (for "
@@ -133,14 +135,18 @@ def report(
                                             "Default: the config's store.path.")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="The agent's config: its store and its "
                                                 "budget (the paper capacity).")] = None,
-    logs: Annotated[list[Path] | None, typer.Option("--log", help="Report on saved logs instead of a store (no "
+    logs: Annotated[list[Path] | None, typer.Option("--log", metavar="<file>",
+                                                    help="Report on saved logs instead of a store (no "
                                                     "daemon needed); repeat for several files; - reads "
                                                     "standard input.")] = None,
-    since: Annotated[str | None, typer.Option(help="The last DURATION up to now: 90s, 30m, 2h, 1d.")] = None,
-    start: Annotated[str | None, typer.Option("--from", help="Window start: ISO time (UTC unless it names a "
+    since: Annotated[str | None, typer.Option(metavar="<duration>",
+                                              help="The last DURATION up to now: 90s, 30m, 2h, 1d.")] = None,
+    start: Annotated[str | None, typer.Option("--from",
+                                              metavar="<time>", help="Window start: ISO time (UTC unless it names a "
                                               "zone) or epoch seconds.")] = None,
-    end: Annotated[str | None, typer.Option("--to", help="Window end (default: now).")] = None,
-    around: Annotated[int | None, typer.Option(help="30 minutes either side of this event id (ids are in the "
+    end: Annotated[str | None, typer.Option("--to", metavar="<time>", help="Window end (default: now).")] = None,
+    around: Annotated[int | None, typer.Option(metavar="<n>",
+                                               help="30 minutes either side of this event id (ids are in the "
                                                "timeline's 'first id' column).")] = None,
     output_format: Annotated[ReportFormat, typer.Option("--format", help="text (terminal), md (issue "
                                                         "trackers), html (one file with charts), json.")]

@@ -19,22 +19,27 @@ NO_SAFE_LEVEL = 4
 def loadtest(
     url: Annotated[str, typer.Argument(help="OpenAI-compatible endpoint: http://host:port/v1/completions or "
                                        ".../v1/chat/completions (a bare host:port means /v1/completions).")],
-    levels: Annotated[str, typer.Option(help="Concurrency levels, in order.")] = "1,2,3,5,8,12",
-    requests_per_level: Annotated[int | None, typer.Option(help="Requests per level (default 20 × level).")] = None,
+    levels: Annotated[str, typer.Option(metavar="<n,n,…>", help="Concurrency levels, in order.")] = "1,2,3,5,8,12",
+    requests_per_level: Annotated[int | None, typer.Option(metavar="<n>",
+                                                           help="Requests per level (default 20 × level).")] = None,
     payload: Annotated[Path | None, typer.Option(help="JSON request body with a fixed prompt (or messages) and "
                                                  "max_tokens; '-' reads standard input.")] = None,
-    input_tokens: Annotated[int, typer.Option(help="Without --payload: prompt length (one word per token).")] = 512,
-    output_tokens: Annotated[int, typer.Option(help="Without --payload: max_tokens (with ignore_eos).")] = 128,
-    timeout: Annotated[float, typer.Option(help="Client timeout per request, seconds.")] = 60.0,
+    input_tokens: Annotated[int, typer.Option(metavar="<n>",
+                                              help="Without --payload: prompt length (one word per token).")] = 512,
+    output_tokens: Annotated[int, typer.Option(metavar="<n>",
+                                               help="Without --payload: max_tokens (with ignore_eos).")] = 128,
+    timeout: Annotated[float, typer.Option(metavar="<number>", help="Client timeout per request, seconds.")] = 60.0,
     stream: Annotated[bool, typer.Option(help="Stream responses and measure time to first token.")] = False,
-    pause: Annotated[float, typer.Option(help="Seconds between levels (engine events logged then count "
+    pause: Annotated[float, typer.Option(metavar="<number>",
+                                         help="Seconds between levels (engine events logged then count "
                                          "for the level before).")] = 5.0,
-    metrics_url: Annotated[str | None, typer.Option(help="Engine /metrics to scrape during each level "
+    metrics_url: Annotated[str | None, typer.Option(metavar="<url>", help="Engine /metrics to scrape during each level "
                                                     "(default: the same host's /metrics; '' turns it off).")] = None,
     log: Annotated[Path | None, typer.Option(help="Engine log to read OOM and preemption events from.")] = None,
     db: Annotated[Path | None, typer.Option(help="The agent's store: read the same events from it, and keep "
                                             "each level there for `report`.")] = None,
-    capacity: Annotated[int | None, typer.Option(help="The concurrency the budget allows (for the verdict).")] = None,
+    capacity: Annotated[int | None, typer.Option(metavar="<n>",
+                                                 help="The concurrency the budget allows (for the verdict).")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Compute --capacity from this config's "
                                                 "budget.")] = None,
     keep_going: Annotated[bool, typer.Option(help="Run every level even after one broke.")] = False,
@@ -71,32 +76,44 @@ def loadtest(
 
 @app.command()
 def simulate(
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port (0 picks a free one; the URL is printed).")] = 8000,
-    model: Annotated[str, typer.Option(help="Model preset or HF config.json for the KV arithmetic.")] = "qwen2.5-7b",
-    vram_gib: Annotated[float, typer.Option(help="Simulated GPU memory, GiB.")] = 24.0,
-    util: Annotated[float, typer.Option(help="gpu_memory_utilization.")] = 0.9,
-    weights_gib: Annotated[float, typer.Option(help="Weights, GiB.")] = 14.2,
-    overhead_gib: Annotated[float, typer.Option(help="Activations + framework overhead, GiB.")] = 1.6,
-    block_size: Annotated[int, typer.Option(help="Paged-KV block size in tokens.")] = 16,
-    max_model_len: Annotated[int, typer.Option(help="Longest request (prompt + output) in tokens.")] = 8192,
-    kv_blocks: Annotated[int | None, typer.Option(help="KV cache size in blocks (instead of the budget).")] = None,
-    max_num_seqs: Annotated[int, typer.Option(help="Most requests running at once.")] = 256,
-    max_queue_size: Annotated[int | None, typer.Option(help="Most requests waiting beyond free slots; more are "
+    host: Annotated[str, typer.Option(metavar="<address>",
+                                      help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(metavar="<n>", help="Port (0 picks a free one; the URL is printed).")] = 8000,
+    model: Annotated[str, typer.Option(metavar="<preset|config.json>",
+                                       help="Model preset or HF config.json for the KV arithmetic.")] = "qwen2.5-7b",
+    vram_gib: Annotated[float, typer.Option(metavar="<number>", help="Simulated GPU memory, GiB.")] = 24.0,
+    util: Annotated[float, typer.Option(metavar="<number>", help="gpu_memory_utilization.")] = 0.9,
+    weights_gib: Annotated[float, typer.Option(metavar="<number>", help="Weights, GiB.")] = 14.2,
+    overhead_gib: Annotated[float, typer.Option(metavar="<number>",
+                                                help="Activations + framework overhead, GiB.")] = 1.6,
+    block_size: Annotated[int, typer.Option(metavar="<n>", help="Paged-KV block size in tokens.")] = 16,
+    max_model_len: Annotated[int, typer.Option(metavar="<n>",
+                                               help="Longest request (prompt + output) in tokens.")] = 8192,
+    kv_blocks: Annotated[int | None, typer.Option(metavar="<n>",
+                                                  help="KV cache size in blocks (instead of the budget).")] = None,
+    max_num_seqs: Annotated[int, typer.Option(metavar="<n>", help="Most requests running at once.")] = 256,
+    max_queue_size: Annotated[int | None, typer.Option(metavar="<n>",
+                                                       help="Most requests waiting beyond free slots; more are "
                                                        "refused (default: unbounded, as vLLM ≤ 0.28).")] = None,
-    reject_status: Annotated[int, typer.Option(help="Status of a refusal: 503 (vLLM) or 429.")] = 503,
-    queue_timeout: Annotated[float | None, typer.Option(help="Refuse a request still waiting after this many "
+    reject_status: Annotated[int, typer.Option(metavar="<n>", help="Status of a refusal: 503 (vLLM) or 429.")] = 503,
+    queue_timeout: Annotated[float | None, typer.Option(metavar="<number>",
+                                                        help="Refuse a request still waiting after this many "
                                                         "seconds.")] = None,
-    request_timeout: Annotated[float | None, typer.Option(help="Abort a request older than this many seconds "
+    request_timeout: Annotated[float | None, typer.Option(metavar="<number>",
+                                                          help="Abort a request older than this many seconds "
                                                           "(504).")] = None,
-    prefill_tps: Annotated[float, typer.Option(help="Prefill rate, tokens/s (simulated time).")] = 5000.0,
-    decode_tps: Annotated[float, typer.Option(help="Decode rate per request, tokens/s (simulated time).")] = 50.0,
-    speed: Annotated[float, typer.Option(help="Run this many times faster than the rates say.")] = 1.0,
-    stats_interval: Annotated[float, typer.Option(help="Seconds between stats lines in the log.")] = 10.0,
+    prefill_tps: Annotated[float, typer.Option(metavar="<number>",
+                                               help="Prefill rate, tokens/s (simulated time).")] = 5000.0,
+    decode_tps: Annotated[float, typer.Option(metavar="<number>",
+                                              help="Decode rate per request, tokens/s (simulated time).")] = 50.0,
+    speed: Annotated[float, typer.Option(metavar="<number>",
+                                         help="Run this many times faster than the rates say.")] = 1.0,
+    stats_interval: Annotated[float, typer.Option(metavar="<number>",
+                                                  help="Seconds between stats lines in the log.")] = 10.0,
     oom_on_overcommit: Annotated[bool, typer.Option(help="When the KV cache runs out, die with a CUDA OOM "
                                                     "(exit 1) instead of preempting.")] = False,
     log: Annotated[Path | None, typer.Option(help="Write a vLLM-format log here.")] = None,
-    duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
+    duration: Annotated[float | None, typer.Option(metavar="<number>", help="Stop after this many seconds.")] = None,
 ) -> None:
     """Run a SIMULATED vLLM-like engine (no GPU, no model): paged-KV scheduling, vLLM logs and /metrics.
 
