@@ -1,7 +1,9 @@
-"""The command line: the only module that prints to people and chooses exit codes.
+"""The command line: the daemon's commands (check, run, status, models, scan), and the whole app once imported.
 
-Each command gathers its options, calls one core function, and renders the result. Core errors
-(`AgentError`) become one clear message on stderr and exit code 1; usage errors are typer's (2).
+The app and what every command shares are in agent/app.py; the other command families in agent/commands/.
+The CLI is the only part that prints to people and chooses exit codes. Each command gathers its options, calls
+one core function, and renders the result. Core errors (`AgentError`) become one clear message on stderr and
+exit code 1; usage errors are typer's (2).
 Exit codes: 0 success; 1 an error (bad input, unreadable file, invalid config); 2 a usage error;
 `status` exits 3 when the agent is not running (systemctl is-active's convention).
 """
@@ -14,82 +16,14 @@ import time
 from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated
 
 import typer
 
-from agent import __version__
+from agent.app import FORMAT_HELP, JSON_ALIAS_HELP, NOT_RUNNING, Color, Output, app, fail, use_color, write_output
 from agent.defaults import DEFAULT_CONFIG_PATH
 from agent.errors import AgentError, ConfigError
 from agent.records import Server
-
-app = typer.Typer(
-    name="deepinfer-agent",
-    help="Watch GPU inference nodes; size the KV-cache budget; explain OOM, queueing, timeouts and 429/503.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,  # click's plain help: rendering it with rich would import rich (most of `--help`'s time)
-)
-
-NOT_RUNNING = 3  # `status` when nothing answers on the metrics port (as `systemctl is-active` says inactive)
-
-class Output(str, Enum):
-    """`--format` of a command that prints data: text for people, json for programs."""
-
-    TEXT = "text"
-    JSON = "json"
-
-
-FORMAT_HELP = "text (for people) or json (one JSON document, for programs)."
-JSON_ALIAS_HELP = "Same as --format json."
-
-
-class Color(str, Enum):
-    AUTO = "auto"
-    ALWAYS = "always"
-    NEVER = "never"
-
-
-def use_color(choice: Color, stream_is_tty: bool) -> bool:
-    """Colour or not: `--color always|never` decides; `auto` colours a terminal unless NO_COLOR is set
-    (no-color.org: any non-empty value) or TERM is `dumb`."""
-    if choice != Color.AUTO:  # typer may hand over the enum's value: compare by value
-        return bool(choice == Color.ALWAYS)
-    import os
-
-    return stream_is_tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-
-
-def write_output(text: str, output: Path | None) -> None:
-    """Print `text`, or write it to `output`; `-` is standard output, as for every file argument."""
-    if output is None or str(output) == "-":
-        typer.echo(text, nl=False, color=True)  # colour was decided already (use_color): click must not strip it
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        fail(f"{output}: cannot write: {exc.strerror or exc}")
-
-
-def fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(1)
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"deepinfer-agent {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def main(
-    version: Annotated[bool, typer.Option("--version", "-V", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
-) -> None:
-    """deepinfer-agent: KV-cache budgets and inference-server incident classification."""
 
 
 @app.command()
@@ -329,5 +263,8 @@ def _cpus() -> int:
         return os.cpu_count() or 1
 
 
-# The other commands live beside this module, one file per family; importing them registers them on `app`.
+# The other commands live in agent/commands/, one file per family; importing them registers them on `app`,
+# after this module's own, so `--help` lists the daemon's commands first.
 from agent.commands import budget, judge, tools  # noqa: E402, F401
+
+__all__ = ["NOT_RUNNING", "Color", "Output", "app", "fail", "use_color", "write_output"]

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import FORMAT_HELP, JSON_ALIAS_HELP, Output, app, fail
+from agent.app import FORMAT_HELP, JSON_ALIAS_HELP, Output, app, fail
 from agent.errors import AgentError, BudgetError, ConfigError
 from agent.records import KvDtype, WeightsDtype
 

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import FORMAT_HELP, JSON_ALIAS_HELP, Color, Output, app, fail, use_color, write_output
+from agent.app import FORMAT_HELP, JSON_ALIAS_HELP, Color, Output, app, fail, use_color, write_output
 from agent.errors import AgentError, ConfigError
 
 rules_app = typer.Typer(help="Check the advisor's rule files.", no_args_is_help=True)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from agent.cli import FORMAT_HELP, JSON_ALIAS_HELP, Output, app, fail
+from agent.app import FORMAT_HELP, JSON_ALIAS_HELP, Output, app, fail
 from agent.errors import AgentError, ConfigError
 
 # `loadtest`'s exit code when it ran but no level was safe (1 is an error, 2 a usage error, as everywhere).

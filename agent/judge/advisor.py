@@ -275,32 +275,3 @@ def effective(file: Mapping[str, float | None], engine: Mapping[str, float | Non
         if value is not None:
             out[name] = value
     return out
-
-
-def evaluate_window(queries: Queries, config: Config | None, since: float, until: float) -> list[Finding]:
-    """The advisor replayed over `[since, until)` with the shipped rules and the config's `rules.dirs`:
-    each finding's last state, `active` False (and `ts` its clearing) when it cleared inside the window.
-    What `report --log` shows, where nothing was stored; `advise` prints the same replay."""
-    from dataclasses import replace
-
-    from agent.config import shipped_rules_dir
-    from agent.judge.replay import replay
-    from agent.judge.rules import load_rules
-
-    ruleset = load_rules([shipped_rules_dir(), *(config.rules.dirs if config else [])])
-    result = replay(queries, ruleset.rules, config, since, until)
-    return [a.finding if a.cleared_at is None else replace(a.finding, active=False, ts=a.cleared_at)
-            for a in result.advice]
-
-
-def rule_categories(config: Config | None) -> dict[str, str]:
-    """Rule name → its category, for the shipped rules and the config's `rules.dirs` (the headline's
-    vocabulary); empty when a rule file does not load (the surfaces then fall back to the events)."""
-    from agent.config import shipped_rules_dir
-    from agent.judge.rules import RuleError, load_rules
-
-    try:
-        ruleset = load_rules([shipped_rules_dir(), *(config.rules.dirs if config else [])])
-    except RuleError:
-        return {}
-    return {r.name: r.category for r in ruleset.rules}

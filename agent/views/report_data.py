@@ -218,7 +218,7 @@ def _findings_for(queries: Queries, config: Config | None, window: Window, *, ev
     stored history of the window. The one place `report` meets the advisor."""
     if evaluate:
         try:
-            from agent.judge.advisor import evaluate_window  # type: ignore[import-not-found, import-untyped, unused-ignore]
+            from agent.judge.replay import evaluate_window
         except ImportError:
             pass
         else:
@@ -381,7 +381,7 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
     load_steps = [asdict(s) for s in queries.load_steps(since=since) if s.started < until]
     empty = not timeline and not loads and not memory and not findings and not load_steps
     top = queries.top_messages(since, until, sum(k.count for k in timeline))
-    from agent.judge.advisor import rule_categories
+    from agent.judge.replay import rule_categories
 
     judged = verdict(timeline, loads, capacity, window, empty, found,
                      rule_categories(config))

@@ -323,7 +323,7 @@ def test_the_worked_example_in_the_docs_is_what_advise_prints(monkeypatch: pytes
 
 def test_evaluate_window_is_the_replay_report_reads(tmp_path: Path) -> None:
     from agent.daemon.offline import load_logs
-    from agent.judge.advisor import evaluate_window
+    from agent.judge.replay import evaluate_window
     from agent.sinks.queries import Queries
     from agent.sinks.store import Store
 
