@@ -205,9 +205,9 @@ def scan(
 
     Exits 0 whether or not problems are found (it is a report, not a check); 1 when a file cannot be read.
     """
+    from agent.offline.parallel import scan_path
+    from agent.offline.saved import FileScan, parse_tz, scan_into
     from agent.sources.bounded import bounded
-    from agent.sources.parallel import scan_path
-    from agent.sources.saved import FileScan, parse_tz, scan_into
     from agent.views.scan_progress import progress_bar
     from agent.views.scan_text import JsonlWriter, render_text
     from agent.views.summary import SummaryBuilder

@@ -6,7 +6,7 @@ Each statement of parsers/catalogue/*.yaml is rendered with its arguments, put b
 its engine (the logger's own, process tags, ANSI colour), then inside each envelope a saved log can have
 (plain, Docker json-file, CRI, `docker compose logs`, `kubectl logs --prefix --timestamps`, journald's
 short format in several locales), and read by `scan`'s own path
-(`agent.sources.saved.scan_into`) as the engine's stream. A statement is recognised when every rendering
+(`agent.offline.saved.scan_into`) as the engine's stream. A statement is recognised when every rendering
 gives exactly what the entry says: its event kind (and no other kind, bar `also`), its phase and fields; the
 fact or load sample it carries; nothing at all for a benign one.
 
@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agent.offline.saved import scan_into
 from agent.records import CapacityFact, Event, EventKind, Record, Server, ServerStats
-from agent.sources.saved import scan_into
 from parsers.catalogue import NOT_INCIDENTS, Source, Statement, load, version_key
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -114,8 +114,8 @@ def _read_lines(path: Path | None) -> list[str]:
     """A saved log's lines, unwrapped from Docker json-file or CRI envelopes where they have one."""
     if path is None:
         return []
+    from agent.offline.saved import Unwrapper
     from agent.sources.bounded import bounded, open_saved
-    from agent.sources.saved import Unwrapper
 
     if str(path) == "-":  # standard input, as every file argument takes it
         return [text for text, _, _ in Unwrapper().read(bounded(sys.stdin.buffer))]

@@ -73,13 +73,13 @@ def advise(
     Exit 0 when it judged (findings or not; a report, like scan), 3 with --fail-on-finding when a rule
     fired, 1 on an error (unreadable file, bad config or rule file, no store), 2 on a usage error."""
     from agent.config import StoreSection, load_config, shipped_rules_dir
-    from agent.daemon.offline import load_logs
     from agent.judge.replay import replay
     from agent.judge.rules import RuleError, load_rules
     from agent.judge.vocabulary import seconds
+    from agent.offline.load import load_logs
+    from agent.offline.saved import parse_tz
     from agent.sinks.queries import Queries
     from agent.sinks.store import Store
-    from agent.sources.saved import parse_tz
     from agent.views.advice_text import render_replay, replay_json
     from agent.visibility import engines_blind_spots
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from agent.config import DEFAULT_CONFIG_PATH, load_config
 from agent.errors import AgentError, StoreError
 from agent.inert import inert
+from agent.offline.report import Report, as_json, gather, resolve_window
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
 from agent.sinks.storefile import failure_hint
-from agent.views.report_data import Report, as_json, gather, resolve_window
 
 FORMATS = ("text", "md", "html", "json")
 
@@ -33,7 +33,7 @@ def build(*, db: Path | None, config: Path | None, logs: Sequence[Path], since: 
     cfg = load_config(config) if config is not None else None
     try:
         if logs:
-            from agent.daemon.offline import load_logs  # the parsers: imported only when logs are read
+            from agent.offline.load import load_logs  # the parsers: imported only when logs are read
 
             store, source = Store.open(":memory:"), ", ".join(str(p) for p in logs)
             load_logs(logs, store)

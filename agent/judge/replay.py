@@ -2,7 +2,7 @@
 
 The same rules, signals and hysteresis as the daemon's judge stage, stepped through `[since, until)` at
 the rules' interval (coarser for long windows, at most `MAX_STEPS` steps), so a storm an hour ago is
-found even though it has cleared since. Saved logs go through `agent.daemon.offline.load_logs` into a
+found even though it has cleared since. Saved logs go through `agent.offline.load.load_logs` into a
 store first (each file its own engine), so a log copied off a broken node gets the same advice.
 """
 

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent.config import shipped_rules_dir
-from agent.daemon.offline import load_logs
 from agent.errors import AgentError
 from agent.judge.replay import replay
 from agent.judge.rules import load_rules
+from agent.offline.load import load_logs
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
 from agent.verdicts import Finding, LoadStep

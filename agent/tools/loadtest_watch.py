@@ -1,6 +1,6 @@
 """What the load test watches while a level runs: the engine's /metrics (through agent.sources.scrape), GPU memory
 (through agent.sources.nvml, where a driver is), and OOM / preemption events from the engine's log (through the
-project's parsers, agent.sources.saved) or from the agent's store.
+project's parsers, agent.offline.saved) or from the agent's store.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from agent.errors import AgentError
+from agent.offline.saved import scan_stream
 from agent.records import Event, EventKind, Server, ServerStats
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
-from agent.sources.saved import scan_stream
 from agent.sources.scrape import Scraper
 
 

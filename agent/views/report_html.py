@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from agent.views.report_data import MAX_POINTS, Report
+from agent.offline.report import MAX_POINTS, Report
 from agent.views.report_sections import header_lines, sections
 
 UPLOT_VERSION = "1.6.32"

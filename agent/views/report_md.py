@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from agent.views.report_data import Report
+from agent.offline.report import Report
 from agent.views.report_sections import header_lines, sections
 
 _SPECIAL = re.compile(r"([\\`*_\[\]|~])")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agent.views.report_data import Report, Spread
+from agent.offline.report import Report, Spread
 from agent.views.units import number, size, when
 
 MESSAGE_CHARS = 160

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.views.report_data import Report
+from agent.offline.report import Report
 from agent.views.report_sections import header_lines, sections
 
 _STYLE = {"critical": "bold red", "warning": "bold yellow", "ok": "bold green", "none": "bold"}

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from agent.judge.precedence import CATEGORY_ORDER, TITLES, headline
 
 if TYPE_CHECKING:
+    from agent.offline.report import CapacityLine, EngineLoad, KindLine, Window
     from agent.verdicts import Finding
-    from agent.views.report_data import CapacityLine, EngineLoad, KindLine, Window
 
 CATEGORIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("kv_exhausted", "KV cache exhausted", ("oom", "preemption")),

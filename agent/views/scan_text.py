@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent.inert import inert, printable
+from agent.offline.saved import FileScan
 from agent.records import CapacityFact, Event, Record, Server, ServerStats
-from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
 from agent.views.units import fact, when
 from agent.visibility import BlindSpot, log_blind_spots

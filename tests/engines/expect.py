@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.offline.saved import FileScan, scan_stream
 from agent.records import Event, EventKind, Server, occurrences
-from agent.sources.saved import FileScan, scan_stream
 from agent.views.scan_text import blind_spots
 from agent.views.summary import Summary, summarize
 

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from agent.offline.saved import scan_stream
 from agent.records import Event, Server, ServerStats
-from agent.sources.saved import scan_stream
 from tests.integration.blackbox import ROOT, Agent, append, line, lost_and_duplicated
 from tests.integration.test_daemon import wait_for
 

@@ -1,5 +1,5 @@
 """The load test against the SIMULATED engine, over real HTTP on 127.0.0.1 (port 0), and the project's
-own readers on what the simulator writes: agent.sources.saved (the vLLM parser) on its log, agent.sources.scrape on its
+own readers on what the simulator writes: agent.offline.saved (the vLLM parser) on its log, agent.sources.scrape on its
 /metrics. The simulator runs in a thread with its own event loop; the load test in the test's thread.
 """
 
@@ -22,8 +22,8 @@ import pytest
 from agent.capacity.budget import GIB, BudgetInputs, compute
 from agent.capacity.shapes import find_preset
 from agent.errors import AgentError
+from agent.offline.saved import scan_stream
 from agent.records import CapacityFact, Event, EventKind, Phase, Server, ServerStats
-from agent.sources.saved import scan_stream
 from agent.sources.scrape import Scraper
 from agent.tools.loadtest import LoadTestOptions, run, synthetic_payload
 from agent.tools.loadtest_report import LoadTestResult

@@ -126,8 +126,8 @@ def test_the_version_is_written_once() -> None:
 def test_scan_progress_reports_every_byte(tmp_path: Path, jobs: int) -> None:
     """The bar is told the bytes read as `scan` reads them (per refill with one job, per chunk with two),
     ending at the file's size."""
+    from agent.offline.parallel import scan_path
     from agent.records import Server
-    from agent.sources.parallel import scan_path
     from agent.views.summary import SummaryBuilder
 
     log = tmp_path / "big.log"

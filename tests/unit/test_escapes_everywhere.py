@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
-from agent.daemon.offline import load_logs
 from agent.inert import inert, printable
+from agent.offline.load import load_logs
 from agent.sinks.exporter import MetricsServer, Snapshot
 from agent.sinks.store import Store
 

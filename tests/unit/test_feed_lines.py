@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.offline.saved import located, stamp
 from agent.records import Record, Server
-from agent.sources.saved import located, stamp
 from parsers import make_parser
 
 from .conftest import LOGS, REF_TIME

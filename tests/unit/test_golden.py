@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from agent.offline.saved import FileScan, scan_stream
 from agent.records import CapacityFact, Event, ServerStats
-from agent.sources.saved import FileScan, scan_stream
 
 from .conftest import LOGS, REF_TIME
 

@@ -109,7 +109,7 @@ def test_among_lowers_the_severer_then_the_lower_number_governs() -> None:
 
 def test_advise_report_and_rules_accept_the_same_durations(tmp_path: Path) -> None:
     from agent.judge.vocabulary import seconds
-    from agent.views.report_data import parse_duration
+    from agent.offline.report import parse_duration
 
     db = tmp_path / "agent.db"
     store = Store.open(db)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.daemon.offline import load_logs
 from agent.errors import AgentError
+from agent.offline.load import load_logs
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
 

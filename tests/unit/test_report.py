@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.offline.report import MAX_POINTS, Window, gather
 from agent.records import Server, ServerStats
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
-from agent.views.report_data import MAX_POINTS, Window, gather
 from agent.views.report_html import safe_json
 from agent.views.report_md import md_escape
 from tests.report_scenarios import ENGINE, PLANTED, SCENARIOS, T0, build

@@ -322,8 +322,8 @@ def test_the_worked_example_in_the_docs_is_what_advise_prints(monkeypatch: pytes
 
 
 def test_evaluate_window_is_the_replay_report_reads(tmp_path: Path) -> None:
-    from agent.daemon.offline import load_logs
     from agent.judge.replay import evaluate_window
+    from agent.offline.load import load_logs
     from agent.sinks.queries import Queries
     from agent.sinks.store import Store
 

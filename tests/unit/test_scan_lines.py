@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.cli import app
+from agent.offline.parallel import chunks, scan_path
 from agent.records import Server
-from agent.sources.parallel import chunks, scan_path
 from agent.views.scan_progress import PROGRESS_MIN_BYTES, progress_bar, wants_progress
 from agent.views.scan_text import JsonlWriter
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.offline.parallel import chunks, scan_path
+from agent.offline.saved import FileScan, scan_stream
 from agent.records import Event, Record, Server, ServerStats
-from agent.sources.parallel import chunks, scan_path
-from agent.sources.saved import FileScan, scan_stream
 from agent.views.scan_text import JsonlWriter, render_text
 from agent.views.summary import NOTABLE_LIMIT, SummaryBuilder, summarize
 from parsers.vllm import VllmParser
@@ -80,7 +80,7 @@ def test_streamed_summary_equals_sorting_everything() -> None:
 
 @pytest.mark.parametrize("zone", ["America/New_York", "Europe/London", "Australia/Lord_Howe", "+05:30", "UTC"])
 def test_minute_cached_stamps_equal_datetime_across_dst(zone: str) -> None:
-    from agent.sources.saved import parse_tz
+    from agent.offline.saved import parse_tz
 
     tz = parse_tz(zone)
     ref = datetime(2026, 11, 29, tzinfo=timezone.utc).timestamp()

@@ -34,9 +34,9 @@ from datetime import tzinfo
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agent.offline.saved import Emit, FileScan, ended_before, feed_plain, file_newlines, no_newlines, scan_into, stamp
 from agent.records import Record, Server
 from agent.sources.bounded import open_saved
-from agent.sources.saved import Emit, FileScan, ended_before, feed_plain, file_newlines, no_newlines, scan_into, stamp
 from agent.views.scan_progress import Progress, counted
 from agent.views.scan_text import JsonlWriter
 from agent.views.summary import SummaryBuilder
@@ -327,7 +327,7 @@ def scan_path(path: Path, emit: Emit, server: Server, tz: tzinfo, jobs: int, jso
 
 
 def _is_plain(path: Path) -> bool:
-    from agent.sources.saved import detect_format
+    from agent.offline.saved import detect_format
 
     with open_saved(path) as handle:
         for raw in handle:

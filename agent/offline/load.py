@@ -16,10 +16,10 @@ from datetime import timezone, tzinfo
 from pathlib import Path
 
 from agent.errors import AgentError
+from agent.offline.saved import FileScan, scan_stream
 from agent.records import Server
 from agent.sinks.store import Store
 from agent.sources.bounded import open_saved
-from agent.sources.saved import FileScan, scan_stream
 
 
 def load_logs(paths: Sequence[Path], store: Store, *, server: Server = Server.AUTO,
