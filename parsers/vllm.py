@@ -17,12 +17,12 @@ import re
 from collections.abc import Callable, Iterable
 from datetime import timezone, tzinfo
 
-from agent.records import CapacityFact, EventKind, FieldValue, Phase, Record, Server, Severity
-from parsers import catalogued, families, gpu, http_access, kernel
-from parsers.prefix import Split
+from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
+from parsers import catalogued, families, gpu, http_access, kernel, vllm_stats
+from parsers.base import StreamParser
+from parsers.prefix import ANSI, Split
 from parsers.signature import Signature, hot, json_object, signature
 from parsers.vllm_facts import FACT_WORDS, GIB, line_facts
-from parsers.vllm_stats import VllmStats
 
 # Facts that only come once the engine has sized its KV cache: a start-up line after one of these begins
 # another start-up (a restart, or a second run appended to the same file).
@@ -150,7 +150,7 @@ _PREFIX = re.compile(
 _PREEMPT_WORD = "is preempted "  # "by" until 0.6.0, "in" from 0.6.1
 
 
-class VllmParser(VllmStats):
+class VllmParser(StreamParser):
     """One vLLM log stream (API server and engine processes interleaved, any era)."""
 
     server = Server.VLLM
@@ -174,6 +174,57 @@ class VllmParser(VllmStats):
         super().__init__(source, ref_time, tz)
         self._preempt_total: int | None = None
 
+    # ---- the stats line (read by parsers/vllm_stats.py; what it means for the stream is here) --------------
+    def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None,
+              line: int | None) -> list[Record]:
+        """The stats line is most of a busy vLLM log: behind vLLM's own prefix it is found with three `find`s
+        and one match, no split, no rules. Any other prefix takes the general path (`stats_line`)."""
+        i = text.find(vllm_stats.STATS_WORD)
+        if i < 0 or (records := self._behind_own_prefix(text, i, ts, path, offset, line)) is None:
+            return StreamParser._feed(self, text, ts, path, offset, line)
+        return records
+
+    def _behind_own_prefix(self, text: str, i: int, ts: float | None, path: str | None, offset: int | None,
+                           line: int | None) -> list[Record] | None:
+        """The records of a stats line whose fields start at `i` behind vLLM's own prefix (None for any other
+        line): the line is counted and dated as `_feed` would, and a new record ends its process's open one."""
+        if (prefix := vllm_stats.own_prefix(text, i)) is None:
+            return None
+        tag, stamp, start = prefix
+        if (m := vllm_stats.match(text, start)) is None:
+            return None
+        self.lines_seen += 1
+        if "\x1b" in tag:
+            tag = ANSI.sub("", tag)
+        if ts is None:
+            ts = self.yearless_text(stamp)
+        self._last_ts = ts
+        self._starting = False
+        out: list[Record] = []
+        if self._blocks:
+            self._continue_block(Split("", ts, "INFO", tag, stamp), out)
+        return out + self._sampled(*vllm_stats.sample(m, ts, self.source, path, offset, line), tag)
+
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        m = vllm_stats.match(split.msg)
+        read = (vllm_stats.sample(m, split.ts, self.source, path, offset) if m is not None else
+                vllm_stats.anywhere(split.msg, split.ts, split.level is not None, self.yearless, self.source, path,
+                                    offset))
+        return None if read is None else self._sampled(*read, split.tag)
+
+    def _sampled(self, stats: ServerStats, engine: str | None, tag: str) -> list[Record]:
+        """A sample's records: it, a `pending` event when its queue has just formed (each DP engine has its own
+        queue), and a preemption event when the line counted some."""
+        out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)
+        if stats.preemptions:
+            out.append(Event(
+                ts=stats.ts, source=self.source, server=Server.VLLM, kind=EventKind.PREEMPTION,
+                severity=Severity.WARNING, phase=Phase.RUNTIME,
+                message=f"{stats.preemptions} preemptions in the last stats interval",
+                fields={"count": stats.preemptions}, path=stats.path, offset=stats.offset, line=stats.line))
+        return out
+
+    # ---- the rest -----------------------------------------------------------------------------------------
     def split(self, text: str) -> Split:
         if text.startswith("{"):
             return self._split_json(text)

@@ -188,16 +188,16 @@ def test_an_access_line_after_a_request_text_is_read_as_feed_reads_it() -> None:
 ])
 def test_a_stats_line_is_read_once_whatever_its_prefix(line: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each prefix is tried once, and the fields are read once, by whichever path found them."""
-    from parsers.vllm_stats import VllmStats
+    from parsers import vllm_stats
 
     reads: list[int | None] = []
-    real = VllmStats._stats
+    real = vllm_stats.sample
 
-    def counted(self: VllmStats, *args: Any) -> list[Record]:
-        reads.append(args[4] if len(args) > 4 else None)
-        return real(self, *args)
+    def counted(*args: Any) -> Any:
+        reads.append(args[5] if len(args) > 5 else None)
+        return real(*args)
 
-    monkeypatch.setattr(VllmStats, "_stats", counted)
+    monkeypatch.setattr(vllm_stats, "sample", counted)
     parser = make_parser(Server.VLLM, "t", REF_TIME)
     (sample,) = parser.feed_batch([line], [0], "t.log", 5)
     assert len(reads) == 1 and sample.running == 44 and sample.waiting == 0  # type: ignore[union-attr]
