@@ -65,8 +65,7 @@ MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
 # A parser's attributes that are not behaviour (where it reads, caches, counters), and those `checkpoint` takes
 # apart to number their lines relatively.
-_NOT_STATE = frozenset({"source", "tz", "ref_time", "lines_seen", "_parse_errors", "_ts_cache", "_minutes",
-                        "_last_incident", "_blocks", "_waiting"})
+_NOT_STATE = frozenset({"source", "stamps", "lines_seen", "_parse_errors", "_last_incident", "_blocks", "_waiting"})
 
 
 @dataclass
@@ -80,7 +79,7 @@ class _Block:
     last_line_no: int = 0
 
 
-class StreamParser(Stamps):
+class StreamParser:
     """One log stream of one server. Subclasses give the prefix splitter, the signatures and the ready markers.
 
     `ref_time` (epoch seconds: the envelope time, or the file's mtime) supplies the year to time
@@ -98,16 +97,13 @@ class StreamParser(Stamps):
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         self.source = source
-        self.tz = tz
-        self.ref_time = ref_time
+        self.stamps = Stamps(ref_time, tz)  # the stream's time stamps → epoch seconds
         self.lines_seen = 0
         self._parse_errors = 0
         self._starting = False
         self._blocks: dict[str, _Block] = {}
         self._last_incident: dict[str, tuple[float | None, int]] = {}
         self._waiting: dict[str, int] = {}
-        self._ts_cache: tuple[str, float | None] = ("", None)
-        self._minutes: dict[object, float | None] = {}  # minute → epoch of its second 0
         self._last_ts: float | None = None
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
         self._engine_dead = False  # an engine death was seen and no restart since: a 5xx now is a casualty
@@ -176,7 +172,7 @@ class StreamParser(Stamps):
             text = text[cm.end():]
         if (text[:1] in MONTH_STARTS or text[1:2] in CJK_MONTH or text[2:3] in CJK_MONTH) and (
                 month := syslog_month(text)) is not None and (sm := SYSLOG.match(text)) is not None:
-            syslog_ts = self.yearless(month, int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
+            syslog_ts = self.stamps.yearless(month, int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
         elif (text[:5] == "[pod/" or (self.OUTER_STAMP and text[:1].isdigit())) and (
@@ -187,7 +183,7 @@ class StreamParser(Stamps):
             if not self.OUTER_STAMP and not text[end:end + 1].isdigit():
                 end = text.find("] ") + 2  # only the pod: the time after it is the line's own (TGI's)
             elif ts is None and om.group(1):
-                ts = self.rfc3339(om.group(1))
+                ts = self.stamps.rfc3339(om.group(1))
             text = text[end:]
         split = self.split(text)
         if self._request_lines and self._in_request(split):
@@ -251,9 +247,7 @@ class StreamParser(Stamps):
     def set_reference_time(self, ref_time: float) -> None:
         """Move the time that yearless stamps are placed near (a daemon calls this as its clock advances;
         the parser itself never reads a clock)."""
-        self.ref_time = ref_time
-        self._ts_cache = ("", None)
-        self._minutes.clear()
+        self.stamps.move(ref_time)
 
     def checkpoint(self) -> Checkpoint:
         """What decides this parser's future output, line numbers taken relative to its current line

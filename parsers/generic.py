@@ -39,10 +39,10 @@ class GenericParser(StreamParser):
             if lead is None:
                 return Split(text)
             g = lead.groups()
-            return Split(text, self.local(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]),
+            return Split(text, self.stamps.local(int(g[0]), int(g[1]), int(g[2]), int(g[3]), int(g[4]), int(g[5]),
                                           lead.group(0), timezone.utc if g[6] else None))
         sign = -1 if m.group(7) == "-" else 1
         tz = timezone(sign * timedelta(hours=int(m.group(8)), minutes=int(m.group(9))))
-        ts = self.local(int(m.group(3)), MONTHS[m.group(2)], int(m.group(1)), int(m.group(4)), int(m.group(5)),
+        ts = self.stamps.local(int(m.group(3)), MONTHS[m.group(2)], int(m.group(1)), int(m.group(4)), int(m.group(5)),
                         int(m.group(6)), m.group(0), tz)
         return Split(text, ts)

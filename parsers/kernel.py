@@ -60,4 +60,4 @@ class KernelParser(StreamParser):
         (`host: kern: warning: [2026-04-22T21:29:21.342163186Z]: NVRM: …`); syslog stamps are read before this."""
         i = text.find("NVRM")
         m = _ISO.search(text, 0, i) if i > 0 else None
-        return Split(text, self.rfc3339(m.group(1).replace(",", ".")) if m is not None else None)
+        return Split(text, self.stamps.rfc3339(m.group(1).replace(",", ".")) if m is not None else None)

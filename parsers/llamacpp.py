@@ -161,13 +161,13 @@ class LlamaCppParser(StreamParser):
             rest = text[m.end():]
             q = _QUOTED_MSG.match(rest)  # Ollama's own message is kept; other quoted values are redacted
             msg = q.group(1) + rest[q.end():] if q is not None else rest
-            return Split(msg, self.rfc3339(m.group(1)), level, "", None)
+            return Split(msg, self.stamps.rfc3339(m.group(1)), level, "", None)
         if (m := _GIN.match(text)) is not None:
-            ts = self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+            ts = self.stamps.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
                             int(m.group(6)), m.group(0))
             return Split(text, ts, "INFO", "gin", None)
         if (m := _GOLOG.match(text)) is not None:
-            ts = self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+            ts = self.stamps.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
                             int(m.group(6)), m.group(0))
             return Split(text[m.end():], ts, None, "", None)
         if (m := _TEXT_A.match(text)) is not None:

@@ -157,7 +157,7 @@ class SglangParser(StreamParser):
         ts = None
         if m.group(1):
             second = int(m.group(6)) + (int(m.group(7)) / 1000 if m.group(7) else 0.0)
-            ts = self.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+            ts = self.stamps.local(int(m.group(1)), int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
                             second, stamp)
         return Split(text[m.end():], ts, None, tag, ray + stamp)
 

@@ -4,7 +4,7 @@ A busy log has a new time stamp on almost every line, and a `datetime` per line 
 parse. So a stamp string is cached (the last one), and a minute is converted once: its second 0, and a
 second within it is that plus the second, when seconds 0 and 59 agree (same offset, same year) — a DST
 change or the year boundary inside the minute breaks that, and such a minute is converted per line.
-`StreamParser` (parsers/base.py) is one; it sets `ref_time`, `tz` and the caches.
+Every `StreamParser` (parsers/base.py) has one, `stamps`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,18 @@ class Stamps:
     in `tz` (the zone of local-time stamps)."""
 
     UTC: tzinfo = timezone.utc
-    ref_time: float | None
-    tz: tzinfo
-    _ts_cache: tuple[str, float | None]  # the last stamp string and its epoch
-    _minutes: dict[object, float | None]  # minute (its fields, or its text) → epoch of its second 0
+
+    def __init__(self, ref_time: float | None, tz: tzinfo) -> None:
+        self.ref_time = ref_time
+        self.tz = tz
+        self.last: tuple[str, float | None] = ("", None)  # the last stamp string converted, and its epoch
+        self._minutes: dict[object, float | None] = {}  # minute (its fields, or its text) → epoch of its second 0
+
+    def move(self, ref_time: float) -> None:
+        """Place yearless stamps near another time (the conversions cached so far no longer hold)."""
+        self.ref_time = ref_time
+        self.last = ("", None)
+        self._minutes.clear()
 
     def yearless(self, month: int, day: int, hour: int, minute: int, second: int, key: str) -> float | None:
         """Epoch seconds of a stamp without a year: the year of `ref_time`, or the one before when the
@@ -34,8 +42,8 @@ class Stamps:
         Converted once per minute, not per line: the minute's second 0 is converted, and a second within it
         is that plus the second, when seconds 0 and 59 agree (same offset, same year), which a DST change
         or the year boundary inside the minute would break (that minute is then converted per line)."""
-        if self._ts_cache[0] == key:
-            return self._ts_cache[1]
+        if self.last[0] == key:
+            return self.last[1]
         value: float | None
         mkey = (month, day, hour, minute)
         base = self._minutes.get(mkey, _UNKNOWN)
@@ -46,7 +54,7 @@ class Stamps:
             value = base + second
         else:
             value = self._yearless_at(month, day, hour, minute, second)
-        self._ts_cache = (key, value)
+        self.last = (key, value)
         return value
 
     def yearless_text(self, stamp: str) -> float | None:
@@ -87,8 +95,8 @@ class Stamps:
               key: str, tz: tzinfo | None = None) -> float | None:
         """Epoch seconds of a full local stamp in `tz` (default: the parser's zone), cached per string and
         converted once per minute (as `yearless`)."""
-        if self._ts_cache[0] == key:
-            return self._ts_cache[1]
+        if self.last[0] == key:
+            return self.last[1]
         zone = tz or self.tz
         whole = int(second)
         value: float | None
@@ -102,7 +110,7 @@ class Stamps:
         else:
             at = local_at(year, month, day, hour, minute, whole, zone)
             value = None if at is None else at + (second - whole)
-        self._ts_cache = (key, value)
+        self.last = (key, value)
         return value
 
     def rfc3339(self, text: str) -> float | None:

@@ -85,8 +85,8 @@ class TgiParser(StreamParser):
         if m is None:
             return Split(text)
         fraction = float("0." + m.group(8)) if m.group(8) else 0.0
-        ts = self.local(int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)), int(m.group(6)),
-                        int(m.group(7)) + fraction, m.group(1), self.UTC)
+        ts = self.stamps.local(int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)), int(m.group(6)),
+                        int(m.group(7)) + fraction, m.group(1), self.stamps.UTC)
         rest = text[m.end():]
         t = _TARGET.search(rest)
         target, msg = (t.group(1), rest[t.end():]) if t is not None else ("", rest)
@@ -103,7 +103,7 @@ class TgiParser(StreamParser):
         level = record.get("level")
         target = record.get("target")
         stamp = record.get("timestamp")
-        ts = self.rfc3339(stamp) if isinstance(stamp, str) else None
+        ts = self.stamps.rfc3339(stamp) if isinstance(stamp, str) else None
         return Split(msg if isinstance(msg, str) else "", ts, level if isinstance(level, str) else None,
                      target if isinstance(target, str) else "", stamp if isinstance(stamp, str) else None)
 

@@ -197,7 +197,7 @@ class VllmParser(StreamParser):
         if "\x1b" in tag:
             tag = ANSI.sub("", tag)
         if ts is None:
-            ts = self.yearless_text(stamp)
+            ts = self.stamps.yearless_text(stamp)
         self._last_ts = ts
         self._starting = False
         out: list[Record] = []
@@ -208,8 +208,8 @@ class VllmParser(StreamParser):
     def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
         m = vllm_stats.match(split.msg)
         read = (vllm_stats.sample(m, split.ts, self.source, path, offset) if m is not None else
-                vllm_stats.anywhere(split.msg, split.ts, split.level is not None, self.yearless, self.source, path,
-                                    offset))
+                vllm_stats.anywhere(split.msg, split.ts, split.level is not None, self.stamps.yearless, self.source,
+                                    path, offset))
         return None if read is None else self._sampled(*read, split.tag)
 
     def _sampled(self, stats: ServerStats, engine: str | None, tag: str) -> list[Record]:
@@ -238,13 +238,13 @@ class VllmParser(StreamParser):
         level = m.group(2)
         if level:
             stamp = m.group(3)
-            cached, ts = self._ts_cache
+            cached, ts = self.stamps.last
             if stamp != cached:
-                ts = self.yearless(int(m.group(4)), int(m.group(5)), int(m.group(6)), int(m.group(7)),
+                ts = self.stamps.yearless(int(m.group(4)), int(m.group(5)), int(m.group(6)), int(m.group(7)),
                                    int(m.group(8)), stamp)
             return Split(msg, ts, level, tag, tag + level + stamp + m.group(9))
         if m.group(10):
-            ts = self.local(int(m.group(11)), int(m.group(12)), int(m.group(13)), int(m.group(14)),
+            ts = self.stamps.local(int(m.group(11)), int(m.group(12)), int(m.group(13)), int(m.group(14)),
                             int(m.group(15)), int(m.group(16)), m.group(10))
             return Split(msg, ts, m.group(17), tag, f"{tag}{m.group(17)}{m.group(10)}{m.group(18)}")
         return Split(msg, tag=tag)
@@ -257,7 +257,7 @@ class VllmParser(StreamParser):
         level = record.get("levelname")
         stamp = record.get("asctime")
         tag = f'{record.get("processName")} pid={record.get("process")}'
-        ts = self.rfc3339(stamp.replace(",", ".")) if isinstance(stamp, str) else None
+        ts = self.stamps.rfc3339(stamp.replace(",", ".")) if isinstance(stamp, str) else None
         return Split(record["message"], ts, level if isinstance(level, str) else None, tag,
                      f"{tag}{level}{stamp}{record.get('name')}")
 

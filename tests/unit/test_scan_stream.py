@@ -95,12 +95,12 @@ def test_minute_cached_stamps_equal_datetime_across_dst(zone: str) -> None:
     for naive in moments:
         for m in (naive, naive.replace(hour=(naive.hour + 1) % 24)):
             stamp = m.strftime("%m-%d %H:%M:%S")
-            expected = parser._yearless_at(m.month, m.day, m.hour, m.minute, m.second)
-            got = parser.yearless(m.month, m.day, m.hour, m.minute, m.second, stamp)
+            expected = parser.stamps._yearless_at(m.month, m.day, m.hour, m.minute, m.second)
+            got = parser.stamps.yearless(m.month, m.day, m.hour, m.minute, m.second, stamp)
             assert got == expected, (zone, stamp)
             full = m.strftime("%Y-%m-%d %H:%M:%S") + ".25"
             want = datetime(m.year, m.month, m.day, m.hour, m.minute, m.second, tzinfo=tz).timestamp() + 0.25
-            assert parser.local(m.year, m.month, m.day, m.hour, m.minute, m.second + 0.25, full) == want
+            assert parser.stamps.local(m.year, m.month, m.day, m.hour, m.minute, m.second + 0.25, full) == want
 
 
 # ---- --jobs --------------------------------------------------------------------------------------
