@@ -21,8 +21,9 @@ the agent was down is found and finished), and rotated siblings written while it
 The loop never sleeps: `poll(now)` does one bounded step, and the caller waits (inotify or a timer).
 
 This module is the loop (reading, truncation, rotation, cursors); file identities and fingerprints are
-in `identity`, the state and file opening in `tailstate`, finding files again after a restart and
-among rotation siblings in `refind`, and reading compressed rotations in `compressed`.
+in `identity`, the state and file opening in `tailstate` (the tailer's `state`), finding files again after a
+restart and among rotation siblings in `refind` (its `refinder`, on the same state), and reading compressed
+rotations in `compressed`.
 """
 
 from __future__ import annotations
@@ -54,18 +55,39 @@ from agent.sources.identity import (
 )
 from agent.sources.patterns import unmatched_problems
 from agent.sources.refind import Refinder
-from agent.sources.tailstate import MAX_BYTES_PER_POLL, MAX_LINES_PER_POLL, START_MARKER, TailOptions, TailOut
+from agent.sources.tailstate import (
+    MAX_BYTES_PER_POLL,
+    MAX_LINES_PER_POLL,
+    START_MARKER,
+    TailerState,
+    TailOptions,
+    TailOut,
+)
 
 log = logging.getLogger("deepinfer.tailer")
 
 
-class FileTailer(Refinder):
+class FileTailer:
     """Follows one glob; `poll(now)` returns a `SourceBatch` to commit, `stats()` the self-metrics.
 
     `cursors` are the source's stored cursors (`Store.cursors(name)`); with none, this is the source's
     first run and files already present start at `options.start_at`. Every file found later, and every
-    file found after a restart, is read from its beginning.
+    file found after a restart, is read from its beginning. The tailer has its state (`TailerState`) and a
+    `Refinder` that finds files again on it.
     """
+
+    def __init__(self, name: str, pattern: str, options: TailOptions, cursors: Sequence[Cursor] = (),
+                 exclude: Collection[str] = ()) -> None:
+        self.state = TailerState(name, pattern, options, cursors, exclude)
+        self.refinder = Refinder(self.state)
+
+    @property
+    def name(self) -> str:
+        return self.state.name
+
+    @property
+    def options(self) -> TailOptions:
+        return self.state.options
 
     @classmethod
     def from_section(cls, section: SourceSection, cursors: Sequence[Cursor] = (),
@@ -86,52 +108,52 @@ class FileTailer(Refinder):
         waits, it is stored in cursors and compared with file modification times after a restart.
         """
         out = TailOut()
-        if not self._started:
-            self._started = True
-            self._restore(now)
-            if self._first_run:
-                out.cursors.append(Cursor(self.name, self.pattern, 0, 0, "0:", 0, START_MARKER, now))
+        if not self.state.started:
+            self.state.started = True
+            self.refinder.restore(now)
+            if self.state.first_run:
+                out.cursors.append(Cursor(self.state.name, self.state.pattern, 0, 0, "0:", 0, START_MARKER, now))
         more = False
-        share = max(1, len(self._open))
-        self._budget = max(READ_CHUNK_BYTES, MAX_BYTES_PER_POLL // share)
-        self._line_budget = max(100, MAX_LINES_PER_POLL // share)
-        out.expired.extend(self._drop)
-        self._drop.clear()
-        for f in list(self._open.values()):
+        share = max(1, len(self.state.files))
+        self.state.budget = max(READ_CHUNK_BYTES, MAX_BYTES_PER_POLL // share)
+        self.state.line_budget = max(100, MAX_LINES_PER_POLL // share)
+        out.expired.extend(self.state.drop)
+        self.state.drop.clear()
+        for f in list(self.state.files.values()):
             more |= self._service(f, now, out)
         more |= self._discover(now, out)
         self._expire(now, out)
-        self._lag = sum(self._size(f) - f.read_pos for f in self._open.values())
-        for f in self._open.values():
+        self.state.lag = sum(self.state.size(f) - f.read_pos for f in self.state.files.values())
+        for f in self.state.files.values():
             self._cursor(f, now, out)
-        self._last_now = now
+        self.state.last_now = now
         return SourceBatch(tuple(out.lines), tuple(out.cursors), tuple(out.expired), more)
 
     def close(self, now: float) -> SourceBatch:
         """Flush held partial lines (shutdown) and close every file; commit the returned batch."""
         out = TailOut()
-        for f in list(self._open.values()):
+        for f in list(self.state.files.values()):
             self._flush(f, out)
             self._cursor(f, now, out)
             os.close(f.fd)
-        self._open.clear()
+        self.state.files.clear()
         return SourceBatch(tuple(out.lines), tuple(out.cursors))
 
     def stats(self) -> SourceStats:
         """The self-metrics snapshot the metrics module exports (`deepinfer_source_*`)."""
-        c = self._count
-        return SourceStats(self.name, self._up, len(self._open), c["lines"], c["bytes"], c["rotations"],
+        state, c = self.state, self.state.count
+        return SourceStats(state.name, state.up, len(state.files), c["lines"], c["bytes"], c["rotations"],
                            c["truncations"], c["read_errors"], c["partial_flushes"], c["invalid_utf8"],
-                           c["truncated_lines"], c["framing_errors"], 0, self._lag, self._down_reason,
+                           c["truncated_lines"], c["framing_errors"], 0, state.lag, state.down_reason,
                            c["emfile"])
 
     def watch_dirs(self) -> set[str]:
         """Directories whose changes should wake the loop: the glob's fixed part and every open file's."""
-        fixed = Path(self.pattern)
+        fixed = Path(self.state.pattern)
         while glob.has_magic(str(fixed)):
             fixed = fixed.parent
         dirs = {fixed if fixed.is_dir() else fixed.parent}
-        for f in self._open.values():
+        for f in self.state.files.values():
             dirs.add(Path(f.path).parent)
             dirs.add(Path(f.path).resolve().parent)
         return {str(d) for d in dirs if d.is_dir()}
@@ -141,19 +163,19 @@ class FileTailer(Refinder):
     def _discover(self, now: float, out: TailOut) -> bool:
         """Notice rotations of live files, then open (and read) files the glob names that are not open yet;
         True when a new file has more to read than one poll's budget."""
-        for f in list(self._open.values()):
-            if f.rotated_at is None and not self._names_file(f.path, f):
+        for f in list(self.state.files.values()):
+            if f.rotated_at is None and not self.state.names_file(f.path, f):
                 f.rotated_at = now
-                self._count["rotations"] += 1
-        live = {(f.dev, f.inode) for f in self._open.values()}
-        retired = {(c.dev, c.inode): key for key, (c, _) in self._retired.items()}
+                self.state.count["rotations"] += 1
+        live = {(f.dev, f.inode) for f in self.state.files.values()}
+        retired = {(c.dev, c.inode): key for key, (c, _) in self.state.retired.items()}
         more = False
-        self._named = set()
-        paths = self._glob()
+        self.state.named = set()
+        paths = self.state.glob()
         reasons = self._pattern_problems(paths)
-        own = self.own_ids()
+        own = self.state.own_ids()
         for path in paths:
-            if os.path.realpath(path) in self._exclude:
+            if os.path.realpath(path) in self.state.exclude:
                 reasons.append(f"{path} is the agent's own store: not read")
                 continue
             try:
@@ -166,19 +188,19 @@ class FileTailer(Refinder):
                 reasons.append(f"{path} is the agent's own store (a hard link to it): not read")
                 continue
             if not stat.S_ISREG(st.st_mode):
-                if not glob.has_magic(self.pattern):
+                if not glob.has_magic(self.state.pattern):
                     reasons.append(f"{path} is " + ("a directory" if stat.S_ISDIR(st.st_mode)
                                                     else "not a regular file"))
                 continue
             ident = (st.st_dev, st.st_ino)
-            self._named.add(ident)
+            self.state.named.add(ident)
             if ident in live:
                 continue
-            at_end = self._first_run and self._first_discovery and self.options.start_at == "end"
+            at_end = self.state.first_run and self.state.first_discovery and self.state.options.start_at == "end"
             offset = None if at_end else 0
-            new = self._open_at(path, now, key=None, offset=offset)
+            new = self.state.open_at(path, now, key=None, offset=offset)
             if new is None:
-                reasons.append(f"{path}: {self._failed_paths.get(path) or 'cannot open'}")
+                reasons.append(f"{path}: {self.state.failed_paths.get(path) or 'cannot open'}")
                 continue
             ident = (new.dev, new.inode)  # the handle's identity, in case the path moved since stat
             if ident in live:
@@ -192,27 +214,27 @@ class FileTailer(Refinder):
                 os.close(new.fd)
                 continue
             if ident in retired:
-                old = self._retired[retired[ident]][0]
+                old = self.state.retired[retired[ident]][0]
                 if fingerprint_length(old.fingerprint) > 0 and fingerprint_matches(new.fd, old.fingerprint):
                     # a finished file the glob also names (an empty fingerprint proves nothing: read it)
                     os.close(new.fd)
-                    self._retired[retired[ident]] = (old, now)
+                    self.state.retired[retired[ident]] = (old, now)
                     continue
-                del self._retired[retired[ident]]  # inode reused by a new file
-                if old.file_key not in self._open:  # (unless its copy is still being drained)
+                del self.state.retired[retired[ident]]  # inode reused by a new file
+                if old.file_key not in self.state.files:  # (unless its copy is still being drained)
                     out.expired.append(old)
-            self._open[new.key] = new
+            self.state.files[new.key] = new
             live.add(ident)
-            self._catch_up(path, now)
+            self.refinder.catch_up(path, now)
             more |= self._service(new, now, out)
-        self._first_discovery = False
+        self.state.first_discovery = False
         reason = "; ".join(dict.fromkeys(reasons))[:300]
-        if reason and reason != self._down_reason:
-            log.warning("source %s is down: %s", self.name, reason)
-        elif not reason and self._down_reason:
-            log.info("source %s is up again", self.name)
-        self._up = not reasons
-        self._down_reason = reason
+        if reason and reason != self.state.down_reason:
+            log.warning("source %s is down: %s", self.state.name, reason)
+        elif not reason and self.state.down_reason:
+            log.info("source %s is up again", self.state.name)
+        self.state.up = not reasons
+        self.state.down_reason = reason
         return more
 
     def _copy_of_live(self, new: TailedFile) -> bool:
@@ -224,7 +246,7 @@ class FileTailer(Refinder):
         base = name.with_name(rotation_base(name.name))
         if base == name:
             return False
-        live = [o for o in self._open.values() if o.rotated_at is None and Path(o.path) == base]
+        live = [o for o in self.state.files.values() if o.rotated_at is None and Path(o.path) == base]
         if not live:
             return False
         try:
@@ -247,7 +269,7 @@ class FileTailer(Refinder):
         return False
 
     def _pattern_problems(self, paths: Sequence[str]) -> list[str]:
-        return unmatched_problems(self.pattern) if not paths else []
+        return unmatched_problems(self.state.pattern) if not paths else []
 
     # --- reading ------------------------------------------------------------------------------------------
 
@@ -268,20 +290,20 @@ class FileTailer(Refinder):
                 self._truncated(f, now, out)
                 return True
         except OSError:
-            self._count["read_errors"] += 1
+            self.state.count["read_errors"] += 1
             return False
         if st.st_mtime_ns != f.mtime_ns and f.rotated_at is None and (got == 0 or length < FINGERPRINT_BYTES):
             # Changed but no bigger, or changed while too short for its fingerprint to notice a rewrite:
             # it may have been written and copytruncated between two polls, leaving bytes we never saw
             # only in a rotated sibling.
-            self._catch_up(f.path, now)
+            self.refinder.catch_up(f.path, now)
         f.mtime_ns = st.st_mtime_ns
         quiet = now - f.last_growth
-        if got == 0 and quiet >= self.options.partial_flush_seconds and f.lines.holding():
-            self._count["partial_flushes"] += 1
+        if got == 0 and quiet >= self.state.options.partial_flush_seconds and f.lines.holding():
+            self.state.count["partial_flushes"] += 1
             self._flush(f, out)
         if f.rotated_at is not None and got == 0 and now - max(f.last_growth, f.rotated_at) >= \
-                self.options.rotate_wait_seconds:
+                self.state.options.rotate_wait_seconds:
             self._retire(f, now, out)
         return f.read_pos < size
 
@@ -295,20 +317,20 @@ class FileTailer(Refinder):
         still start as it did and still hold, just before the chunk, the bytes this tailer read there
         (kept in memory, never read back, so `near` always describes what was delivered). A chunk that
         fails is dropped; the caller finishes the old bytes from the copy."""
-        got, line_limit = 0, len(out.lines) + self._line_budget
+        got, line_limit = 0, len(out.lines) + self.state.line_budget
         before = b""  # the ≤ NEAR_BYTES bytes before f.read_pos as read (checked against f.near first)
 
         def emit(frame: Frame, offset: int) -> None:
             self._deliver(f, frame, offset, out)
 
         def emit_plain(texts: list[str], offsets: list[int]) -> None:
-            name, path, key = self.name, f.path, f.key
+            name, path, key = self.state.name, f.path, f.key
             out.lines.extend([log_line(name, path, offset, text, None, None, False, key)
                               for text, offset in zip(texts, offsets, strict=True)])
-            self._count["lines"] += len(texts)
+            self.state.count["lines"] += len(texts)
 
         torn = False
-        while got < self._budget and f.read_pos < size and len(out.lines) < line_limit:
+        while got < self.state.budget and f.read_pos < size and len(out.lines) < line_limit:
             data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
             if not data:
                 break
@@ -328,16 +350,16 @@ class FileTailer(Refinder):
                 break
         if got:
             f.last_growth = now
-            self._count["bytes"] += got
+            self.state.count["bytes"] += got
             f.near = near_hash(before, f.read_pos)
         return -1 if torn else got
 
     def _deliver(self, f: TailedFile, frame: Frame, offset: int, out: TailOut) -> None:
-        out.lines.append(log_line(self.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
+        out.lines.append(log_line(self.state.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
                                   f.key))
-        self._count["lines"] += 1
+        self.state.count["lines"] += 1
         if frame.truncated:
-            self._count["truncated_lines"] += 1
+            self.state.count["truncated_lines"] += 1
 
     def _flush(self, f: TailedFile, out: TailOut) -> None:
         """Deliver the unfinished line as it is (quiet for long enough, or shutting down)."""
@@ -346,21 +368,21 @@ class FileTailer(Refinder):
     def _truncated(self, f: TailedFile, now: float, out: TailOut) -> None:
         """copytruncate: finish the unread tail from the copy, then read this file again from 0. A file cut in
         place below the cursor (no copy, same first bytes) is read on from its new end: it kept lines read."""
-        self._count["truncations"] += 1
+        self.state.count["truncations"] += 1
         # (no `near`: the bytes before the cursor are gone from this file; the copy is known by its start)
-        old = Cursor(self.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now)
-        size = self._size(f)
+        old = Cursor(self.state.name, f.real, f.dev, f.inode, f.fp, f.committed(), f.key, now)
+        size = self.state.size(f)
         cut_in_place = (FINGERPRINT_BYTES <= size < f.read_pos and fingerprint_length(f.fp) == FINGERPRINT_BYTES
                         and fingerprint_matches(f.fd, f.fp))
-        del self._open[f.key]
+        del self.state.files[f.key]
         f.key = f"{f.dev}:{f.inode}:{secrets.token_hex(6)}"
-        self._open[f.key] = f
+        self.state.files[f.key] = f
         start = 0
-        if self._recover_from_copy(old, now) is None:
+        if self.refinder.recover_from_copy(old, now) is None:
             out.expired.append(old)
-            self._catch_up(f.path, now)
+            self.refinder.catch_up(f.path, now)
             start = size if cut_in_place else 0  # (a line the cut ended in was delivered whole before)
-        self._restart_at(f, start)
+        self.state.restart_at(f, start)
         f.fp = fingerprint(f.fd, FINGERPRINT_BYTES)
         f.emitted = None
 
@@ -369,19 +391,19 @@ class FileTailer(Refinder):
         self._flush(f, out)
         self._cursor(f, now, out)
         os.close(f.fd)
-        del self._open[f.key]
-        self._retired[f.key] = (self._cursor_of(f, now), now)
+        del self.state.files[f.key]
+        self.state.retired[f.key] = (self._cursor_of(f, now), now)
 
     def _expire(self, now: float, out: TailOut) -> None:
-        grace = self.options.cursor_grace_seconds
-        for key, (cursor, since) in list(self._retired.items()):
-            if (cursor.dev, cursor.inode) in self._named:
+        grace = self.state.options.cursor_grace_seconds
+        for key, (cursor, since) in list(self.state.retired.items()):
+            if (cursor.dev, cursor.inode) in self.state.named:
                 # A finished file the glob still names (`logs/*` with rotated files): forgetting it
                 # would read it again from the start.
-                self._retired[key] = (cursor, now)
+                self.state.retired[key] = (cursor, now)
                 continue
             if now - since >= grace:
-                del self._retired[key]
+                del self.state.retired[key]
                 out.expired.append(cursor)
 
     def _cursor(self, f: TailedFile, now: float, out: TailOut) -> None:
@@ -396,4 +418,4 @@ class FileTailer(Refinder):
             near = f.near if offset == f.read_pos and f.near else near_fingerprint(f.fd, offset)
         except OSError:
             near = ""
-        return Cursor(self.name, f.real, f.dev, f.inode, f.fp, offset, f.key, now, near)
+        return Cursor(self.state.name, f.real, f.dev, f.inode, f.fp, offset, f.key, now, near)

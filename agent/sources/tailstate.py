@@ -62,7 +62,8 @@ class TailOut:
 
 
 class TailerState:
-    """A tailer's files and counters, and the helpers every part of it opens and places files with."""
+    """A tailer's files and counters, and the helpers it opens and places files with: what `FileTailer` (the
+    loop) and its `Refinder` (files found again) share, so each has it rather than deriving from it."""
 
     def __init__(self, name: str, pattern: str, options: TailOptions, cursors: Sequence[Cursor] = (),
                  exclude: Collection[str] = ()) -> None:
@@ -71,28 +72,28 @@ class TailerState:
         self.options = options
         # Files never to open (the agent's own store and its -wal/-shm: reading them would feed the
         # agent its own writes, and closing a descriptor of them drops SQLite's locks).
-        self._exclude = {os.path.realpath(Path(p).expanduser()) for p in exclude}
+        self.exclude = {os.path.realpath(Path(p).expanduser()) for p in exclude}
         # A cursor with an empty file_key is the source's start marker: it records that the source has
         # run before (so files found later are read from their start) and when it last looked.
-        self._restored = [c for c in cursors if c.file_key != START_MARKER]
-        self._first_run = not cursors
-        self._started = False
-        self._open: dict[str, TailedFile] = {}
-        self._retired: dict[str, tuple[Cursor, float]] = {}
-        self._count: Counter[str] = Counter()
-        self._up = True
-        self._lag = 0
-        self._failed_paths: dict[str, str] = {}  # path → why it cannot be opened
-        self._drop: list[Cursor] = []  # cursors found stale at restart (their file was rewritten): delete
-        self._named: set[tuple[int, int]] = set()  # identities the glob named at the last discovery
-        self._down_reason = ""
-        self._first_discovery = True
-        self._budget = MAX_BYTES_PER_POLL  # bytes each file may read in this poll (set per poll)
-        self._line_budget = MAX_LINES_PER_POLL  # and lines it may read (a batch of tiny lines stays small)
+        self.restored = [c for c in cursors if c.file_key != START_MARKER]
+        self.first_run = not cursors
+        self.started = False
+        self.files: dict[str, TailedFile] = {}
+        self.retired: dict[str, tuple[Cursor, float]] = {}
+        self.count: Counter[str] = Counter()
+        self.up = True
+        self.lag = 0
+        self.failed_paths: dict[str, str] = {}  # path → why it cannot be opened
+        self.drop: list[Cursor] = []  # cursors found stale at restart (their file was rewritten): delete
+        self.named: set[tuple[int, int]] = set()  # identities the glob named at the last discovery
+        self.down_reason = ""
+        self.first_discovery = True
+        self.budget = MAX_BYTES_PER_POLL  # bytes each file may read in this poll (set per poll)
+        self.line_budget = MAX_LINES_PER_POLL  # and lines it may read (a batch of tiny lines stays small)
         # When the tailer last looked (the previous poll, or the newest stored cursor); None on a first run.
-        self._last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
+        self.last_now: float | None = max((c.seen_seconds for c in cursors), default=None)
 
-    def _glob(self) -> list[str]:
+    def glob(self) -> list[str]:
         """The paths the pattern names now, in a stable order, compressed rotations left out."""
         paths = glob.glob(self.pattern)  # noqa: PTH207 (an absolute user glob; Path.glob takes relative ones)
         return sorted(p for p in paths if not p.endswith(COMPRESSED_SUFFIXES))
@@ -101,13 +102,13 @@ class TailerState:
         """(device, inode) of the agent's own store files as they are now: a hard link to one (or a copy
         of the name through a bind mount) is the same file under a name `_exclude` does not list."""
         ids = set()
-        for p in self._exclude:
+        for p in self.exclude:
             with contextlib.suppress(OSError):
                 st = os.stat(p)  # noqa: PTH116 (a hot path: no Path object per call)
                 ids.add((st.st_dev, st.st_ino))
         return ids
 
-    def _open_at(self, path: str, now: float, key: str | None, offset: int | None) -> TailedFile | None:
+    def open_at(self, path: str, now: float, key: str | None, offset: int | None) -> TailedFile | None:
         """Open `path` read-only and identify it by fstat; offset None means "at the last complete line".
         The agent's own store is never opened, under any name (closing a descriptor of it would drop
         SQLite's locks), so it is told by stat first."""
@@ -117,41 +118,41 @@ class TailerState:
                 return None
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as exc:
-            if path not in self._failed_paths:  # counted once per failure, retried every poll
-                self._count["read_errors"] += 1
+            if path not in self.failed_paths:  # counted once per failure, retried every poll
+                self.count["read_errors"] += 1
                 if exc.errno == errno.EMFILE:
-                    self._count["emfile"] += 1
-            self._failed_paths[path] = exc.strerror or str(exc)
+                    self.count["emfile"] += 1
+            self.failed_paths[path] = exc.strerror or str(exc)
             return None
-        self._failed_paths.pop(path, None)
+        self.failed_paths.pop(path, None)
         try:
             st = os.fstat(fd)
-            start = self._last_line_end(fd, st.st_size) if offset is None else offset
+            start = self.last_line_end(fd, st.st_size) if offset is None else offset
             fp = fingerprint(fd, FINGERPRINT_BYTES)
         except OSError:
             os.close(fd)
-            self._count["read_errors"] += 1
+            self.count["read_errors"] += 1
             return None
         f = TailedFile(fd, path, st.st_dev, st.st_ino, key or f"{st.st_dev}:{st.st_ino}:{secrets.token_hex(6)}",
-                  fp, start, self._assembler(start), last_growth=now, mtime_ns=st.st_mtime_ns,
+                  fp, start, self.assembler(start), last_growth=now, mtime_ns=st.st_mtime_ns,
                   real=str(Path(path).resolve()))
         with contextlib.suppress(OSError):
             f.near = near_fingerprint(fd, start)
         return f
 
-    def _assembler(self, start: int) -> LineAssembler:
-        return LineAssembler(self.options.fmt, self.options.max_line_bytes, self._count, start)
+    def assembler(self, start: int) -> LineAssembler:
+        return LineAssembler(self.options.fmt, self.options.max_line_bytes, self.count, start)
 
-    def _restart_at(self, f: TailedFile, offset: int) -> None:
+    def restart_at(self, f: TailedFile, offset: int) -> None:
         """Read `f` from `offset` on, forgetting any unfinished line."""
         f.read_pos = offset
-        f.lines = self._assembler(offset)
+        f.lines = self.assembler(offset)
         try:
             f.near = near_fingerprint(f.fd, offset)
         except OSError:
             f.near = ""
 
-    def _last_line_end(self, fd: int, size: int) -> int:
+    def last_line_end(self, fd: int, size: int) -> int:
         """Where a first run starting "at the end" begins: after the last newline, not mid-line."""
         tail_start = max(0, size - READ_CHUNK_BYTES)
         tail = os.pread(fd, size - tail_start, tail_start)
@@ -159,7 +160,7 @@ class TailerState:
         return tail_start + cut + 1 if cut >= 0 else size
 
     @staticmethod
-    def _names_file(path: str, f: TailedFile) -> bool:
+    def names_file(path: str, f: TailedFile) -> bool:
         try:
             st = Path(path).stat()
         except OSError:
@@ -167,7 +168,7 @@ class TailerState:
         return (st.st_dev, st.st_ino) == (f.dev, f.inode)
 
     @staticmethod
-    def _size(f: TailedFile) -> int:
+    def size(f: TailedFile) -> int:
         try:
             return os.fstat(f.fd).st_size
         except OSError:
