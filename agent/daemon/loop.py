@@ -21,7 +21,7 @@ from agent.buildinfo import read_build_info
 from agent.capacity.budget import Budget
 from agent.capacity.capacity import Capacity, budget_or_reason, capacity_of, paper_budget
 from agent.config import Config, SourceSection, shipped_rules_dir
-from agent.daemon.streams import Latest, LogStream
+from agent.daemon.streams import LogStream, NewestSamples
 from agent.daemon.totals import Totals
 from agent.daemon.witnesses import counted_once
 from agent.errors import AgentError
@@ -56,7 +56,7 @@ _SOURCE_COUNTERS = {attr: f"source_{attr}" for attr in (
 
 
 @dataclass
-class Intake:
+class IngestResult:
     """What one ingest stage read: records, the cursors of their bytes, cursors to expire, more waiting."""
 
     records: list[StoredRecord] = field(default_factory=list)
@@ -79,7 +79,7 @@ class Daemon:
         self._nvml: GpuPoller | None = None
         self._nvml_due = 0.0
         self._prune_due = 0.0
-        self._latest = Latest()
+        self._latest = NewestSamples()
         self.totals = Totals({})
         self._started_at = time.time()
         self._build_info = read_build_info()
@@ -168,36 +168,36 @@ class Daemon:
     def run_once(self, now: float) -> bool:
         """One step, the four stages in order; True when a source stopped at its read budget and more is
         waiting (the caller polls again at once instead of sleeping)."""
-        intake = self.ingest(now)
-        self.commit(intake, now)
+        ingested = self.ingest(now)
+        self.commit(ingested, now)
         self.commit_findings(self.judge(now), now)
         self.publish(now)
-        return intake.more
+        return ingested.more
 
-    def ingest(self, now: float) -> Intake:
+    def ingest(self, now: float) -> IngestResult:
         """Stage 1: poll the scrapers, read and parse every source (counts: one witness, witnesses.py), NVML."""
         self._open_sources(now)
-        intake = Intake()
+        ingested = IngestResult()
         for scraper in self._scrapers:  # first, so a log does not count again what its engine's scrape counts
-            intake.records.extend(scraper.poll(now))
+            ingested.records.extend(scraper.poll(now))
         scraped = {s.source: s.counted() for s in self._scrapers}
         for src in self._sources or ():
             batch = src.reader.poll(now)
-            intake.records.extend(counted_once(src.feed(batch.lines), scraped))
+            ingested.records.extend(counted_once(src.feed(batch.lines), scraped))
             if batch.lines:
                 src.last_line_at, src.flushed = now, False
             elif not src.flushed and now - src.last_line_at >= QUIET_FLUSH_SECONDS:
-                intake.records.extend(counted_once(src.flush(), scraped))
+                ingested.records.extend(counted_once(src.flush(), scraped))
                 src.flushed = True
-            intake.cursors.extend(src.persistable(batch.cursors))
-            intake.expired.extend(batch.expired)
-            intake.more = intake.more or batch.more
-        intake.records.extend(self._poll_nvml(now))
-        return intake
+            ingested.cursors.extend(src.persistable(batch.cursors))
+            ingested.expired.extend(batch.expired)
+            ingested.more = ingested.more or batch.more
+        ingested.records.extend(self._poll_nvml(now))
+        return ingested
 
-    def commit(self, intake: Intake, now: float) -> CommitResult:
+    def commit(self, ingested: IngestResult, now: float) -> CommitResult:
         """Stage 2: records with the cursors of their bytes in one transaction; counters follow what was new."""
-        result = self._commit(intake.records, intake.cursors, intake.expired, now)
+        result = self._commit(ingested.records, ingested.cursors, ingested.expired, now)
         if now >= self._prune_due:
             self._prune_due = now + PRUNE_EVERY_SECONDS
             self._writer.prune(now)

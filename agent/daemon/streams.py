@@ -3,7 +3,7 @@
 A `LogStream` pairs one source's reader with its parsers — one per engine instance, so each file a
 glob matches (a container, a pod) is its own engine with its own name and open tracebacks — and
 decides how far the cursor may be persisted while a parser still holds lines back (an open traceback);
-`Latest` holds the newest sample of everything for the exporter and `status`.
+`NewestSamples` holds the newest sample of everything for the exporter and `status`.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ _GAUGES = ("running", "waiting", "swapped", "kv_usage_ratio", "prompt_tps", "gen
 
 
 @dataclass
-class Latest:
+class NewestSamples:
     """What the exporter and `status` show: the newest sample of everything."""
 
     servers: dict[str, ServerStats] = field(default_factory=dict)

@@ -103,7 +103,7 @@ Emit = Callable[[list[Record], Server], None]  # a line's records, and the serve
 Newlines = Callable[[int, int], int | None]  # newlines in the file's bytes [a, b); None when they cannot be read again
 
 
-class Remembered:
+class RecentLineStarts:
     """The lines of a stream that cannot be read again (a pipe): the starts of the last `keep` are noted, so
     `newlines` can count back over them (the one case where a line costs more than a count)."""
 
@@ -210,8 +210,8 @@ def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server
     newlines = file_newlines(handle)
     raws: Iterator[bytes] = iter(handle)
     if newlines is None:
-        remembered = Remembered(handle)
-        raws, newlines = iter(remembered), remembered.newlines
+        starts = RecentLineStarts(handle)
+        raws, newlines = iter(starts), starts.newlines
     lines = 0
     offset = 0
     first: bytes | None = None
@@ -246,7 +246,7 @@ def scan_into(handle: BinaryIO, source: str, emit: Emit, server: Server = Server
 
 
 BATCH_BYTES = 1 << 16  # a plain file is read in batches of lines of about this many bytes (one `readlines`)
-BATCH_LINES = 512  # or of this many lines, from a source that is not a file (a pipe's remembered lines)
+BATCH_LINES = 512  # or of this many lines, from a source that is not a file (a pipe's lines)
 
 
 def _batches(raws: Iterable[bytes]) -> Iterator[list[bytes]]:

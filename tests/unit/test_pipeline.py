@@ -100,10 +100,10 @@ def test_the_stages_run_one_at_a_time_with_a_clock_and_publish_each_engines_capa
         "server: {gpu_memory_fraction: 0.9, max_model_len: 8192}\n")
     daemon = Daemon(load_config(config_path))
     daemon.start(1000.0)
-    intake = daemon.ingest(1000.0)
-    assert {type(r).__name__ for r in intake.records} == {"CapacityFact", "ServerStats", "Event"}
+    ingested = daemon.ingest(1000.0)
+    assert {type(r).__name__ for r in ingested.records} == {"CapacityFact", "ServerStats", "Event"}
     assert daemon.snapshot().totals.get(("events_total", ("vllm", "vllm", "pending"))) is None, "not yet committed"
-    result = daemon.commit(intake, 1000.0)
+    result = daemon.commit(ingested, 1000.0)
     assert [e.kind.value for e in result.new_events] == ["pending"]
     assert daemon.judge(1000.0) == []
     daemon.publish(1000.0)
