@@ -103,19 +103,26 @@ def record_json(record: Record, server: Server) -> str:
     through `inert` (terminal controls shown as text); values are read without `as_dict`'s deep copy (records
     hold only scalars and a `fields` mapping of scalars, so JSON cannot tell the difference)."""
     if isinstance(record, ServerStats):
-        items: Iterator[tuple[str, Any]] = iter(record._asdict().items())
-    else:
-        items = ((f.name, getattr(record, f.name)) for f in fields(record))
-    kind = "event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats) else "fact"
+        return _encode(_stats_body(record))
+    kind = "event" if isinstance(record, Event) else "fact"
     body = {"type": kind}
-    body.update((k, _inert_value(v)) for k, v in items)
-    if "line" in body:  # next to `offset`: after it come `file_key`, then `line`
+    body.update((f.name, _inert_value(getattr(record, f.name))) for f in fields(record))
+    if isinstance(record, Event):  # next to `offset`: after it come `file_key`, then `line`
         key = body.pop("file_key")
         body["line"] = body.pop("line")
         body["file_key"] = key
-    if isinstance(record, CapacityFact | ServerStats):
+    if isinstance(record, CapacityFact):
         body.setdefault("server", server.value)
     return _encode(body)
+
+
+def _stats_body(s: ServerStats) -> dict[str, Any]:
+    """A load sample's fields (most records of a busy log): numbers as they are, its text made inert."""
+    return {"type": "stats", "ts": s.ts, "source": _inert_value(s.source), "server": _inert_value(s.server),
+            "running": s.running, "waiting": s.waiting, "swapped": s.swapped, "kv_usage_ratio": s.kv_usage_ratio,
+            "prompt_tps": s.prompt_tps, "gen_tps": s.gen_tps, "prefix_hit_ratio": s.prefix_hit_ratio,
+            "preemptions": s.preemptions, "kv_used_tokens": s.kv_used_tokens, "path": _inert_value(s.path),
+            "offset": s.offset, "line": s.line, "file_key": _inert_value(s.file_key)}
 
 
 # `json.dumps` with these options builds an encoder on every call: one is kept (it holds no data)

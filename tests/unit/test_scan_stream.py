@@ -179,3 +179,14 @@ def test_jobs_on_every_fixture(tmp_path: Path, path: Path) -> None:
     log = tmp_path / path.name
     log.write_bytes(path.read_bytes() * 3)  # repeated: restarts, and the same incidents again past the edges
     assert _both(log, 7) == _both(log, 1)
+
+
+def test_a_samples_json_has_every_field_of_the_record() -> None:
+    """A field added to `ServerStats` reaches `scan --format jsonl` (its line just before its file key)."""
+    out = io.StringIO()
+    writer = JsonlWriter(out)
+    writer([ServerStats(1.0, "s", Server.VLLM)], Server.VLLM)
+    writer.flush()
+    names = [n for n in ServerStats._fields if n != "line"]
+    names.insert(names.index("file_key"), "line")
+    assert list(json.loads(out.getvalue())) == ["type", *names]
