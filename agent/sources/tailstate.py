@@ -62,7 +62,7 @@ class TailOut:
 
 
 class TailerState:
-    """A tailer's files and counters, and the helpers it opens and places files with: what `FileTailer` (the
+    """A tailer's files and counters, and how it opens and places files: what `FileTailer` (the
     loop) and its `Refinder` (files found again) share, so each has it rather than deriving from it."""
 
     def __init__(self, name: str, pattern: str, options: TailOptions, cursors: Sequence[Cursor] = (),
