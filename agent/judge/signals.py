@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from agent import histograms
 from agent.capacity.capacity import Capacity
 from agent.histograms import Buckets
-from agent.judge.rules import Aggregate, SampleCondition
+from agent.judge.rules import Aggregate, SampleCondition, TogetherTest
 from agent.judge.sizing import sizing
 from agent.records import HISTOGRAM_SIGNALS, Event, HistogramWindow, Server, ServerStats
 from agent.sinks.queries import Queries, percentile
@@ -247,6 +247,20 @@ class Window:
             else:
                 out.append(values)
         return out
+
+    def points(self, test: TogetherTest) -> list[tuple[float, float]]:
+        """A `together` test's stream, oldest first, as (time, value): the events it names (after `where`),
+        each valued at its occurrences (`fields.count`); or every sample that carries the signal."""
+        if test.is_event:
+            found = [(e.ts, occurrences(e)) for kind in test.kinds for e in self.events(kind) if e.ts is not None
+                     and all(attribute(e, k) == v for k, v in test.where.items())]
+        elif test.signal == "gpu_memory_used_ratio":
+            found = list(self.queries.window_gpu_memory(self.since, self.until))
+        else:
+            assert isinstance(test.signal, str)
+            found = [(s.ts, v) for s in self.stats() if s.ts is not None
+                     and (v := self.sample_value(s, test.signal)) is not None]
+        return sorted(found)
 
     def value(self, cond: Aggregate, min_samples: int) -> float | None:
         """The aggregate `cond` names; None when unknown or when a series has fewer than `min_samples`."""

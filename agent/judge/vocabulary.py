@@ -61,6 +61,8 @@ REFERENCES: dict[str, str] = {
 WHERE_KEYS = ("scope", "knob", "phase", "reason", "timeout_by", "timeout_on", "cause")
 # The per-sample signals a `same_sample` group may test together: one engine stats sample carries them all.
 SAMPLE_SIGNALS = ("running", "waiting", "swapped", "kv_usage_ratio", "preemptions", "request_tokens")
+# The series a `together` group may test point by point (each value has a time), besides `events.<kind>`.
+POINT_SIGNALS = (*SAMPLE_SIGNALS, "gpu_memory_used_ratio")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

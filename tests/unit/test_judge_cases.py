@@ -128,6 +128,17 @@ CASES: list[Case] = [
          # the headline is the activation peak (0.90 × 0.95 = 0.855 → 0.85 or 0.86 by rounding half-even: 0.855
          # is 0.85499… in binary → 0.85); max_num_seqs 32 > 13 is a separate, static finding
          Knob.GPU_MEMORY_UTILIZATION, Direction.LOWER, 0.85, "activation_peak"),
+    Case("vllm_oom_after_the_kv_pool_drained", "oom",
+         [*stats([(13, 2, 0.95)] * 6 + [(8, 0, 0.55)] * 6), *events(EventKind.OOM, 1)],
+         {"max_num_seqs": 13, "gpu_memory_utilization": 0.90}, CAP13,
+         # KV was 95 % a minute before, 55 % in the sample nearest the OOM (same second): at the moment of the
+         # OOM the pool was not full — the activation peak, 0.90 × 0.95 = 0.855 → 0.85; never "KV exhausted"
+         Knob.GPU_MEMORY_UTILIZATION, Direction.LOWER, 0.85, "activation_peak", absent=("oom_kv_at_limit",)),
+    Case("vllm_oom_with_the_kv_pool_full_at_that_moment", "oom",
+         [*stats([(8, 0, 0.55)] * 6 + [(13, 2, 0.93)] * 2), *events(EventKind.OOM, 1)],
+         {"max_num_seqs": 32}, CAP13,
+         # the sample nearest the OOM says 93 % ≥ 90 %: the pool was full; lower 32 → floor(106,496 ÷ 8,192) = 13
+         Knob.MAX_NUM_SEQS, Direction.LOWER, 13, "kv_exhausted", absent=("oom_activation_peak",)),
     Case("vllm_preemption_storm_v1_stats", "preemption",
          stats([(24, 4, 0.98)] * 12, preemptions=30, used=[98_000] * 12), {"max_num_seqs": 32}, CAP13,
          # 12 samples × 30 = 360 preemptions in 5 min = 72/min > 1 at KV p95 98 %. Survivors hold 98,000 ÷ 24 =
@@ -229,6 +240,14 @@ CASES: list[Case] = [
          CAP13,
          # 4 < 5: no refusal finding
          headline=None, absent=("rejections_with_kv_headroom",), twin=True),
+    Case("refusals_with_no_sample_near_them_twin", "refusals",
+         [*stats([(8, 0, 0.5)] * 6),
+          *(Event(NOW - 400 + 10 * i, E, Server.VLLM, EventKind.HTTP_503, Severity.ERROR, Phase.ADMISSION, "503", {},
+                  f"/logs/{E}.log", next(_offset)) for i in range(6))],
+         {"max_queue_size": 32, "max_num_seqs": 8}, CAP13,
+         # six 503s 340–400 s ago, the stats samples 10–60 s ago: no sample within 30 s of any refusal, so
+         # what KV was when they were refused is unknown — neither "KV had room" nor "saturated"
+         absent=("rejections_with_kv_headroom", "rejections_kv_saturated"), twin=True),
     Case("llamacpp_busy_slots_below_budget", "refusals",
          events(EventKind.QUEUE_FULL, 8, server=Server.LLAMACPP), {"max_num_seqs": 4},
          Capacity(E, 4096, paper_max_concurrency=12),

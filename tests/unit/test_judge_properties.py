@@ -1,6 +1,7 @@
 """Properties of the judge on any window: every number a finding's message prints is one of the numbers its
 evidence lists (or the knob's from/to), so a reader can recompute the message from the evidence; a message
-never prints "?"; `same_sample` groups count only samples where every test held."""
+never prints "?"; `same_sample` groups count only samples where every test held; `together` groups pair
+each event with the sample nearest it (the evidence of both kinds of joint group is in the first test)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,41 @@ def test_a_same_sample_group_counts_only_samples_where_every_test_held(rows: lis
         assert ev["queued_samples"] == len(joint)
         assert ev["queued_waiting_max"] == max(w for _, w, _ in joint)
         assert ev["queued_running_min"] == min(r for r, _, _ in joint)
+
+
+refusals = st.lists(st.tuples(st.sampled_from([EventKind.HTTP_429, EventKind.HTTP_503, EventKind.QUEUE_FULL]),
+                              st.integers(1, 400), st.integers(1, 4)), max_size=16)
+
+
+@settings(max_examples=80, deadline=None)
+@given(samples, refusals)
+def test_a_together_group_pairs_each_refusal_with_the_sample_nearest_it(
+        rows: list[tuple[int, int, float]], refused: list[tuple[EventKind, int, int]]) -> None:
+    """`rejections_with_kv_headroom`: a refusal counts (its `fields.count` occurrences) when the stats sample
+    nearest it — the earlier one on a tie — is at most 30 s away and shows KV under 80 %; five such
+    occurrences fire the rule, and the evidence's count and KV range are those refusals' and samples'."""
+    times = [NOW - (len(rows) - i) * 10.0 for i in range(len(rows))]
+    records: list[ServerStats | Event] = [ServerStats(t, E, Server.VLLM, running=r, waiting=w, kv_usage_ratio=kv)
+                                          for t, (r, w, kv) in zip(times, rows, strict=True)]
+    records += [Event(NOW - ago, E, Server.VLLM, kind, Severity.WARNING, Phase.ADMISSION, kind.value, {"count": n},
+                      "/logs/a.log", 5000 + i) for i, (kind, ago, n) in enumerate(refused)]
+    store = Store.open(":memory:")
+    store.commit(records, now=NOW)
+    advisor = Advisor([BY_NAME["rejections_with_kv_headroom"]], 15.0, {"max_queue_size": 8.0}, log_findings=False)
+    found = advisor.step(NOW, Queries(store), {}, [E])
+    # the pairing written out: nearest by distance, the earlier sample on a tie
+    counted, kvs = 0, []
+    for _, ago, n in refused:
+        t = NOW - ago
+        if not times:
+            break
+        nearest = min(range(len(times)), key=lambda i: (abs(times[i] - t), times[i]))
+        if abs(times[nearest] - t) <= 30 and rows[nearest][2] < 0.80:
+            counted += n
+            kvs.append(rows[nearest][2])
+    assert bool(found) == (counted >= 5)
+    if found:
+        ev = found[0].evidence
+        assert ev["room_refused_count"] == counted
+        assert ev["room_kv_usage_ratio_max"] == round(max(kvs), 4)
+        assert ev["room_kv_usage_ratio_min"] == round(min(kvs), 4)
