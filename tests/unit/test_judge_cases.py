@@ -215,6 +215,13 @@ CASES: list[Case] = [
          # 13 = the bound run, KV 91 %, a queue in all 6; growth mean(10,12) ÷ mean(2,4) − 1 = 2.67;
          # replicas = ceil((13 running + 12 waiting) ÷ 13) = ceil(1.92) = 2; never a higher max_num_seqs
          Knob.REPLICAS, Direction.RAISE, 2, "node_full", no_knob=((Knob.MAX_NUM_SEQS, Direction.RAISE),)),
+    Case("overcommitted_node_is_not_full_twin", "node_full",
+         stats([(15, w, 0.99) for w in (1, 1, 2, 3, 3, 4)]), {"max_num_seqs": 64}, CAP13,
+         # 15 run where the budget holds 13, KV 99 %, the queue grows (mean(3, 4) ÷ mean(1, 1) − 1 = 2.5): but
+         # max_num_seqs 64 > 13 lets the engine overcommit (it preempts) — not a full node, no replicas; the
+         # answer is lower 64 → floor(106,496 ÷ 8,192) = 13
+         Knob.MAX_NUM_SEQS, Direction.LOWER, 13, None, absent=("node_full",),
+         no_knob=((Knob.REPLICAS, Direction.RAISE),), twin=True),
     Case("node_busy_flat_queue_twin", "node_full",
          stats([(13, 3, 0.91)] * 6), {"max_num_seqs": 13}, CAP13,
          # a flat queue of 3 (growth 0): full but keeping up — no node_full, and no raise at KV 91 %
