@@ -309,7 +309,9 @@ def knobs_of(config: Config | None) -> dict[str, float | None]:
 
 ENGINE_KNOBS = ("max_num_seqs", "max_model_len", "gpu_memory_utilization")
 # Start-up figures a built-in may read (as `engine.<name>`): the engine's own measurements.
-ENGINE_FIGURES = ("estimated_max_model_len", "total_gpu_memory_bytes", "non_kv_cache_bytes", "kv_cache_tokens")
+ENGINE_FIGURES = ("estimated_max_model_len", "total_gpu_memory_bytes", "non_kv_cache_bytes", "kv_cache_tokens",
+                  "kv_cache_bytes", "weights_bytes", "device_free_bytes", "kv_buffer_failed_bytes",
+                  "compute_buffer_failed_bytes")
 
 
 def engine_config(facts: Mapping[str, Mapping[str, float | str]]) -> dict[str, dict[str, float | None]]:

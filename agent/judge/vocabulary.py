@@ -56,7 +56,12 @@ REFERENCES: dict[str, str] = {
     "engine.total_gpu_memory_bytes": "the card's memory as the engine measured it",
     "engine.non_kv_cache_bytes": "the memory the engine needs outside the KV cache (weights, activation peak, "
                                  "non-torch)",
-    "engine.kv_cache_tokens": "the engine's KV-cache size in tokens",
+    "engine.kv_cache_tokens": "the engine's KV-cache size in tokens (llama.cpp: n_ctx, the cells of all slots)",
+    "engine.kv_cache_bytes": "the KV cache's size in bytes as the engine allocated it",
+    "engine.weights_bytes": "the weights' size on the GPU as the engine loaded them",
+    "engine.device_free_bytes": "llama.cpp: the GPU's free memory before the model loaded",
+    "engine.kv_buffer_failed_bytes": "llama.cpp: the KV-cache buffer that failed to allocate at start-up",
+    "engine.compute_buffer_failed_bytes": "llama.cpp: the compute-graph buffer that failed to allocate at start-up",
 }
 WHERE_KEYS = ("scope", "knob", "phase", "reason", "timeout_by", "timeout_on", "cause")
 # The per-sample signals a `same_sample` group may test together: one engine stats sample carries them all.

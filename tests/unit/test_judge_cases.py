@@ -33,6 +33,7 @@ CATEGORIES = {r.name: r.category for r in RULES}
 NOW = 1_800_000_000.0
 E = "engine-0"
 GIB = 2**30
+MIB = 2**20
 
 Record = ServerStats | Event | CapacityFact
 
@@ -392,6 +393,43 @@ CASES: list[Case] = [
          # a plain allocation failure while loading: no figure sizes -c or -ngl, and llama.cpp has no
          # gpu_memory_utilization — no finding rather than "raise gpu_memory_utilization"
          headline=None, absent=("startup_no_cache_memory",), twin=True),
+    Case("llamacpp_kv_buffer_failed", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP, requested_bytes=16 * GIB,
+                  message="ggml_backend_cuda_buffer_type_alloc_buffer: allocating 16384.00 MiB on device 0: "
+                          "cudaMalloc failed: out of memory"),
+          fact("kv_cache_tokens", 131_072), fact("kv_buffer_failed_bytes", 16 * GIB),
+          fact("device_free_bytes", 15_800 * MIB), fact("weights_bytes", round(4403.49 * MIB))],
+         {"max_model_len": 131_072}, None,
+         # Llama-3.1-8B, f16 cache: 2 × 32 layers × 8 KV heads × 128 × 2 bytes = 131,072 bytes a cell, and the
+         # failed buffer says the same: 16 GiB ÷ 131,072 cells. Room: (15,800 − 4,403.49 MiB) × 0.90 =
+         # 10,256.86 MiB ÷ 0.125 MiB a cell = 82,054.9 cells → floor(÷ 256) × 256 = 320 × 256 = 81,920
+         Knob.MAX_MODEL_LEN, Direction.LOWER, 81_920, "startup", words=("-c", "131,072"),
+         no_knob=((Knob.MAX_NUM_SEQS, Direction.LOWER), (Knob.GPU_MEMORY_UTILIZATION, Direction.RAISE))),
+    Case("llamacpp_compute_buffer_failed", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP, requested_bytes=12 * GIB),
+          fact("kv_cache_tokens", 65_536), fact("kv_cache_bytes", 8 * GIB), fact("compute_buffer_failed_bytes",
+                                                                                  12 * GIB),
+          fact("device_free_bytes", 23_671 * MIB), fact("weights_bytes", round(4403.49 * MIB))],
+         {"max_model_len": 65_536}, None,
+         # the cache was allocated (8 GiB ÷ 65,536 = 131,072 bytes a cell), the 12 GiB compute buffer was not:
+         # 23,671 − 4,403.49 − 12,288 = 6,979.51 MiB for the cache ÷ 0.125 = 55,836.1 → 218 × 256 = 55,808
+         Knob.MAX_MODEL_LEN, Direction.LOWER, 55_808, "startup"),
+    Case("llamacpp_compute_buffer_failed_no_free_figure", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP),
+          fact("kv_cache_tokens", 65_536), fact("kv_cache_bytes", 8 * GIB),
+          fact("compute_buffer_failed_bytes", 2 * GIB)],
+         {"max_model_len": 65_536}, None,
+         # older builds print no free memory: the cache gives up at least the 2 GiB it lacked, 8 − 2 = 6 GiB ÷
+         # 131,072 bytes = 49,152 cells = 192 × 256
+         Knob.MAX_MODEL_LEN, Direction.LOWER, 49_152, "startup"),
+    Case("llamacpp_kv_failed_though_the_figures_fit_twin", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP),
+          fact("kv_cache_tokens", 131_072), fact("kv_buffer_failed_bytes", 16 * GIB),
+          fact("device_free_bytes", 23_671 * MIB), fact("weights_bytes", round(4403.49 * MIB))],
+         {"max_model_len": 131_072}, None,
+         # (23,671 − 4,403.49) × 0.90 = 17,340.8 MiB ≥ the 16,384 asked: by the log's own figures it fits, so
+         # another process holds the memory — lower -c, but no number the log supports (never a raise)
+         Knob.MAX_MODEL_LEN, Direction.LOWER, None, "startup", twin=True),
     # ---- the engine's values over the config file ---------------------------------------------------------
     Case("engine_restarted_with_16", "config",
          [fact("max_num_seqs", 16)], {"max_num_seqs": 64}, CAP13,
@@ -509,3 +547,44 @@ def test_the_twin_of_the_noise_a_real_oom_is_judged(tmp_path: Path) -> None:
     assert [f["rule"] for f in advised["findings"]] == ["oom_activation_peak"]
     reported = json.loads(runner.invoke(app, ["report", "--log", str(log), "--format", "json"]).stdout)
     assert reported["verdict"]["category"] == "activation_peak"
+
+
+# llama-server (2025 builds, `tools/server`) failing to allocate its KV cache, in the words of libllama's source:
+# llama_model_load_from_file_impl's free-memory line, print_info's shapes, load_tensors' buffer, llama_context's
+# n_ctx, the CUDA backend's and alloc_tensor_range's failures, then llama_init_from_model naming the buffer
+LLAMACPP_KV_FAILURE = """\
+build: 6200 (4227c9be) with cc (Ubuntu 13.3.0) 13.3.0 for x86_64-linux-gnu
+llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4080) - 15800 MiB free
+print_info: n_layer          = 32
+print_info: n_embd_k_gqa     = 1024
+print_info: n_embd_v_gqa     = 1024
+load_tensors: offloaded 33/33 layers to GPU
+load_tensors:        CUDA0 model buffer size =  4403.49 MiB
+load_tensors:   CPU_Mapped model buffer size =   281.81 MiB
+llama_context: n_seq_max     = 1
+llama_context: n_ctx         = 131072
+llama_context: n_ctx_per_seq = 131072
+ggml_backend_cuda_buffer_type_alloc_buffer: allocating 16384.00 MiB on device 0: cudaMalloc failed: out of memory
+alloc_tensor_range: failed to allocate CUDA0 buffer of size 17179869184
+llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache
+common_init_from_params: failed to create context with model 'models/llama-3.1-8b-q4_k_m.gguf'
+srv    load_model: failed to load model, 'models/llama-3.1-8b-q4_k_m.gguf'
+main: exiting due to model loading error
+"""
+
+
+def test_a_llamacpp_start_up_failure_is_sized_from_its_own_log(tmp_path: Path) -> None:
+    """The real parser and the shipped rules on llama.cpp's own start-up lines: the failed 16 GiB buffer at
+    n_ctx 131,072 is 131,072 bytes a cell (2 × n_layer 32 × n_embd_k_gqa 1,024 × 2 bytes of f16), the card had
+    15,800 MiB free for 4,403.49 MiB of weights: (15,800 − 4,403.49) × 0.90 ÷ 0.125 MiB = 82,054.9 cells →
+    -c 81,920; never max_num_seqs, never a utilization llama.cpp does not have."""
+    assert 2 * 32 * 1024 * 2 * 131_072 == 17_179_869_184  # the shapes give the failed buffer exactly
+    log = tmp_path / "llama-server.log"
+    log.write_text(LLAMACPP_KV_FAILURE)
+    advised = json.loads(CliRunner().invoke(app, ["advise", "--log", str(log), "--json"]).stdout)
+    (rec,) = advised["recommendations"]
+    assert (rec["knob"], rec["direction"], rec["to"], rec["governed_by"]) == (
+        "max_model_len", "lower", 81_920, "startup_llamacpp_context_too_large")
+    (found,) = advised["findings"]
+    assert "-c (Ollama: OLLAMA_CONTEXT_LENGTH)" in found["message"] and "131,072" in found["message"]
+    assert "-ctk q8_0" in found["arithmetic"]
