@@ -352,6 +352,10 @@ class Knob(str, Enum):
     GPU_MEMORY_UTILIZATION = "gpu_memory_utilization"
     KV_CACHE_DTYPE = "kv_cache_dtype"
     REPLICAS = "replicas"
+    # TGI's batch limits (router flags): the prefill batch its warm-up sizes, the KV pool, the waiting budget
+    MAX_BATCH_PREFILL_TOKENS = "max_batch_prefill_tokens"
+    MAX_BATCH_TOTAL_TOKENS = "max_batch_total_tokens"
+    MAX_WAITING_TOKENS = "max_waiting_tokens"
     VLLM_ENGINE_ITERATION_TIMEOUT_S = "VLLM_ENGINE_ITERATION_TIMEOUT_S"
     VLLM_RPC_TIMEOUT = "VLLM_RPC_TIMEOUT"
     VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"

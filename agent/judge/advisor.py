@@ -307,7 +307,7 @@ def knobs_of(config: Config | None) -> dict[str, float | None]:
     return {k: (float(v) if v is not None else None) for k, v in values.items()}
 
 
-ENGINE_KNOBS = ("max_num_seqs", "max_model_len", "gpu_memory_utilization")
+ENGINE_KNOBS = ("max_num_seqs", "max_model_len", "gpu_memory_utilization", "max_batch_prefill_tokens")
 # Start-up figures a built-in may read (as `engine.<name>`): the engine's own measurements.
 ENGINE_FIGURES = ("estimated_max_model_len", "total_gpu_memory_bytes", "non_kv_cache_bytes", "kv_cache_tokens",
                   "kv_cache_bytes", "weights_bytes", "device_free_bytes", "kv_buffer_failed_bytes",

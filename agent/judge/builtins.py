@@ -252,6 +252,19 @@ def warmup_survivor(ctx: Context) -> Result:
     return float(value), text
 
 
+def prefill_survivor(ctx: Context) -> Result:
+    """TGI's --max-batch-prefill-tokens that survives its warm-up: the warm-up runs one prefill batch of that
+    many tokens and its activation memory is proportional to them, so half the tokens that ran out of memory
+    (`Not enough memory to handle N prefill tokens`), else half the configured value. The memory free at
+    warm-up is not in the log, so the exact count that fits is not known."""
+    failed = ctx.evidence.get("prefill_tokens_failed") or ctx.current
+    if not failed:
+        return None, "neither the prefill tokens that failed nor --max-batch-prefill-tokens is known"
+    value = max(1, math.floor(failed / 2))
+    return float(value), (f"floor({_fmt(failed)} prefill tokens ÷ 2) = {value:,}; keep it at or above "
+                          "--max-input-tokens (TGI refuses less), or lower that too")
+
+
 def replicas_for_demand(ctx: Context) -> Result:
     """How many nodes like this one the demand needs: ceil((running + waiting) ÷ the capacity bound), in the
     samples where the node was full."""
@@ -341,4 +354,5 @@ BUILTINS: dict[str, Callable[[Context], Result]] = {
     "warmup_survivor": warmup_survivor,
     "replicas_for_demand": replicas_for_demand,
     "context_that_fits": context_that_fits,
+    "prefill_survivor": prefill_survivor,
 }

@@ -58,8 +58,8 @@ def startup_cause(event: Event) -> str:
     KV cache after weights and activations: vLLM's "No available memory for the cache blocks" or 0 blocks,
     SGLang's "Not enough memory" or a negative profiled pool), else `load` (a plain allocation failure while
     loading or warming up: no figure says which knob, so no rule sizes one)."""
-    if "max_model_len" in event.fields or "kv_cache_tokens" in event.fields:
-        return "max_model_len"
+    if "max_model_len" in event.fields or "kv_cache_tokens" in event.fields or "`max_total_tokens" in event.message:
+        return "max_model_len"  # TGI: "Not enough memory to handle `max_total_tokens=N`" (one request of it)
     if "dummy_requests" in event.fields or "warming up" in event.message:
         return "warmup"
     if "prefill_tokens" in event.fields or "prefill tokens" in event.message:

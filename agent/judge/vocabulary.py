@@ -49,6 +49,7 @@ REFERENCES: dict[str, str] = {
     "config.max_output_tokens": "limits.max_output_tokens",
     "config.max_session_tokens": "session.max_session_tokens",
     "config.gpu_memory_utilization": "server.gpu_memory_fraction (or the engine's reported value)",
+    "config.max_batch_prefill_tokens": "TGI's --max-batch-prefill-tokens, as the engine reported it at start-up",
     "file.max_num_seqs": "server.max_num_seqs as the config file says (config.* is what the engine runs with)",
     "file.max_model_len": "server.max_model_len as the config file says",
     "file.gpu_memory_utilization": "server.gpu_memory_fraction as the config file says",

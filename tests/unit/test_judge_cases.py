@@ -376,15 +376,27 @@ CASES: list[Case] = [
          # 0 requests fit: the knob is max_model_len — 2 GiB ÷ 131,072 B = 16,384 tokens; never "max_num_seqs 0"
          Knob.MAX_MODEL_LEN, Direction.LOWER, 16_384, "startup", absent=("max_num_seqs_above_bound",),
          no_knob=((Knob.MAX_NUM_SEQS, Direction.LOWER),)),
-    Case("tgi_prefill_batch_does_not_fit_twin", "startup",
-         events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.TGI, prefill_tokens=4096,
-                message="Not enough memory to handle 4096 prefill tokens"),
+    Case("tgi_prefill_batch_does_not_fit", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.TGI, prefill_tokens=4096,
+                  message="Not enough memory to handle 4096 prefill tokens"), fact("max_batch_prefill_tokens", 4096)],
          {"gpu_memory_utilization": 0.9, "max_model_len": 8192},
          Capacity(E, 8192, paper_max_concurrency=3, kv_bytes_per_token=131_072, vram_bytes=80 * GIB,
                   fixed_bytes=60 * GIB),
-         # TGI's own answer is a smaller --max-batch-prefill-tokens: not "no memory for the KV cache", so no
-         # --cuda-memory-fraction raise (the knob is not in the vocabulary: no finding rather than a wrong one)
-         absent=("startup_no_cache_memory", "oom_activation_peak", "oom_kv_at_limit"), twin=True),
+         # TGI's own words: decrease --max-batch-prefill-tokens. Its warm-up memory is proportional to the prefill
+         # tokens: floor(4,096 ÷ 2) = 2,048. Not "no memory for the KV cache": no --cuda-memory-fraction raise
+         Knob.MAX_BATCH_PREFILL_TOKENS, Direction.LOWER, 2048, "startup", words=("--max-batch-prefill-tokens",
+                                                                                "4,096"),
+         absent=("startup_no_cache_memory", "oom_activation_peak", "oom_kv_at_limit")),
+    Case("tgi_max_total_tokens_do_not_fit", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.TGI,
+                  message="Error: Backend(Warmup(Generation(\"Not enough memory to handle "
+                          "`max_total_tokens=32768`\")))"),
+          fact("kv_cache_tokens", 20_000)],
+         {"max_model_len": 32_768}, engine_cap(20_000, 32_768, block_size=1),
+         # TGI's KV pool holds 20,000 tokens (its token-sized blocks), less than one request of --max-total-tokens
+         # 32,768: the longest that fits is the pool, 20,000 (whole 1-token blocks); not max_num_seqs
+         Knob.MAX_MODEL_LEN, Direction.LOWER, 20_000, "startup", words=("--max-total-tokens",),
+         no_knob=((Knob.MAX_NUM_SEQS, Direction.LOWER),)),
     Case("llamacpp_load_oom_twin", "startup",
          events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP,
                 message="ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144817.04 MiB on device 0: "
@@ -588,3 +600,22 @@ def test_a_llamacpp_start_up_failure_is_sized_from_its_own_log(tmp_path: Path) -
     (found,) = advised["findings"]
     assert "-c (Ollama: OLLAMA_CONTEXT_LENGTH)" in found["message"] and "131,072" in found["message"]
     assert "-ctk q8_0" in found["arithmetic"]
+
+
+def test_tgi_s_own_prefill_warm_up_failure_lowers_its_prefill_batch(tmp_path: Path) -> None:
+    """A real TGI line (issue #1164: `warmup{max_input_length=64 max_prefill_tokens=256}` … "Not enough memory to
+    handle 256 prefill tokens"): lower --max-batch-prefill-tokens to floor(256 ÷ 2) = 128, still ≥ the 64-token
+    max input; its twin, the launcher adapting its own default to the VRAM, is no failure at all."""
+    runner = CliRunner()
+    real = Path(__file__).parent.parent / "data" / "logs" / "tgi" / "real-warmup-span-1164.log"
+    advised = json.loads(runner.invoke(app, ["advise", "--log", str(real), "--json"]).stdout)
+    (rec,) = advised["recommendations"]
+    assert (rec["knob"], rec["direction"], rec["to"], rec["governed_by"]) == (
+        "max_batch_prefill_tokens", "lower", 128, "startup_prefill_oom")
+    assert "--max-batch-prefill-tokens" in advised["findings"][0]["message"]
+    twin = tmp_path / "tgi.log"
+    twin.write_text("2024-06-01T10:00:00.000000Z  WARN text_generation_launcher: Reducing the max batch prefill "
+                    "from 8192 to 4096 because there is not enough VRAM to support it.\n"
+                    "2024-06-01T10:00:30.000000Z  INFO text_generation_router: router/src/main.rs:305: Connected\n")
+    quiet = json.loads(runner.invoke(app, ["advise", "--log", str(twin), "--json"]).stdout)
+    assert quiet["findings"] == []
