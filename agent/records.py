@@ -74,7 +74,7 @@ FACT_NAMES = frozenset({
     "required_kv_bytes", "estimated_max_model_len", "max_concurrent_requests", "max_batch_prefill_tokens",
     "peak_torch_bytes", "cuda_graph_estimate_bytes", "hybrid_block_size", "dcp_world_size",
     "pipeline_parallel_size", "num_gpu_blocks_override", "engine_version", "engine_core",
-    # llama.cpp's start-up: the device's free memory before loading, and the buffer that failed to allocate
+    # the device's free memory before the weights load (llama.cpp, SGLang); llama.cpp's failed start-up buffer
     "device_free_bytes", "kv_buffer_failed_bytes", "compute_buffer_failed_bytes",
 })
 

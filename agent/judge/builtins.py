@@ -218,18 +218,27 @@ UTIL_CEILING = 0.95  # above this the card has no room for the CUDA context and 
 
 def utilization_that_fits(ctx: Context) -> Result:
     """The gpu_memory_utilization that leaves the KV cache room for one request at max_model_len: (what the
-    engine needs outside the KV cache + one request's KV) ÷ the card, rounded up to 0.01. From the engine's
-    profile (total memory, non-KV memory) where it printed one, else the paper budget's fixed costs."""
+    engine needs outside the KV cache + one request's KV) ÷ the card, rounded up to 0.01. From vLLM's
+    profile (total memory, non-KV memory) where it printed one; SGLang's own figures (its fraction is of the
+    memory free before loading and covers the weights and the KV cache: (weights + one request's KV) ÷ that
+    free memory); else the paper budget's fixed costs."""
     refs, cap = ctx.config, ctx.capacity
-    total = refs.get("engine.total_gpu_memory_bytes") or (cap.vram_bytes if cap is not None else None)
-    fixed = refs.get("engine.non_kv_cache_bytes") or (cap.fixed_bytes if cap is not None else None)
+    outside = "outside the KV cache"
+    if refs.get("engine.total_gpu_memory_bytes"):  # vLLM's profile: the card, and all that is not KV cache
+        total, fixed = refs.get("engine.total_gpu_memory_bytes"), refs.get("engine.non_kv_cache_bytes")
+    elif refs.get("engine.device_free_bytes") and refs.get("engine.weights_bytes"):
+        # SGLang: --mem-fraction-static is of the memory free before loading, and holds weights + KV cache
+        total, fixed = refs.get("engine.device_free_bytes"), refs.get("engine.weights_bytes")
+        outside = "of weights"
+    else:
+        total, fixed = (cap.vram_bytes, cap.fixed_bytes) if cap is not None else (None, None)
     per_token = cap.kv_bytes_per_token if cap is not None else None
     length = refs.get("config.max_model_len") or (cap.tokens_per_request if cap is not None else None)
     if not total or fixed is None or not per_token or not length:
         return None, "needs the card's memory, the memory outside the KV cache and the KV bytes per token"
     need = fixed + per_token * length
     value = math.ceil(need / total * 100) / 100
-    text = (f"({fixed / 2**30:.2f} GiB outside the KV cache + {_fmt(length)} tokens × {per_token:,} bytes) ÷ "
+    text = (f"({fixed / 2**30:.2f} GiB {outside} + {_fmt(length)} tokens × {per_token:,} bytes) ÷ "
             f"{total / 2**30:.2f} GiB = {need / total:.3f}, rounded up = {value:.2f}")
     if value > UTIL_CEILING:
         return None, f"{text}: above {UTIL_CEILING} — no utilization fits; quantize the weights, use FP8 KV, " \

@@ -60,7 +60,7 @@ REFERENCES: dict[str, str] = {
     "engine.kv_cache_tokens": "the engine's KV-cache size in tokens (llama.cpp: n_ctx, the cells of all slots)",
     "engine.kv_cache_bytes": "the KV cache's size in bytes as the engine allocated it",
     "engine.weights_bytes": "the weights' size on the GPU as the engine loaded them",
-    "engine.device_free_bytes": "llama.cpp: the GPU's free memory before the model loaded",
+    "engine.device_free_bytes": "llama.cpp, SGLang: the GPU's free memory before the weights loaded",
     "engine.kv_buffer_failed_bytes": "llama.cpp: the KV-cache buffer that failed to allocate at start-up",
     "engine.compute_buffer_failed_bytes": "llama.cpp: the compute-graph buffer that failed to allocate at start-up",
 }

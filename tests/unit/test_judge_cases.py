@@ -358,6 +358,18 @@ CASES: list[Case] = [
                   fixed_bytes=70 * GIB),
          # paper: (70 GiB + 32,768 × 131,072 B = 4 GiB) ÷ 80 GiB = 0.925 → 0.93
          Knob.GPU_MEMORY_UTILIZATION, Direction.RAISE, 0.93, "startup", words=("--mem-fraction-static",)),
+    Case("sglang_not_enough_memory_from_its_own_figures", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.SGLANG,
+                  message="Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+                          "mem_fraction_static=0.88"),
+          fact("device_free_bytes", 79.10 * GIB), fact("weights_bytes", 70.00 * GIB),
+          fact("gpu_memory_utilization", 0.88)],
+         {"max_model_len": 8192}, Capacity(E, 8192, paper_max_concurrency=0, kv_bytes_per_token=327_680),
+         # SGLang: rest = free × (fraction − 1) + free − weights must hold the KV cache, so the fraction that holds
+         # one request is (weights + one request's KV) ÷ the free memory before loading. Llama-3.1-70B bf16 KV:
+         # 2 × 80 layers × 8 heads × 128 × 2 = 327,680 bytes a token × 8,192 = 2.5 GiB; (70 + 2.5) ÷ 79.10 =
+         # 0.9166 → 0.92 (SGLang's 0.88 left 79.10 × 0.88 − 70 = −0.39 GiB for the cache)
+         Knob.GPU_MEMORY_UTILIZATION, Direction.RAISE, 0.92, "startup", words=("--mem-fraction-static", "0.88")),
     Case("vllm_sampler_warmup_oom", "startup",
          events(EventKind.OOM, 1, phase=Phase.STARTUP, dummy_requests=256,
                 message="CUDA out of memory occurred when warming up sampler with 256 dummy requests"),
@@ -619,3 +631,33 @@ def test_tgi_s_own_prefill_warm_up_failure_lowers_its_prefill_batch(tmp_path: Pa
                     "2024-06-01T10:00:30.000000Z  INFO text_generation_router: router/src/main.rs:305: Connected\n")
     quiet = json.loads(runner.invoke(app, ["advise", "--log", str(twin), "--json"]).stdout)
     assert quiet["findings"] == []
+
+
+SGLANG_NOT_ENOUGH_MEMORY = """\
+[2025-01-15 10:00:00] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-70B-Instruct', \
+mem_fraction_static=0.88, context_length=8192, tp_size=1)
+[2025-01-15 10:00:05 TP0] Load weight begin. avail mem=79.10 GB
+[2025-01-15 10:00:40 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=9.10 GB, \
+mem usage=70.00 GB.
+[2025-01-15 10:00:41 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 711, in init_memory_pool
+    raise RuntimeError(
+RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.
+"""
+
+
+def test_sglang_s_not_enough_memory_is_sized_from_its_own_load_lines(tmp_path: Path) -> None:
+    """SGLang's own figures through the real parser: 79.10 GB free before loading, 70.00 GB of weights, and
+    the config's model for the KV bytes a token (Llama-3.1-70B: 2 × 80 × 8 × 128 × 2 = 327,680; × 8,192 =
+    2.5 GiB): --mem-fraction-static (70 + 2.5) ÷ 79.10 = 0.9166 → 0.92, from the engine's 0.88."""
+    log, config = tmp_path / "sglang.log", tmp_path / "agent.yaml"
+    log.write_text(SGLANG_NOT_ENOUGH_MEMORY)
+    config.write_text("model: {preset: llama-3.1-70b, weights_gib: 70}\ngpu: {vram_gib: 80, overhead_gib: 1}\n"
+                      "server: {gpu_memory_fraction: 0.95, max_model_len: 8192}\n")
+    advised = json.loads(CliRunner().invoke(app, ["advise", "--log", str(log), "--config", str(config),
+                                                  "--json"]).stdout)
+    (rec,) = [r for r in advised["recommendations"] if r["knob"] == "gpu_memory_utilization"]
+    assert (rec["direction"], rec["from"], rec["to"], rec["governed_by"]) == (
+        "raise", 0.88, 0.92, "startup_no_cache_memory")
+    (found,) = [f for f in advised["findings"] if f["rule"] == "startup_no_cache_memory"]
+    assert "--mem-fraction-static" in found["message"]
