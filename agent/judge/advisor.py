@@ -22,8 +22,9 @@ from agent.config import Config
 from agent.judge.builtins import BUILTINS, Context
 from agent.judge.knobs import native
 from agent.judge.messages import fill, placeholders
-from agent.judge.rules import Condition, Group, Rule, SampleCondition, TogetherTest
+from agent.judge.rules import Condition, Group, Rule, SampleCondition
 from agent.judge.signals import Window, references
+from agent.judge.together import TogetherTest
 from agent.judge.vocabulary import ref_key
 from agent.records import Server
 from agent.sinks.queries import Queries

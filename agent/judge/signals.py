@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from agent import histograms
 from agent.capacity.capacity import Capacity
 from agent.histograms import Buckets
-from agent.judge.rules import Aggregate, SampleCondition, TogetherTest
+from agent.judge.rules import Aggregate, SampleCondition
 from agent.judge.sizing import sizing
+from agent.judge.together import TogetherTest
 from agent.records import HISTOGRAM_SIGNALS, Event, HistogramWindow, Server, ServerStats
 from agent.sinks.queries import Queries, percentile
 
