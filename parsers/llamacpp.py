@@ -270,12 +270,14 @@ class LlamaCppParser(StreamParser):
                 out.append(self.fact(split, name, conv(value)))
         if (m := _OLLAMA_CMD.search(msg)) is not None:
             out.extend(self._ollama_cmd(split, int(m.group(1)), _OLLAMA_PARALLEL.search(msg, m.end())))
-        if (m := _KV_MIB.search(msg)) is not None:
-            out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
+        if (m := _KV_MIB.search(msg)) is not None:  # allocated: an earlier start's failed KV buffer is over
+            out += [self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")),
+                    self.fact(split, "kv_buffer_failed_bytes", 0.0)]
         if (m := _WEIGHTS_MIB.search(msg)) is not None:
             out.append(self.fact(split, "weights_bytes", size_bytes(m.group(2), "MiB")))
-        if (m := _COMPUTE_MIB.search(msg)) is not None:
-            out.append(self.fact(split, "activation_peak_bytes", size_bytes(m.group(2), "MiB")))
+        if (m := _COMPUTE_MIB.search(msg)) is not None:  # reserved: so is an earlier failed compute buffer
+            out += [self.fact(split, "activation_peak_bytes", size_bytes(m.group(2), "MiB")),
+                    self.fact(split, "compute_buffer_failed_bytes", 0.0)]
         out.extend(self._allocation_facts(split, msg))
         # Ollama's estimate for a CPU-only load (`offload to cpu`, `library=cpu`) sizes RAM, not the GPU's
         if "=\"" in msg and not msg.startswith("offload to cpu") and "library=cpu" not in msg:

@@ -661,3 +661,25 @@ def test_sglang_s_not_enough_memory_is_sized_from_its_own_load_lines(tmp_path: P
         "raise", 0.88, 0.92, "startup_no_cache_memory")
     (found,) = [f for f in advised["findings"] if f["rule"] == "startup_no_cache_memory"]
     assert "--mem-fraction-static" in found["message"]
+
+
+def test_after_a_lower_c_the_next_failure_is_sized_from_its_own_buffer(tmp_path: Path) -> None:
+    """The operator lowered -c to 81,920 after the KV failure above; the cache then fit (10,240 MiB = 81,920 ×
+    131,072 bytes) and the 2 GiB compute buffer did not. The earlier KV failure must not size this one: room =
+    15,800 − 4,403.49 − 2,048 = 9,348.51 MiB ÷ 0.125 MiB a cell = 74,788.1 → 292 × 256 = 74,752."""
+    second = LLAMACPP_KV_FAILURE.replace("n_ctx         = 131072", "n_ctx         = 81920").replace(
+        "n_ctx_per_seq = 131072", "n_ctx_per_seq = 81920").split("ggml_backend_cuda")[0] + """\
+llama_kv_cache_unified:      CUDA0 KV buffer size = 10240.00 MiB
+llama_kv_cache_unified: size = 10240.00 MiB ( 81920 cells,  32 layers,  1/1 seqs), K (f16): 5120.00 MiB, \
+V (f16): 5120.00 MiB
+ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2048.00 MiB on device 0: cudaMalloc failed: out of memory
+ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 2147483648
+llama_init_from_model: failed to initialize the context: failed to allocate compute buffers
+main: exiting due to model loading error
+"""
+    log = tmp_path / "llama-server.log"
+    log.write_text(LLAMACPP_KV_FAILURE + second)
+    advised = json.loads(CliRunner().invoke(app, ["advise", "--log", str(log), "--json"]).stdout)
+    (rec,) = advised["recommendations"]
+    assert (rec["knob"], rec["to"], rec["governed_by"]) == ("max_model_len", 74_752,
+                                                            "startup_llamacpp_context_too_large")
