@@ -5,7 +5,8 @@
 Each statement of parsers/catalogue/*.yaml is rendered with its arguments, put behind each prefix era of
 its engine (the logger's own, process tags, ANSI colour), then inside each envelope a saved log can have
 (plain, Docker json-file, CRI, `docker compose logs`, `kubectl logs --prefix --timestamps`, journald's
-short format in several locales), and read by `scan`'s own path
+short format in several locales) and each way a pasted excerpt wears it (quoted, bulleted, numbered, in a
+table, CRLF, a shipper's JSON record), and read by `scan`'s own path
 (`agent.sources.saved.scan_into`) as the engine's stream. A statement is recognised when every rendering
 gives exactly what the entry says: its event kind (and no other kind, bar `also`), its phase and fields; the
 fact or load sample it carries; nothing at all for a benign one.
@@ -40,6 +41,8 @@ REF_TIME = 1765584000.0  # 2025-12-13: yearless stamps land in 2025
 
 # journald's `short` format writes the month as the locale abbreviates it (strftime %b)
 DECEMBER = {"en": "Dec", "de": "Dez", "fr": "déc.", "es": "dic", "ru": "дек", "zh": "12月"}
+# the envelopes that carry a time of their own (a line's records must then have one)
+STAMPED = frozenset({"docker", "cri", "kubectl", "loki", "shipper"} | {f"journald-{k}" for k in DECEMBER})
 
 
 def envelopes(line: str) -> Iterator[tuple[str, str]]:
@@ -51,6 +54,22 @@ def envelopes(line: str) -> Iterator[tuple[str, str]]:
     yield "kubectl", f"[pod/engine-0/engine] 2025-12-14T03:11:15.123456789Z {line}"  # --prefix --timestamps
     for locale, month in DECEMBER.items():
         yield f"journald-{locale}", f"{month} 14 03:11:15 gpu7 engine[1234]: {line}"
+    yield from pasted(line)
+
+
+def pasted(line: str) -> Iterator[tuple[str, str]]:
+    """(name, line) for each way a person pastes the line into a thread (quoted, bulleted, numbered, in a
+    table, with Windows line ends) and a log shipper forwards it (a JSON record with the text in one field)."""
+    yield "quote", f"> {line}"
+    yield "quote-nested", f">> {line}"
+    yield "quote-bullet", f"> - {line}"
+    yield "bullet", f"- {line}"
+    yield "gutter", f"  12 | {line}"
+    yield "gutter-colon", f"12: {line}"
+    yield "table", "| " + line.rstrip("\n").replace("|", "\\|") + " |"  # a cell holds one line
+    yield "crlf", line + "\r"
+    yield "loki", json.dumps({"line": line, "timestamp": "2025-12-14T03:11:15.123456789Z"})
+    yield "shipper", json.dumps({"level": "info", "time": "2025-12-14T03:11:15Z", "msg": line})
 
 
 def rendered(source: Source, statement: Statement) -> Iterator[tuple[str, str, bool]]:
@@ -62,7 +81,7 @@ def rendered(source: Source, statement: Statement) -> Iterator[tuple[str, str, b
         line = (template.replace("{level}", statement.level).replace("{msg}", message)
                 .replace("{json_msg}", json.dumps(message)[1:-1]))
         for envelope, physical in envelopes(line):
-            yield f"{name}/{envelope}", physical, timed or envelope not in ("plain", "compose")
+            yield f"{name}/{envelope}", physical, timed or envelope in STAMPED
 
 
 def lines_of(source: Source, statement: Statement) -> Iterator[tuple[str, str]]:

@@ -28,6 +28,8 @@ from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
 from parsers.lanes import Locate
 from parsers.llamacpp import LlamaCppParser
+from parsers.paste import STARTS as PASTE_STARTS
+from parsers.paste import unpaste
 from parsers.prefix import COMPOSE, OUTER, earliest
 from parsers.sglang import SglangParser
 from parsers.tgi import TgiParser
@@ -127,6 +129,8 @@ def _evidence(line: str) -> tuple[str, ...]:
     prefix or a runtime time stamp, so the anchored signatures still see the server's own prefix (TGI's
     own prefix *is* such a stamp, hence both)."""
     line = line[:4096]
+    if line[:1] in PASTE_STARTS and (pasted := unpaste(line)) is not None:
+        return tuple(e for inner in pasted[0] for e in _evidence(inner))  # quoted, bulleted, shipped as JSON
     bare = line
     if (m := COMPOSE.match(bare)) is not None:
         bare = bare[m.end():]

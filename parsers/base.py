@@ -37,6 +37,8 @@ from agent.records import (
     Severity,
 )
 from parsers.lanes import Lanes
+from parsers.paste import STARTS as PASTE_STARTS
+from parsers.paste import unpaste
 from parsers.prefix import (
     ANSI,
     CJK_MONTH,
@@ -116,6 +118,8 @@ class StreamParser(Stamps, Lanes):
              offset: int | None = None) -> list[Record]:
         """Give one line (no newline); get the records it completes. Never raises on any input: a line
         whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`."""
+        if text[:1] in PASTE_STARTS and (pasted := unpaste(text)) is not None:
+            return self._feed_pasted(pasted, ts, path, offset)
         try:
             out = self._feed(text, ts, path, offset)
         except (ValueError, OverflowError):
@@ -125,6 +129,20 @@ class StreamParser(Stamps, Lanes):
             return out  # most lines give nothing
         # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
         return [r if r.__class__ is ServerStats else scrub(r) for r in out]
+
+    def _feed_pasted(self, pasted: tuple[list[str], str | None], ts: float | None, path: str | None,
+                     offset: int | None) -> list[Record]:
+        """The lines inside a paste or shipper wrapper (parsers/paste.py), fed as the engine printed them."""
+        lines, stamp = pasted
+        if ts is None and stamp is not None:
+            try:
+                ts = self.rfc3339(stamp)
+            except (ValueError, OverflowError):
+                ts = None
+        out: list[Record] = []
+        for line in lines:
+            out += self.feed(line, ts, path, offset)
+        return out
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1

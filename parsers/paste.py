@@ -1,0 +1,96 @@
+"""What a log line is wrapped in when a person pastes it, or a log shipper forwards it: taken off again.
+
+Excerpts reach `scan` from issue threads and chat, where the lines are quoted (`> `, `>> `, `> - `),
+bulleted, numbered by an editor's gutter (`  12 | `, `12: `), or put in table cells (`| … |`); and from log
+pipelines, where each line keeps the runtime's CRI prefix (`2025-…Z stderr F `) or is a JSON object carrying
+the original text (`{"log": …}` from Docker and Fluent Bit, `{"line": …}` from Loki, `{"msg": …}` from
+others), a traceback inside it as one string with its newlines escaped. The engine's own prefix sits behind
+the wrapper, so the anchored patterns (a stats line, Ollama's `level=… source=…`, TGI's router) miss the line
+unless the wrapper comes off first.
+
+`unpaste` is called for a line only when its first character can start a wrapper (`STARTS`), so an ordinary
+line pays one set look-up. The engines' own JSON formats (vLLM's JSON formatter, TGI's `--json-output`,
+llama.cpp's `--log-format json`) are left to their parsers: they name the level and the message themselves.
+An error body (`{"message": …, "code": 503}`) is read whole; one that quotes a traceback gives the body,
+then the traceback's lines.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+# the characters a wrapper can start with; digits and spaces for a gutter (`12 | `, `  12: `)
+STARTS = frozenset("{>-*+|│ \t0123456789")
+_MAX_UNWRAP = 4  # `> - 12 | …`: a quote, a bullet and a gutter at most, and one spare
+_QUOTE = re.compile(r"[ \t]{0,3}>(?:[ \t]?>){0,5}[ \t]?")  # `> `, `>> `, `> > `, `>` on its own
+_BULLET = re.compile(r"[ \t]{0,3}[-*+•] (?=\S)")
+# an editor's or a pager's line numbers: `12 | `, `  12 │ `, `12: ` (not a time `03:11:15`, not `2025-…`)
+_GUTTER = re.compile(r"[ \t]{0,8}\d{1,6}(?:[ \t]{0,2}[|│][ \t]?|: (?=\S))")
+# a CRI log line copied out of /var/log/pods: its time, stream and piece flag before the text
+_CRI = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) (?:stdout|stderr) [FP] ")
+_CELL = re.compile(r"\|[ \t]?(.*?)[ \t]?\|[ \t]*")
+# keys whose string value is the original line, in a shipper's envelope
+_TEXT_KEYS = ("log", "line", "msg", "message")
+# `msg` / `message` carry a log line only in a log record: one with a time, a level or a stream beside it
+_RECORD_ONLY = frozenset({"msg", "message"})
+_RECORD_KEYS = frozenset({"time", "timestamp", "ts", "@timestamp", "level", "severity", "stream"})
+# keys that mark an engine's own JSON format, which its parser reads (level, message, request fields)
+_ENGINE_KEYS = frozenset({"levelname", "fields", "function", "tid", "target", "asctime"})
+
+
+_TRACEBACK = "Traceback (most recent call last):\n"
+
+
+def unpaste(text: str) -> tuple[list[str], str | None] | None:
+    """The line(s) inside a paste or shipper wrapper, and the envelope's time (RFC 3339) when it has one; None
+    when the line wears no wrapper. A JSON string with newlines gives its lines (a traceback in one field)."""
+    if text[:1] == "{":
+        return _envelope(text)
+    if text[:1].isdigit() and (m := _CRI.match(text)) is not None:
+        return [text[m.end():]], m.group(1)
+    out = text
+    for _ in range(_MAX_UNWRAP):
+        before = out
+        if (m := _QUOTE.match(out)) is not None:
+            out = out[m.end():]
+        if (m := _BULLET.match(out)) is not None:
+            out = out[m.end():]
+        if (m := _GUTTER.match(out)) is not None:
+            out = out[m.end():]
+        if out[:1] == "|" and (m := _CELL.fullmatch(out)) is not None:
+            out = m.group(1).replace("\\|", "|")
+        if out == before:
+            break
+    if out == text:
+        return None
+    if out[:1] == "{" and (inner := _envelope(out)) is not None:
+        return inner
+    return [out], None
+
+
+def _envelope(text: str) -> tuple[list[str], str | None] | None:
+    if not text.rstrip().endswith("}") or not (any(f'"{k}"' in text for k in _TEXT_KEYS)
+                                               or "Traceback (most recent call last):\\n" in text):
+        return None
+    try:
+        record = json.loads(text)
+    except ValueError:  # not JSON after all (a brace in a message), or nested too deep
+        return None
+    if not isinstance(record, dict) or _ENGINE_KEYS & record.keys():
+        return None
+    quoted = [k for k, v in record.items() if isinstance(v, str) and _TRACEBACK in v]
+    if quoted and not isinstance(record.get("log"), str):
+        # an error body with a traceback in one field: the body without it (its status, its message), then
+        # the traceback line by line
+        traceback = record.pop(quoted[0])
+        return [json.dumps(record), *traceback.rstrip("\n").split("\n")], None
+    for key in _TEXT_KEYS:
+        value = record.get(key)
+        if key in _RECORD_ONLY and not _RECORD_KEYS & record.keys():
+            continue  # `{"message": …, "code": 503}` is an error body, not a log record: read it whole
+        if isinstance(value, str):
+            stamp = next((v for k in ("time", "timestamp", "ts", "@timestamp")
+                          if isinstance(v := record.get(k), str)), None)
+            return value.rstrip("\n").split("\n"), stamp
+    return None

@@ -1,0 +1,101 @@
+"""Lines as people paste them and shippers forward them: the wrapper comes off, the engine's line is read.
+
+tests/unit/test_catalogue.py renders every catalogued statement inside each wrapper (bench/catalogue.py
+`pasted`); here are the wrappers themselves, the multi-line cases (a quoted traceback, a traceback inside
+one JSON string), and the lines that look like a wrapper but are not one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.records import Event, Server
+from parsers import make_parser
+from parsers.paste import unpaste
+
+LINE = "INFO 09-14 03:11:15 [core.py:340] hello"
+
+
+@pytest.mark.parametrize(("wrapped", "inner", "stamp"), [
+    (f"> {LINE}", LINE, None),
+    (f">> {LINE}", LINE, None),
+    (f"> > {LINE}", LINE, None),
+    (f"> - {LINE}", LINE, None),
+    (f"- {LINE}", LINE, None),
+    (f"* {LINE}", LINE, None),
+    (f"  12 | {LINE}", LINE, None),
+    (f"12: {LINE}", LINE, None),
+    (f" 7 │ {LINE}", LINE, None),
+    (f"| {LINE} |", LINE, None),
+    ("| a \\| b |", "a | b", None),
+    (">", "", None),
+    (">     File \"x.py\", line 3, in f", "    File \"x.py\", line 3, in f", None),  # indentation kept
+    (f"2025-12-14T03:11:15.123456789Z stderr F {LINE}", LINE, "2025-12-14T03:11:15.123456789Z"),
+    (json.dumps({"log": LINE + "\n", "stream": "stderr", "time": "2025-12-14T03:11:15Z"}), LINE,
+     "2025-12-14T03:11:15Z"),
+    (json.dumps({"line": LINE, "timestamp": "2025-12-14T03:11:15Z"}), LINE, "2025-12-14T03:11:15Z"),
+    (json.dumps({"level": "info", "msg": LINE}), LINE, None),
+    ("> " + json.dumps({"log": LINE}), LINE, None),
+])
+def test_the_wrapper_comes_off(wrapped: str, inner: str, stamp: str | None) -> None:
+    assert unpaste(wrapped) == ([inner], stamp)
+
+
+@pytest.mark.parametrize("line", [
+    LINE,
+    "2025-12-14T03:11:15.123Z  INFO text_generation_router: Connected",  # TGI's own time, no CRI stream
+    "10.0.0.1 - - [14/Dec/2025:03:11:15 +0000] \"POST /v1/chat HTTP/1.1\" 503 0",  # nginx: an address
+    "12月 14 03:11:15 gpu7 vllm[1]: INFO started",  # journald in Chinese: a month, not a gutter
+    "0.00.123.456 I srv  update_slots: all slots are idle",  # llama.cpp's time since start
+    "  File \"/x/vllm/v1/engine/core.py\", line 701, in run_engine_core",  # a traceback line
+    '{"error": {"message": "Model is overloaded", "code": 503}}',  # an error body is read whole
+    '{"message": "The engine is currently busy", "code": 503}',
+    '{"levelname": "ERROR", "message": "EngineCore encountered a fatal error."}',  # vLLM's own JSON
+    '{"timestamp":"2025-12-14T03:11:15Z","level":"ERROR","fields":{"message":"Shard 0 crashed"}}',  # TGI's
+    "{not json at all}",
+    "-1 requests",
+])
+def test_a_line_without_a_wrapper_is_left_alone(line: str) -> None:
+    assert unpaste(line) is None
+
+
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/usr/local/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 701, in run_engine_core',
+    "    engine_core.run_busy_loop()",
+    '  File "/usr/local/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 728, in run_busy_loop',
+    "    self._process_engine_step()",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "79.10 GiB of which 1.20 GiB is free.",
+]
+
+
+def _kinds(lines: list[str]) -> list[str]:
+    parser = make_parser(Server.AUTO)
+    records = [r for line in lines for r in parser.feed(line)] + parser.flush()
+    return sorted(r.kind.value for r in records if isinstance(r, Event))
+
+
+@pytest.mark.parametrize("lines", [
+    TRACEBACK,
+    ["> " + line for line in TRACEBACK],
+    [">" + line if line.startswith(" ") else "> " + line for line in TRACEBACK],  # `>` hard against the text
+    [f"{n:4d} | {line}" for n, line in enumerate(TRACEBACK, 40)],
+    [json.dumps({"log": "\n".join(TRACEBACK) + "\n", "stream": "stderr", "time": "2025-12-14T03:11:15Z"})],
+    [json.dumps({"detail": "\n".join(TRACEBACK), "code": 500})],  # an error body quoting the traceback
+], ids=["plain", "quoted", "quoted-tight", "gutter", "docker-one-string", "error-body"])
+def test_a_wrapped_traceback_out_of_the_engine_core_is_its_death_by_oom(lines: list[str]) -> None:
+    """run_engine_core's handler reports the engine dead and re-raises: an OOM that killed the engine core."""
+    assert _kinds(lines) == ["engine_dead", "oom"]
+
+
+@pytest.mark.parametrize("line", [
+    "> Try lowering `gpu_memory_utilization` if you see CUDA out of memory errors",
+    "- set `--max-num-seqs 64` so the KV cache is not full",
+    "| `--timeout` | 600 | how long a request may take |",
+    json.dumps({"level": "info", "msg": "Retrying request to /chat/completions in 0.4 seconds"}),
+    "  12 | max_model_len: 8192",
+])
+def test_wrapped_prose_and_settings_stay_silent(line: str) -> None:
+    assert _kinds([line]) == []
