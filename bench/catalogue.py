@@ -6,7 +6,7 @@ Each statement of parsers/catalogue/*.yaml is rendered with its arguments, put b
 its engine (the logger's own, process tags, ANSI colour), then inside each envelope a saved log can have
 (plain, Docker json-file, CRI, `docker compose logs`, `kubectl logs --prefix --timestamps`, journald's
 short format in several locales) and each way a pasted excerpt wears it (quoted, bulleted, numbered, in a
-table, CRLF, a shipper's JSON record), and read by `scan`'s own path
+table, CRLF, a shipper's JSON record, cut at a terminal's width), and read by `scan`'s own path
 (`agent.sources.saved.scan_into`) as the engine's stream. A statement is recognised when every rendering
 gives exactly what the entry says: its event kind (and no other kind, bar `also`), its phase and fields; the
 fact or load sample it carries; nothing at all for a benign one.
@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.records import CapacityFact, Event, EventKind, Record, Server, ServerStats
 from agent.sources.saved import scan_into
 from parsers.catalogue import NOT_INCIDENTS, Source, Statement, load, version_key
+from parsers.paste import WRAP_WIDTHS
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "docs" / "catalogue-coverage.md"
@@ -70,6 +71,9 @@ def pasted(line: str) -> Iterator[tuple[str, str]]:
     yield "crlf", line + "\r"
     yield "loki", json.dumps({"line": line, "timestamp": "2025-12-14T03:11:15.123456789Z"})
     yield "shipper", json.dumps({"level": "info", "time": "2025-12-14T03:11:15Z", "msg": line})
+    for width in WRAP_WIDTHS:  # copied out of a terminal that cut it at its width
+        if len(line) > width and "\n" not in line:
+            yield f"wrapped-{width}", "\n".join(line[i:i + width] for i in range(0, len(line), width))
 
 
 def rendered(source: Source, statement: Statement) -> Iterator[tuple[str, str, bool]]:

@@ -94,3 +94,29 @@ def _envelope(text: str) -> tuple[list[str], str | None] | None:
                           if isinstance(v := record.get(k), str)), None)
             return value.rstrip("\n").split("\n"), stamp
     return None
+
+
+# ---- lines a terminal or a mail client cut at its width ------------------------------------------------
+# A statement copied out of an 80- or 120-column terminal (or a mail wrapped at 80) arrives as pieces of
+# exactly that width; the pieces after the first carry no prefix of their own. `StreamParser.feed` holds a
+# line of such a length for one line and joins the next to it when that one cannot start a record.
+WRAP_WIDTHS = (80, 120)  # a line whose length is a multiple of one is held (twice: a statement cut twice)
+_RECORD_START = re.compile(
+    r"\s{2}|\s*$|\d{4}[-/]\d\d[-/]\d\d|\d\d-\d\d \d\d:|\d+\.\d\d\.\d{3}\.\d{3} |\{\"|[<>|]"
+    r"|\[(?: *\d|pod/|GIN\]|[A-Z]{3,8}\])|\(\w+(?: rank=\d+)? pid=\d"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL|TRACE)\b|[IWED] |time="
+    r"|Traceback|During handling|The above exception|Exception "
+    r"|(?P<exc>(?:[a-z_]\w{0,40}\.){0,6}[A-Z]\w{0,60}(?:Error|Exception|Interrupt|Exit|Warning)\b)"
+    r"|main: |[a-z][a-z0-9]*_[\w.]{1,60}: |(?:srv|slot|que|res) |[^\W\d_]{2,5}\.? +\d{1,2} \d\d:"
+)
+
+
+_DOTTED_TAIL = re.compile(r"\w\.\w{1,60}$")  # `aiohttp.client_exceptions.Connection|TimeoutError: …`
+
+
+def continues_wrap(text: str, before: str = "") -> bool:
+    """Whether the line can be the rest of `before`, a line cut at the width: it starts no record of its own
+    (no time, level, logger prefix, traceback line or `name: ` head), or it starts with the rest of a dotted
+    exception name that `before` ends in."""
+    m = _RECORD_START.match(text)
+    return m is None or (m.lastgroup == "exc" and _DOTTED_TAIL.search(before) is not None)

@@ -99,3 +99,44 @@ def test_a_wrapped_traceback_out_of_the_engine_core_is_its_death_by_oom(lines: l
 ])
 def test_wrapped_prose_and_settings_stay_silent(line: str) -> None:
     assert _kinds([line]) == []
+
+
+# ---- lines cut at a terminal's width ---------------------------------------------------------------------
+NO_CACHE = ("ERROR 09-14 03:11:15 worker.py:100] ValueError: No available memory for the cache blocks. Try "
+            "increasing `gpu_memory_utilization` when initializing the engine.")
+
+
+def _cut(line: str, width: int) -> list[str]:
+    return [line[i:i + width] for i in range(0, len(line), width)]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_a_statement_cut_at_the_width_is_read_whole(width: int) -> None:
+    pieces = _cut(NO_CACHE, width)
+    assert len(pieces) == 2 and len(pieces[0]) == width
+    parser = make_parser(Server.VLLM)
+    records = [r for piece in pieces for r in parser.feed(piece)] + parser.flush()
+    events = [r for r in records if isinstance(r, Event)]
+    assert [(e.kind.value, e.phase.value) for e in events] == [("oom", "startup")]
+
+
+def test_a_line_as_long_as_the_width_is_not_joined_to_the_next_record() -> None:
+    first = "INFO 09-14 03:11:15 api_server.py:100] " + "x" * 41  # 80 characters, a whole line
+    second = "ERROR 09-14 03:11:16 engine.py:10] Engine background task failed"
+    assert len(first) == 80
+    parser = make_parser(Server.VLLM)
+    records = parser.feed(first) + parser.feed(second) + parser.flush()
+    events = [r for r in records if isinstance(r, Event)]
+    assert [e.kind.value for e in events] == ["engine_dead"]
+    assert events[0].message.startswith("Engine background task failed")
+
+
+def test_a_held_line_is_given_at_the_end_and_keeps_its_cursor() -> None:
+    line = "ERROR 09-14 03:11:15 [core_busyloop.py:66] EngineCore encountered a fatal error."
+    assert len(line) == 80
+    parser = make_parser(Server.VLLM)
+    assert parser.feed(line, None, "a.log", 4096) == []
+    assert parser.held_offsets() == {"a.log": 4096}  # a cursor saved now must not pass the held line
+    events = [r for r in parser.flush() if isinstance(r, Event)]
+    assert [e.kind.value for e in events] == ["engine_dead"]
+    assert parser.held_offsets() == {}
