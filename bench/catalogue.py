@@ -189,7 +189,10 @@ def report(results: list[Outcome]) -> str:
            "parsers recognise (every rendering classified as the entry says), and the ones they do not, with why.",
            "\"With the server unknown\": the line alone also classifies so under `scan`'s default `--server auto`",
            "(an excerpt too short to tell its engine). Benign near misses must stay silent and are counted apart.",
-           "Do not edit by hand.", ""]
+           "Do not edit by hand.", "",
+           "## Size", "",
+           "Statements catalogued per engine, client and proxy (incident / fact or load sample / benign near miss):",
+           "", *_size_rows(), ""]
     for source in load():
         mine = [r for r in results if r.source is source]
         out += [f"## {source.engine} ({source.role})", "",
@@ -215,16 +218,29 @@ def report(results: list[Outcome]) -> str:
     return "\n".join(out)
 
 
+def _counts(source: Source) -> tuple[int, int, int, int]:
+    st = source.statements
+    return (len(st), sum(s.incident for s in st), sum(s.signals in ("fact", "stats") for s in st),
+            sum(s.signals == "benign" for s in st))
+
+
+def _size_rows() -> list[str]:
+    rows = ["| source | role | statements | incident | fact, stats | benign |", "|---|---|---|---|---|---|"]
+    totals = [0, 0, 0, 0]
+    for source in load():
+        counts = _counts(source)
+        totals = [a + b for a, b in zip(totals, counts, strict=True)]
+        rows.append(f"| {source.engine} | {source.role} | " + " | ".join(map(str, counts)) + " |")
+    return [*rows, "| all | | " + " | ".join(map(str, totals)) + " |"]
+
+
 def engines_list() -> str:
     """The supported-engines block of docs/parsers.md."""
     rows = ["| source | role | versions read | statements (incident / fact, stats / benign) |", "|---|---|---|---|"]
     for source in load():
-        st = source.statements
-        inc = sum(s.incident for s in st)
-        facts = sum(s.signals in ("fact", "stats") for s in st)
-        benign = sum(s.signals == "benign" for s in st)
+        total, inc, facts, benign = _counts(source)
         rows.append(f"| {source.engine} | {source.role} | {', '.join(sorted(source.versions, key=version_key))} | "
-                    f"{len(st)} ({inc} / {facts} / {benign}) |")
+                    f"{total} ({inc} / {facts} / {benign}) |")
     return "\n".join([BEGIN, *rows, END])
 
 
