@@ -37,8 +37,8 @@ from agent.records import (
     Severity,
 )
 from parsers.lanes import Lanes
+from parsers.paste import ESCAPED_TRACEBACK, WRAP_WIDTHS, continues_wrap, escaped_lines, unpaste
 from parsers.paste import STARTS as PASTE_STARTS
-from parsers.paste import WRAP_WIDTHS, continues_wrap, unpaste
 from parsers.prefix import (
     ANSI,
     CJK_MONTH,
@@ -136,6 +136,11 @@ class StreamParser(Stamps, Lanes):
     def _feed_line(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         if text[:1] in PASTE_STARTS and (pasted := unpaste(text)) is not None:
             return self._feed_pasted(pasted, ts, path, offset)
+        # a JSON line is decoded whole (its envelope above, or the engine's own format); a prompt's text is never
+        # read as lines
+        if ESCAPED_TRACEBACK in text and text[:1] != "{" and not is_request_log(text) and (
+                lines := escaped_lines(text)) is not None:
+            return self._feed_pasted((lines, None), ts, path, offset)
         try:
             out = self._feed(text, ts, path, offset)
         except (ValueError, OverflowError):

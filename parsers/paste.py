@@ -40,6 +40,7 @@ _ENGINE_KEYS = frozenset({"levelname", "fields", "function", "tid", "target", "a
 
 
 _TRACEBACK = "Traceback (most recent call last):\n"
+ESCAPED_TRACEBACK = "most recent call last):\\n"  # a traceback inside a quoted string, its newlines escaped
 
 
 def unpaste(text: str) -> tuple[list[str], str | None] | None:
@@ -120,3 +121,17 @@ def continues_wrap(text: str, before: str = "") -> bool:
     exception name that `before` ends in."""
     m = _RECORD_START.match(text)
     return m is None or (m.lastgroup == "exc" and _DOTTED_TAIL.search(before) is not None)
+
+
+def escaped_lines(text: str) -> list[str] | None:
+    """The lines of a traceback quoted inside one line with its newlines escaped (`\\n`), as a log message
+    quotes an exception's text or an error body repeats it: the text before it, then each line, unescaped;
+    None when the line holds no such traceback."""
+    i = text.find(ESCAPED_TRACEBACK)
+    if i < 0:
+        return None
+    start = text.rfind("Traceback", 0, i)
+    head, quoted = text[:start], text[start:]
+    lines = [part.replace('\\"', '"').replace("\\'", "'").replace("\\\\", "\\")
+             for part in quoted.split("\\n")]
+    return [head.rstrip(), *lines] if head.strip() else lines

@@ -84,7 +84,9 @@ def _kinds(lines: list[str]) -> list[str]:
     [f"{n:4d} | {line}" for n, line in enumerate(TRACEBACK, 40)],
     [json.dumps({"log": "\n".join(TRACEBACK) + "\n", "stream": "stderr", "time": "2025-12-14T03:11:15Z"})],
     [json.dumps({"detail": "\n".join(TRACEBACK), "code": 500})],  # an error body quoting the traceback
-], ids=["plain", "quoted", "quoted-tight", "gutter", "docker-one-string", "error-body"])
+    ["ERROR 09-14 03:11:15 [serving_chat.py:1011] Error in chat completion stream generator: "
+     + json.dumps("\n".join(TRACEBACK))],  # a log message quoting it, newlines escaped
+], ids=["plain", "quoted", "quoted-tight", "gutter", "docker-one-string", "error-body", "escaped-in-message"])
 def test_a_wrapped_traceback_out_of_the_engine_core_is_its_death_by_oom(lines: list[str]) -> None:
     """run_engine_core's handler reports the engine dead and re-raises: an OOM that killed the engine core."""
     assert _kinds(lines) == ["engine_dead", "oom"]
@@ -140,3 +142,10 @@ def test_a_held_line_is_given_at_the_end_and_keeps_its_cursor() -> None:
     events = [r for r in parser.flush() if isinstance(r, Event)]
     assert [e.kind.value for e in events] == ["engine_dead"]
     assert parser.held_offsets() == {}
+
+
+def test_a_prompt_quoting_a_traceback_is_never_read_as_one() -> None:
+    prompt = "\\n".join(TRACEBACK)  # the user pasted a traceback into the prompt: vLLM logs it escaped
+    line = (f"INFO 09-14 03:11:15 [logger.py:39] Received request chatcmpl-8e2a: prompt: 'Why this? {prompt}', "
+            "params: SamplingParams(n=1, temperature=0.7, max_tokens=512), prompt_token_ids: None")
+    assert _kinds([line]) == []
