@@ -23,10 +23,14 @@ import re
 # the characters a wrapper can start with; digits and spaces for a gutter (`12 | `, `  12: `)
 STARTS = frozenset("{>-*+|│ \t0123456789")
 _MAX_UNWRAP = 4  # `> - 12 | …`: a quote, a bullet and a gutter at most, and one spare
-_QUOTE = re.compile(r"[ \t]{0,3}>(?:[ \t]?>){0,5}[ \t]?")  # `> `, `>> `, `> > `, `>` on its own
-_BULLET = re.compile(r"[ \t]{0,3}[-*+•] (?=\S)")
-# an editor's or a pager's line numbers: `12 | `, `  12 │ `, `12: ` (not a time `03:11:15`, not `2025-…`)
-_GUTTER = re.compile(r"[ \t]{0,8}\d{1,6}(?:[ \t]{0,2}[|│][ \t]?|: (?=\S))")
+# the wrappers in the order they nest (`> - 12 | …`): a quote (`> `, `>> `, `> > `, `>` on its own), a list
+# bullet, an editor's or a pager's line numbers (`12 | `, `  12 │ `, `12: `; not a time `03:11:15`, not `2025-…`)
+_WRAPPER = re.compile(
+    r"(?:[ \t]{0,3}>(?:[ \t]?>){0,5}[ \t]?)?"
+    r"(?:[ \t]{0,3}[-*+•] (?=\S))?"
+    r"(?:[ \t]{0,8}\d{1,6}(?:[ \t]{0,2}[|│][ \t]?|: (?=\S)))?"
+)
+_INDENTED_WRAPPER = re.compile(r"[ \t]{0,8}[>\-*+•|│\d]")  # an indented line that may wear one (not `  File`)
 # a CRI log line copied out of /var/log/pods: its time, stream and piece flag before the text
 _CRI = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) (?:stdout|stderr) [FP] ")
 _CELL = re.compile(r"\|[ \t]?(.*?)[ \t]?\|[ \t]*")
@@ -46,19 +50,23 @@ ESCAPED_TRACEBACK = "most recent call last):\\n"  # a traceback inside a quoted 
 def unpaste(text: str) -> tuple[list[str], str | None] | None:
     """The line(s) inside a paste or shipper wrapper, and the envelope's time (RFC 3339) when it has one; None
     when the line wears no wrapper. A JSON string with newlines gives its lines (a traceback in one field)."""
-    if text[:1] == "{":
+    first = text[:1]
+    if first == "{":
         return _envelope(text)
-    if text[:1].isdigit() and (m := _CRI.match(text)) is not None:
-        return [text[m.end():]], m.group(1)
+    if first.isdigit():
+        # a digit starts a CRI prefix or a line number, and far more often a time or an address: those are
+        # settled by slices and finds, no match
+        if text[10:11] == "T" and " std" in text[19:42] and (m := _CRI.match(text)) is not None:
+            return [text[m.end():]], m.group(1)
+        if text.find("|", 1, 10) < 0 and text.find("│", 1, 10) < 0 and text.find(": ", 1, 8) < 0:
+            return None
+    elif first in " \t" and _INDENTED_WRAPPER.match(text) is None:
+        return None  # a traceback's frame, a continuation: the commonest indented lines, settled by one match
     out = text
     for _ in range(_MAX_UNWRAP):
         before = out
-        if (m := _QUOTE.match(out)) is not None:
-            out = out[m.end():]
-        if (m := _BULLET.match(out)) is not None:
-            out = out[m.end():]
-        if (m := _GUTTER.match(out)) is not None:
-            out = out[m.end():]
+        if end := _WRAPPER.match(out).end():  # type: ignore[union-attr]  # every part is optional
+            out = out[end:]
         if out[:1] == "|" and (m := _CELL.fullmatch(out)) is not None:
             out = m.group(1).replace("\\|", "|")
         if out == before:
