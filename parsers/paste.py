@@ -30,6 +30,7 @@ _WRAPPER = re.compile(
     r"(?:[ \t]{0,3}[-*+•] (?=\S))?"
     r"(?:[ \t]{0,8}\d{1,6}(?:[ \t]{0,2}[|│][ \t]?|: (?=\S)))?"
 )
+_DIGIT_GUTTER = re.compile(r"\d{1,6}(?:[ \t]{0,2}[|│]|: )")  # `12 | `, `12: ` (not `10.0.0.1`, `2025-`, `03:11`)
 _INDENTED_WRAPPER = re.compile(r"[ \t]{0,8}[>\-*+•|│\d]")  # an indented line that may wear one (not `  File`)
 # a CRI log line copied out of /var/log/pods: its time, stream and piece flag before the text
 _CRI = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) (?:stdout|stderr) [FP] ")
@@ -55,10 +56,10 @@ def unpaste(text: str) -> tuple[list[str], str | None] | None:
         return _envelope(text)
     if first.isdigit():
         # a digit starts a CRI prefix or a line number, and far more often a time or an address: those are
-        # settled by slices and finds, no match
+        # settled by slices and one short match
         if text[10:11] == "T" and " std" in text[19:42] and (m := _CRI.match(text)) is not None:
             return [text[m.end():]], m.group(1)
-        if text.find("|", 1, 10) < 0 and text.find("│", 1, 10) < 0 and text.find(": ", 1, 8) < 0:
+        if _DIGIT_GUTTER.match(text) is None:
             return None
     elif first in " \t" and _INDENTED_WRAPPER.match(text) is None:
         return None  # a traceback's frame, a continuation: the commonest indented lines, settled by one match
