@@ -111,9 +111,10 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
         ),
         Server.LLAMACPP: (
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),
-            (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,12}: ", 3),
+            (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,40}: ", 3),
             (r"level=\w+ source=\w+\.go:\d+", 3),
-            (r"GGML_ASSERT|load_tensors:|print_info:|llama runner|llama_kv_cache|llama_model_load|\bollama\b", 3),
+            (r"GGML_ASSERT|load_tensors:|print_info:|exiting due to model loading error|llama runner|llama_kv_cache"
+             r"|llama_model_load|\bollama\b", 3),
             (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
             # server timing/slot lines of any build or fork, whatever wraps them (`[pid] `, a compose prefix)
             (r"\b(?:print_timings?|update_slots|launch_slot_|log_server_r)\b|prompt eval time +=", 3),
