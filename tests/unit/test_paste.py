@@ -149,3 +149,33 @@ def test_a_prompt_quoting_a_traceback_is_never_read_as_one() -> None:
     line = (f"INFO 09-14 03:11:15 [logger.py:39] Received request chatcmpl-8e2a: prompt: 'Why this? {prompt}', "
             "params: SamplingParams(n=1, temperature=0.7, max_tokens=512), prompt_token_ids: None")
     assert _kinds([line]) == []
+
+
+CHAIN = [
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/torch/cuda/memory.py", line 10, in f',
+    "    x = torch.empty(10)",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of "
+    "79.10 GiB of which 1.20 GiB is free.",
+    "",
+    "During handling of the above exception, another exception occurred:",
+    "",
+    "Traceback (most recent call last):",
+    '  File "/usr/lib/python3/site-packages/vllm/engine/async_llm_engine.py", line 52, in _log_task_completion',
+    "    return_value = task.result()",
+    "vllm.engine.async_llm_engine.AsyncEngineDeadError: Task finished unexpectedly. This should never happen!",
+]
+
+
+@pytest.mark.parametrize("lines", [CHAIN, ["> " + line for line in CHAIN]], ids=["plain", "quoted"])
+def test_an_exception_chain_gives_each_exception(lines: list[str]) -> None:
+    assert _kinds(lines) == ["engine_dead", "oom"]
+
+
+def test_a_chain_of_harmless_exceptions_is_silent() -> None:
+    chain = ["Traceback (most recent call last):", '  File "x.py", line 3, in f', "    import flash_attn",
+             "ModuleNotFoundError: No module named 'flash_attn'", "",
+             "During handling of the above exception, another exception occurred:", "",
+             "Traceback (most recent call last):", '  File "x.py", line 5, in f',
+             "ImportError: flash attention is not installed, falling back"]
+    assert _kinds(chain) == []
