@@ -98,7 +98,9 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"server_args=ServerArgs\(|sglang", 3),
             (r"(?:Prefill|Decode) batch[.,] #|^new fill batch\. #seq: ", 3),  # 0.1's router: the latter
             (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:TP|DP|PP|EP)\d+)*\] ", 1),
-            (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens=", 3),
+            (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens="
+             r"|Exception in (?:ModelTpServer|ControllerSingle|ControllerMulti):"
+             r"|Initialization failed\. warmup error", 3),
         ),
         Server.TGI: (
             (r"text_generation_(?:launcher|router|server)|text-generation-(?:launcher|router|server)", 3),
@@ -114,7 +116,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,40}: ", 3),
             (r"level=\w+ source=\w+\.go:\d+", 3),
             (r"GGML_ASSERT|load_tensors:|print_info:|exiting due to model loading error|llama runner|llama_kv_cache"
-             r"|llama_model_load|\bollama\b", 3),
+             r"|llama_model_load|\bollama\b|model runner has unexpectedly stopped"
+             r"|an error was encountered while running the model", 3),
             (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
             # server timing/slot lines of any build or fork, whatever wraps them (`[pid] `, a compose prefix)
             (r"\b(?:print_timings?|update_slots|launch_slot_|log_server_r)\b|prompt eval time +=", 3),
