@@ -274,7 +274,7 @@ class StreamParser(Stamps, Lanes):
     def flush(self) -> list[Record]:
         """Close whatever is open (a truncated traceback is still an occurrence)."""
         out: list[Record] = []
-        if self._wrapped is not None:
+        while self._wrapped is not None:  # a held line inside a wrapper may hold its own line in turn
             held, self._wrapped = self._wrapped, None
             out.extend(self._feed_line(*held))
         for tag in list(self._blocks):

@@ -179,3 +179,13 @@ def test_a_chain_of_harmless_exceptions_is_silent() -> None:
              "Traceback (most recent call last):", '  File "x.py", line 5, in f',
              "ImportError: flash attention is not installed, falling back"]
     assert _kinds(chain) == []
+
+
+def test_a_held_line_inside_a_held_wrapper_is_not_lost() -> None:
+    inner = "ERROR 09-14 03:11:15 [core_busyloop.py:66] EngineCore encountered a fatal error."
+    line = "2025-12-14T03:11:15.123456789Z stderr F " + inner
+    assert (len(inner), len(line)) == (80, 120)  # both as long as a terminal: each is held in turn
+    parser = make_parser(Server.VLLM)
+    assert parser.feed(line) == []
+    events = [r for r in parser.flush() if isinstance(r, Event)]
+    assert [e.kind.value for e in events] == ["engine_dead"]
