@@ -31,7 +31,11 @@ _WRAPPER = re.compile(
     r"(?:[ \t]{0,8}\d{1,6}(?:[ \t]{0,2}[|│][ \t]?|: (?=\S)))?"
 )
 _DIGIT_GUTTER = re.compile(r"\d{1,6}(?:[ \t]{0,2}[|│]|: )")  # `12 | `, `12: ` (not `10.0.0.1`, `2025-`, `03:11`)
-_INDENTED_WRAPPER = re.compile(r"[ \t]{0,8}[>\-*+•|│\d]")  # an indented line that may wear one (not `  File`)
+# an indented line that may wear a wrapper (not `  File`), or a log record indented as a whole (a markdown code
+# block of four spaces): its own time, level, process tag or slog head right after the indent
+_INDENTED_WRAPPER = re.compile(
+    r"[ \t]{0,8}(?:(?P<record>(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) |time=\d|\[?\d{4}-\d\d-\d\d[T ]\d\d:"
+    r"|\(\w+(?: rank=\d+)? pid=\d|\{\")|[>\-*+•|│\d])")
 # a CRI log line copied out of /var/log/pods: its time, stream and piece flag before the text
 _CRI = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) (?:stdout|stderr) [FP] ")
 _CELL = re.compile(r"\|[ \t]?(.*?)[ \t]?\|[ \t]*")
@@ -61,8 +65,11 @@ def unpaste(text: str) -> tuple[list[str], str | None] | None:
             return [text[m.end():]], m.group(1)
         if _DIGIT_GUTTER.match(text) is None:
             return None
-    elif first in " \t" and _INDENTED_WRAPPER.match(text) is None:
-        return None  # a traceback's frame, a continuation: the commonest indented lines, settled by one match
+    elif first in " \t":
+        if (m := _INDENTED_WRAPPER.match(text)) is None:
+            return None  # a traceback's frame, a continuation: the commonest indented lines, settled by one match
+        if m.group("record") is not None:
+            return [text.lstrip(" \t")], None
     out = text
     for _ in range(_MAX_UNWRAP):
         before = out

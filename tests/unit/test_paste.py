@@ -37,6 +37,9 @@ LINE = "INFO 09-14 03:11:15 [core.py:340] hello"
     (json.dumps({"line": LINE, "timestamp": "2025-12-14T03:11:15Z"}), LINE, "2025-12-14T03:11:15Z"),
     (json.dumps({"level": "info", "msg": LINE}), LINE, None),
     ("> " + json.dumps({"log": LINE}), LINE, None),
+    (f"    {LINE}", LINE, None),  # a markdown code block of four spaces: a record, indented whole
+    ("    time=2025-12-14T03:11:15.123Z level=INFO msg=x", "time=2025-12-14T03:11:15.123Z level=INFO msg=x", None),
+    ("    (EngineCore_DP0 pid=1094) ERROR x", "(EngineCore_DP0 pid=1094) ERROR x", None),
 ])
 def test_the_wrapper_comes_off(wrapped: str, inner: str, stamp: str | None) -> None:
     assert unpaste(wrapped) == ([inner], stamp)
@@ -49,6 +52,8 @@ def test_the_wrapper_comes_off(wrapped: str, inner: str, stamp: str | None) -> N
     "12月 14 03:11:15 gpu7 vllm[1]: INFO started",  # journald in Chinese: a month, not a gutter
     "0.00.123.456 I srv  update_slots: all slots are idle",  # llama.cpp's time since start
     "  File \"/x/vllm/v1/engine/core.py\", line 701, in run_engine_core",  # a traceback line
+    "    engine_core.run_busy_loop()",  # its source line
+    "    INFORMATION = 1",  # source that starts like a level
     '{"error": {"message": "Model is overloaded", "code": 503}}',  # an error body is read whole
     '{"message": "The engine is currently busy", "code": 503}',
     '{"levelname": "ERROR", "message": "EngineCore encountered a fatal error."}',  # vLLM's own JSON
