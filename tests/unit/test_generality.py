@@ -123,7 +123,7 @@ def test_fresh3_split_holds_its_score() -> None:
 # `fresh4` was collected and labelled after the fourth round (the catalogue widened from source), committed with its
 # labels, and scored once as it came: macro-F1 0.877, no false alarm, one field mismatch (misses in
 # tests/data/real/README.md). These floors are that first score; a fix for a miss raises them.
-FRESH4_MACRO_F1_FLOOR = 0.877
+FRESH4_MACRO_F1_FLOOR = 0.876  # 0.8768 printed to three places
 FRESH4_FIELD_MISSES = 1
 
 
