@@ -74,6 +74,8 @@ FACT_NAMES = frozenset({
     "required_kv_bytes", "estimated_max_model_len", "max_concurrent_requests", "max_batch_prefill_tokens",
     "peak_torch_bytes", "cuda_graph_estimate_bytes", "hybrid_block_size", "dcp_world_size",
     "pipeline_parallel_size", "num_gpu_blocks_override", "engine_version", "engine_core",
+    # the device's free memory before the weights load (llama.cpp, SGLang); llama.cpp's failed start-up buffer
+    "device_free_bytes", "kv_buffer_failed_bytes", "compute_buffer_failed_bytes",
 })
 
 
@@ -350,6 +352,10 @@ class Knob(str, Enum):
     GPU_MEMORY_UTILIZATION = "gpu_memory_utilization"
     KV_CACHE_DTYPE = "kv_cache_dtype"
     REPLICAS = "replicas"
+    # TGI's batch limits (router flags): the prefill batch its warm-up sizes, the KV pool, the waiting budget
+    MAX_BATCH_PREFILL_TOKENS = "max_batch_prefill_tokens"
+    MAX_BATCH_TOTAL_TOKENS = "max_batch_total_tokens"
+    MAX_WAITING_TOKENS = "max_waiting_tokens"
     VLLM_ENGINE_ITERATION_TIMEOUT_S = "VLLM_ENGINE_ITERATION_TIMEOUT_S"
     VLLM_RPC_TIMEOUT = "VLLM_RPC_TIMEOUT"
     VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS = "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS"

@@ -37,6 +37,8 @@ from agent.records import (
     Severity,
 )
 from parsers.checkpoint import Checkpoint, Incidents, NewKinds
+from parsers.paste import ESCAPED_TRACEBACK, WRAP_WIDTHS, continues_wrap, escaped_lines, unpaste
+from parsers.paste import STARTS as PASTE_STARTS
 from parsers.prefix import (
     ANSI,
     CJK_MONTH,
@@ -61,6 +63,8 @@ MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is
 MAX_BLOCK_LINES = 400  # a traceback longer than this is still one event; the rest is not kept
 DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised by the API server
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
+WRAP_A, WRAP_B = WRAP_WIDTHS
+WRAP_MIN = min(WRAP_WIDTHS)
 MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there (a lost closing quote)
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
 # A parser's attributes that are not behaviour (where it reads, caches, counters), and those `checkpoint` takes
@@ -107,6 +111,8 @@ class StreamParser:
         self._last_ts: float | None = None
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
         self._engine_dead = False  # an engine death was seen and no restart since: a 5xx now is a casualty
+        # a line as long as a terminal's width, held one line in case the next is its rest (parsers/paste.py)
+        self._wrapped: tuple[str, float | None, str | None, int | None] | None = None
 
     # ---- the protocol -------------------------------------------------------------------------
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
@@ -138,7 +144,31 @@ class StreamParser:
 
     def _line(self, text: str, ts: float | None, path: str | None, offset: int | None,
               line: int | None) -> list[Record]:
-        """`feed` of one line, numbered `line` when the caller counts lines: the one path every line takes."""
+        """`feed` of one line, numbered `line` when the caller counts lines: the one path every line takes. A
+        line as long as a terminal is held one line, in case the next is its rest (parsers/paste.py); it is held
+        without its number (the parser's state is the same fed by `feed` or `feed_batch`), so its records are
+        located by their offset."""
+        if self._wrapped is not None:  # the line before was as long as a terminal: is this its rest?
+            held, self._wrapped = self._wrapped, None
+            if continues_wrap(text, held[0]):
+                return self._line(held[0] + text, held[1], held[2], held[3], None)
+            return self._feed_line(*held, None) + self._line(text, ts, path, offset, line)
+        n = len(text)
+        if n >= WRAP_MIN and not (n % WRAP_A and n % WRAP_B):  # as long as a terminal (wrapped_at_width), inline
+            self._wrapped = (text, ts, path, offset)
+            return []
+        return self._feed_line(text, ts, path, offset, line)
+
+    def _feed_line(self, text: str, ts: float | None, path: str | None, offset: int | None,
+                   line: int | None) -> list[Record]:
+        """One whole line (any wrap joined): a paste's or shipper's wrapper taken off, else `_feed`."""
+        if text[:1] in PASTE_STARTS and (pasted := unpaste(text)) is not None:
+            return self._feed_pasted(pasted, ts, path, offset, line)
+        # a JSON line is decoded whole (its envelope above, or the engine's own format); a prompt's text is never
+        # read as lines
+        if ESCAPED_TRACEBACK in text and text[:1] != "{" and not is_request_log(text) and (
+                lines := escaped_lines(text)) is not None:
+            return self._feed_pasted((lines, None), ts, path, offset, line)
         try:
             out = self._feed(text, ts, path, offset, line)
         except (ValueError, OverflowError):
@@ -148,6 +178,21 @@ class StreamParser:
             return out  # most lines give nothing
         # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
         return [r if r.__class__ is ServerStats else scrub(r) for r in out]
+
+    def _feed_pasted(self, pasted: tuple[list[str], str | None], ts: float | None, path: str | None,
+                     offset: int | None, line: int | None) -> list[Record]:
+        """The lines inside a paste or shipper wrapper (parsers/paste.py), fed as the engine printed them, each
+        at the wrapper's offset and line."""
+        lines, stamp = pasted
+        if ts is None and stamp is not None:
+            try:
+                ts = self.stamps.rfc3339(stamp)
+            except (ValueError, OverflowError):
+                ts = None
+        out: list[Record] = []
+        for inner in lines:
+            out += self._line(inner, ts, path, offset, line)
+        return out
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None,
               line: int | None) -> list[Record]:
@@ -226,8 +271,8 @@ class StreamParser:
         """`feed`'s first answer for an access line that is not a refusal (nothing, the line counted, a
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
-        if self._request_lines or not boring_access(text) or len(text) > MAX_LINE_CHARS or "\x1b" in text or (
-                "\r" in text):
+        if self._request_lines or self._wrapped is not None or not boring_access(text) or len(
+                text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text:
             return False
         self.lines_seen += 1
         if opens_request_text(text):
@@ -242,7 +287,8 @@ class StreamParser:
     def held_offsets(self) -> dict[str, int]:
         """Path → offset of the first line of each open block (the earliest per path): what a crash now
         would lose unless the cursor waits there."""
-        return earliest((block.path, block.offset) for block in self._blocks.values())
+        held = [(self._wrapped[2], self._wrapped[3])] if self._wrapped is not None else []
+        return earliest([*((block.path, block.offset) for block in self._blocks.values()), *held])
 
     def set_reference_time(self, ref_time: float) -> None:
         """Move the time that yearless stamps are placed near (a daemon calls this as its clock advances;
@@ -287,6 +333,9 @@ class StreamParser:
     def flush(self) -> list[Record]:
         """Close whatever is open (a truncated traceback is still an occurrence)."""
         out: list[Record] = []
+        while self._wrapped is not None:  # a held line inside a wrapper may hold its own line in turn
+            held, self._wrapped = self._wrapped, None
+            out.extend(self._feed_line(*held, None))
         for tag in list(self._blocks):
             try:
                 out.extend(self._close(tag))

@@ -91,7 +91,9 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
 # whole cache, as llama.cpp's `n_ctx` is; each slot's share is what `n_ctx_slot` is, a request's limit
 _OLLAMA_CMD = re.compile(r"^starting llama server cmd=[^\n]{0,2000}? --ctx-size (\d+)\b")
 _OLLAMA_PARALLEL = re.compile(r" --parallel (\d+)\b")
-_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB")
+_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB"
+                     # each accelerator's share (a CPU or host buffer is RAM); the total line, where printed, wins
+                     r"|llama_kv_cache\w{0,20}: +(?!CPU)(?!\w{1,20}_Host)\w{1,20} KV buffer size = +([\d.]+) MiB")
 # Weights on an accelerator (a CPU or host buffer is RAM): `load_tensors: CUDA0 model buffer size = … MiB`
 # (`llm_load_tensors:` in older builds, no `model` in some forks). One fact per device; the last one wins.
 _WEIGHTS_MIB = re.compile(r"load_tensors: +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) (?:model )?buffer size = +([\d.]+) MiB")
@@ -105,6 +107,7 @@ _OLLAMA_SIZES = (
     ("weights_bytes", re.compile(r"\bmemory\.weights\.total=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("kv_cache_bytes", re.compile(r"\bmemory\.required\.kv=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("kv_cache_bytes", re.compile(r"^kv cache device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
+    ("activation_peak_bytes", re.compile(r"^compute graph device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
 )
 # Timings: per slot every few seconds (`tg = 12.93 t/s, tg_3s = 12.57 t/s`), and a request's summary in every
 # era's wording (`prompt eval time = … ms / 25 tokens (… ms per token, 33.25 tokens per second)`).
@@ -117,6 +120,18 @@ _PROMPT_TPS = re.compile(r"prompt eval time *= *[\d.]+ ms / +\d+ tokens \( *[\d.
                          r"(?:tokens per second|t/s)")
 _GEN_TPS = re.compile(r"(?<!prompt )\beval time *= *[\d.]+ ms / +\d+ (?:tokens|runs) +\( *[\d.]+ ms per token, "
                       r"+([\d.]+) tokens per second")
+# Start-up allocation failures: ggml names the size of the buffer it could not get (`alloc_tensor_range: failed
+# to allocate CUDA0 buffer of size 17179869184`, the CUDA backend's `allocating 16384.00 MiB on device 0:
+# cudaMalloc failed`, the graph allocator's `ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size N`),
+# then libllama says which buffer it was: the KV cache's or the compute graph's. Both sizes become facts, with
+# the device's free memory libllama printed before loading (2025 on), so the judge can size `-c`.
+_FAILED_SIZE = re.compile(r"failed to allocate \w{1,20} buffer of size (\d{1,15})"
+                          r"|allocating ([\d.]{1,12}) MiB on device \d{1,3}: \w{1,40} failed")
+_KV_FAILED = re.compile(r"failed to allocate buffer for kv cache|failed to allocate KV buffers?\b")
+# (a KV-cache update's graph, `llama_kv_cache_update_impl: failed to allocate compute buffers`, is at runtime)
+_COMPUTE_FAILED = re.compile(r"^(?![^\n]{0,80}kv_cache_update)[^\n]{0,200}?failed to allocate compute buffers?\b")
+_RETRIED = re.compile(r"compute buffer allocation failed, retrying")
+_DEVICE_FREE = re.compile(r"using device (?!CPU)\w{1,20} \([^()\n]{0,160}\) - (\d{1,9}) MiB free")
 _DEFER = re.compile(r"no slot is available|defer task")
 _IDLE = re.compile(r"all slots are idle|slot is processing task|processing task")
 
@@ -141,7 +156,8 @@ class LlamaCppParser(StreamParser):
               "server is listening", "HTTP server listening", "listening on http", "model loaded", "loaded meta data",
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
-              "prompt processing", "compute buffer size",
+              "prompt processing", "compute buffer size", "MiB free", "buffer of size", "compute buffer",
+              "KV buffer size", "compute graph",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("llamacpp"),
               *catalogued.hot_words("auto"))
@@ -149,6 +165,7 @@ class LlamaCppParser(StreamParser):
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
         self._deferring = False
+        self._failed_size: float | None = None  # the last buffer ggml could not allocate, in bytes
 
     def split(self, text: str) -> Split:
         if text.startswith("{"):
@@ -216,6 +233,27 @@ class LlamaCppParser(StreamParser):
                     self.fact(split, "max_model_len", float(ctx // slots))]
         return out
 
+    def _allocation_facts(self, split: Split, msg: str) -> list[Record]:
+        """The device's free memory, and which start-up buffer failed at which size (see _FAILED_SIZE)."""
+        if (m := _DEVICE_FREE.search(msg)) is not None:
+            return [self.fact(split, "device_free_bytes", size_bytes(m.group(1), "MiB"))]
+        if (m := _FAILED_SIZE.search(msg)) is not None:
+            # only while loading: a runtime failure (a KV-cache update's graph) is no start-up figure
+            starting = self.phase() is Phase.STARTUP
+            self._failed_size = (float(m.group(1)) if m.group(1) else float(size_bytes(m.group(2), "MiB"))
+                                 ) if starting else None
+            return []
+        if _RETRIED.search(msg) is not None:  # newest builds retry the graph without pipeline parallelism
+            return [self.fact(split, "compute_buffer_failed_bytes", 0.0)]
+        failed = self._failed_size
+        if failed is not None and _KV_FAILED.search(msg) is not None:
+            self._failed_size = None
+            return [self.fact(split, "kv_buffer_failed_bytes", failed)]
+        if failed is not None and _COMPUTE_FAILED.search(msg) is not None:
+            self._failed_size = None
+            return [self.fact(split, "compute_buffer_failed_bytes", failed)]
+        return []
+
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
         out: list[Record] = []
@@ -236,12 +274,15 @@ class LlamaCppParser(StreamParser):
                 out.append(self.fact(split, name, conv(value)))
         if (m := _OLLAMA_CMD.search(msg)) is not None:
             out.extend(self._ollama_cmd(split, int(m.group(1)), _OLLAMA_PARALLEL.search(msg, m.end())))
-        if (m := _KV_MIB.search(msg)) is not None:
-            out.append(self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")))
+        if (m := _KV_MIB.search(msg)) is not None:  # allocated: an earlier start's failed KV buffer is over
+            out += [self.fact(split, "kv_cache_bytes", size_bytes(m.group(1) or m.group(2), "MiB")),
+                    self.fact(split, "kv_buffer_failed_bytes", 0.0)]
         if (m := _WEIGHTS_MIB.search(msg)) is not None:
             out.append(self.fact(split, "weights_bytes", size_bytes(m.group(2), "MiB")))
-        if (m := _COMPUTE_MIB.search(msg)) is not None:
-            out.append(self.fact(split, "activation_peak_bytes", size_bytes(m.group(2), "MiB")))
+        if (m := _COMPUTE_MIB.search(msg)) is not None:  # reserved: so is an earlier failed compute buffer
+            out += [self.fact(split, "activation_peak_bytes", size_bytes(m.group(2), "MiB")),
+                    self.fact(split, "compute_buffer_failed_bytes", 0.0)]
+        out.extend(self._allocation_facts(split, msg))
         # Ollama's estimate for a CPU-only load (`offload to cpu`, `library=cpu`) sizes RAM, not the GPU's
         if "=\"" in msg and not msg.startswith("offload to cpu") and "library=cpu" not in msg:
             for name, pattern in _OLLAMA_SIZES:

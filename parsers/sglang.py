@@ -97,6 +97,10 @@ _FACTS = (
     ("block_size", re.compile(r"\bpage_size=(\d+)"), float),
     ("model", re.compile(r"\bmodel_path='([^']{1,300})'"), str),
     ("kv_cache_tokens", re.compile(r"KV Cache is allocated\.(?: dtype: \S+,)? #tokens: (\d+)"), float),
+    # the memory free before the weights load: what --mem-fraction-static is a fraction of (model_runner's
+    # total_gpu_memory), so the judge can size it when "Not enough memory" stops the start
+    ("device_free_bytes", re.compile(r"Load weight begin\. avail mem=([\d.]+) GB"),
+     lambda v: float(size_bytes(v, "GB"))),
 )
 _KV_SIZE = re.compile(
     r"KV Cache is allocated\.[^\n]{0,80}?(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"

@@ -10,6 +10,7 @@ threshold nor repeats every tick; the store keeps the history, the exporter the 
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import operator
@@ -23,6 +24,7 @@ from agent.judge.knobs import native
 from agent.judge.messages import fill, placeholders
 from agent.judge.rules import Condition, Group, Rule, SampleCondition
 from agent.judge.signals import Window, references
+from agent.judge.together import TogetherTest
 from agent.judge.vocabulary import ref_key
 from agent.records import Server
 from agent.sinks.queries import Queries
@@ -50,6 +52,8 @@ def _holds(node: Group | Condition, window: Window, rule: Rule, evidence: dict[s
     if isinstance(node, Group):
         if node.same_sample is not None:
             return _joint(node, window, evidence)
+        if node.together is not None:
+            return _together(node, window, evidence)
         results = [_holds(item, window, rule, evidence) for item in (node.all or node.any or [])]
         return all(results) if node.all is not None else any(results)
     lhs = window.value(node, rule.min_samples)
@@ -79,6 +83,63 @@ def _joint(group: Group, window: Window, evidence: dict[str, float | None]) -> b
         evidence[f"{group.as_}_{test.signal}_max"] = _round(max(values)) if values else None
         evidence[f"{group.as_}_{test.signal}_min"] = _round(min(values)) if values else None
     return len(matched) >= group.at_least
+
+
+def _together(group: Group, window: Window, evidence: dict[str, float | None]) -> bool:
+    """A `together` group: the points where the first test holds at which every other test holds at its
+    stream's nearest point (the earlier on a tie), no more than `within` seconds away — the state *at* that
+    moment, not the best of a neighbourhood. `<as>_matches` counts them (an event its occurrences); each
+    series test's values at the partner points give its range, each event test its occurrences taken part."""
+    tests = group.together or []
+    within = group.within or 0.0
+
+    def holds(test: TogetherTest, value: float) -> bool:
+        if test.is_event:
+            return True
+        rhs = test.value if test.value is not None else window.refs.get(test.ref or "")
+        return test.op is not None and rhs is not None and _OPS[test.op](value, rhs * test.factor)
+
+    points = [window.points(t) for t in tests]
+    times = [[ts for ts, _ in p] for p in points]
+    used: list[dict[float, float]] = [{} for _ in tests]  # per test: time → value of the points taken part
+    matches = 0.0
+    for ts, value in points[0]:
+        if not holds(tests[0], value):
+            continue
+        partners: list[tuple[float, float]] = []
+        for j in range(1, len(tests)):
+            near = _nearest(times[j], ts)
+            if near is None or abs(times[j][near] - ts) > within or not holds(tests[j], points[j][near][1]):
+                break
+            partners.append(points[j][near])
+        else:
+            matches += value if tests[0].is_event else 1.0
+            used[0][ts] = used[0].get(ts, 0.0) + value if tests[0].is_event else value
+            for j, (pt, pv) in enumerate(partners, start=1):
+                used[j][pt] = pv
+    evidence[f"{group.as_}_matches"] = _round(matches)
+    for test, taken in zip(tests, used, strict=True):
+        if test.ref is not None:
+            evidence[ref_key(test.ref)] = _round(window.refs.get(test.ref))
+        values = list(taken.values())
+        if test.is_event:
+            evidence[f"{group.as_}_{test.key}_count"] = _round(sum(values))
+        else:
+            evidence[f"{group.as_}_{test.key}_max"] = _round(max(values)) if values else None
+            evidence[f"{group.as_}_{test.key}_min"] = _round(min(values)) if values else None
+    return matches > 0 and matches >= group.at_least
+
+
+def _nearest(times: Sequence[float], ts: float) -> int | None:
+    """The index of the time in sorted `times` nearest to `ts` (None when empty)."""
+    if not times:
+        return None
+    i = bisect.bisect_left(times, ts)
+    if i == 0:
+        return 0
+    if i == len(times):
+        return i - 1
+    return i if times[i] - ts < ts - times[i - 1] else i - 1
 
 
 def _round(x: float | None) -> float | None:
@@ -247,9 +308,11 @@ def knobs_of(config: Config | None) -> dict[str, float | None]:
     return {k: (float(v) if v is not None else None) for k, v in values.items()}
 
 
-ENGINE_KNOBS = ("max_num_seqs", "max_model_len", "gpu_memory_utilization")
+ENGINE_KNOBS = ("max_num_seqs", "max_model_len", "gpu_memory_utilization", "max_batch_prefill_tokens")
 # Start-up figures a built-in may read (as `engine.<name>`): the engine's own measurements.
-ENGINE_FIGURES = ("estimated_max_model_len", "total_gpu_memory_bytes", "non_kv_cache_bytes", "kv_cache_tokens")
+ENGINE_FIGURES = ("estimated_max_model_len", "total_gpu_memory_bytes", "non_kv_cache_bytes", "kv_cache_tokens",
+                  "kv_cache_bytes", "weights_bytes", "device_free_bytes", "kv_buffer_failed_bytes",
+                  "compute_buffer_failed_bytes")
 
 
 def engine_config(facts: Mapping[str, Mapping[str, float | str]]) -> dict[str, dict[str, float | None]]:

@@ -218,18 +218,27 @@ UTIL_CEILING = 0.95  # above this the card has no room for the CUDA context and 
 
 def utilization_that_fits(ctx: Context) -> Result:
     """The gpu_memory_utilization that leaves the KV cache room for one request at max_model_len: (what the
-    engine needs outside the KV cache + one request's KV) ÷ the card, rounded up to 0.01. From the engine's
-    profile (total memory, non-KV memory) where it printed one, else the paper budget's fixed costs."""
+    engine needs outside the KV cache + one request's KV) ÷ the card, rounded up to 0.01. From vLLM's
+    profile (total memory, non-KV memory) where it printed one; SGLang's own figures (its fraction is of the
+    memory free before loading and covers the weights and the KV cache: (weights + one request's KV) ÷ that
+    free memory); else the paper budget's fixed costs."""
     refs, cap = ctx.config, ctx.capacity
-    total = refs.get("engine.total_gpu_memory_bytes") or (cap.vram_bytes if cap is not None else None)
-    fixed = refs.get("engine.non_kv_cache_bytes") or (cap.fixed_bytes if cap is not None else None)
+    outside = "outside the KV cache"
+    if refs.get("engine.total_gpu_memory_bytes"):  # vLLM's profile: the card, and all that is not KV cache
+        total, fixed = refs.get("engine.total_gpu_memory_bytes"), refs.get("engine.non_kv_cache_bytes")
+    elif refs.get("engine.device_free_bytes") and refs.get("engine.weights_bytes"):
+        # SGLang: --mem-fraction-static is of the memory free before loading, and holds weights + KV cache
+        total, fixed = refs.get("engine.device_free_bytes"), refs.get("engine.weights_bytes")
+        outside = "of weights"
+    else:
+        total, fixed = (cap.vram_bytes, cap.fixed_bytes) if cap is not None else (None, None)
     per_token = cap.kv_bytes_per_token if cap is not None else None
     length = refs.get("config.max_model_len") or (cap.tokens_per_request if cap is not None else None)
     if not total or fixed is None or not per_token or not length:
         return None, "needs the card's memory, the memory outside the KV cache and the KV bytes per token"
     need = fixed + per_token * length
     value = math.ceil(need / total * 100) / 100
-    text = (f"({fixed / 2**30:.2f} GiB outside the KV cache + {_fmt(length)} tokens × {per_token:,} bytes) ÷ "
+    text = (f"({fixed / 2**30:.2f} GiB {outside} + {_fmt(length)} tokens × {per_token:,} bytes) ÷ "
             f"{total / 2**30:.2f} GiB = {need / total:.3f}, rounded up = {value:.2f}")
     if value > UTIL_CEILING:
         return None, f"{text}: above {UTIL_CEILING} — no utilization fits; quantize the weights, use FP8 KV, " \
@@ -252,6 +261,19 @@ def warmup_survivor(ctx: Context) -> Result:
     return float(value), text
 
 
+def prefill_survivor(ctx: Context) -> Result:
+    """TGI's --max-batch-prefill-tokens that survives its warm-up: the warm-up runs one prefill batch of that
+    many tokens and its activation memory is proportional to them, so half the tokens that ran out of memory
+    (`Not enough memory to handle N prefill tokens`), else half the configured value. The memory free at
+    warm-up is not in the log, so the exact count that fits is not known."""
+    failed = ctx.evidence.get("prefill_tokens_failed") or ctx.current
+    if not failed:
+        return None, "neither the prefill tokens that failed nor --max-batch-prefill-tokens is known"
+    value = max(1, math.floor(failed / 2))
+    return float(value), (f"floor({_fmt(failed)} prefill tokens ÷ 2) = {value:,}; keep it at or above "
+                          "--max-input-tokens (TGI refuses less), or lower that too")
+
+
 def replicas_for_demand(ctx: Context) -> Result:
     """How many nodes like this one the demand needs: ceil((running + waiting) ÷ the capacity bound), in the
     samples where the node was full."""
@@ -263,6 +285,67 @@ def replicas_for_demand(ctx: Context) -> Result:
         return None, "needs the running and waiting peaks of the full samples and a capacity bound"
     value = math.ceil((running + waiting) / bound)
     return float(value), f"ceil(({_fmt(running)} running + {_fmt(waiting)} waiting) ÷ capacity {bound}) = {value}"
+
+
+LLAMACPP_PAD = 256  # llama.cpp pads n_ctx to 256 cells: a -c that is a multiple of it is used as given
+Q8_0_RATIO = 34 / 64  # q8_0 stores 32 values in 34 bytes where f16 takes 64
+
+
+def _gib(x: float) -> str:
+    return f"{x / 2**30:.2f} GiB"
+
+
+def context_that_fits(ctx: Context) -> Result:
+    """llama.cpp's `-c` that fits the card, from what its log printed before the failure. Bytes per cell =
+    the buffer's size ÷ n_ctx (the method's 2 × layers × KV heads × head dim × bytes, as llama.cpp sized it:
+    K and V of every layer on that device). The KV buffer failed: the room is the device's free memory less
+    the weights on it, 90 % of it for the cache (the compute buffer comes next and is not printed yet), else
+    the paper budget's usable KV; the compute buffer failed: the room is free − weights − that buffer, else
+    the cache must shrink by at least the buffer's size. Rounded down to llama.cpp's 256-cell padding."""
+    refs, cap = ctx.config, ctx.capacity
+    n_ctx = refs.get("engine.kv_cache_tokens")
+    kv_failed, graph = refs.get("engine.kv_buffer_failed_bytes"), refs.get("engine.compute_buffer_failed_bytes")
+    free, weights = refs.get("engine.device_free_bytes"), refs.get("engine.weights_bytes")
+    if not n_ctx:
+        return None, "the log printed no n_ctx"
+    if kv_failed:
+        per_cell = kv_failed / n_ctx
+        head = f"{_gib(kv_failed)} KV buffer ÷ n_ctx {_fmt(n_ctx)} = {per_cell:,.0f} bytes per cell"
+        if free and weights:
+            room = (free - weights) * KV_TARGET_RATIO
+            how = f"({_gib(free)} free − {_gib(weights)} weights) × {KV_TARGET_RATIO} = {_gib(room)} for the cache"
+        elif cap is not None and cap.usable_kv_bytes:
+            room, how = float(cap.usable_kv_bytes), f"the paper budget's usable KV {_gib(cap.usable_kv_bytes)}"
+        else:
+            return None, f"{head}; the log printed no free memory and no budget is configured"
+    elif graph:
+        kv_bytes = refs.get("engine.kv_cache_bytes")
+        if not kv_bytes:
+            return None, "the compute buffer failed, and the log printed no KV-cache size"
+        per_cell = kv_bytes / n_ctx
+        head = f"{_gib(kv_bytes)} KV cache ÷ n_ctx {_fmt(n_ctx)} = {per_cell:,.0f} bytes per cell"
+        if free and weights:
+            room = free - weights - graph
+            how = (f"{_gib(free)} free − {_gib(weights)} weights − {_gib(graph)} compute buffer = {_gib(room)} "
+                   "for the cache")
+        else:
+            room = kv_bytes - graph
+            how = f"the cache shrunk by the {_gib(graph)} compute buffer it lacked: {_gib(room)}"
+    else:
+        return None, "no start-up buffer failure was logged"
+    cells = room / per_cell if room > 0 else 0.0
+    value = math.floor(cells / LLAMACPP_PAD) * LLAMACPP_PAD
+    text = f"{head}; {how}; floor({_gib(max(room, 0))} ÷ {per_cell:,.0f} ÷ {LLAMACPP_PAD}) × {LLAMACPP_PAD}"
+    q8 = math.floor(cells / Q8_0_RATIO / LLAMACPP_PAD) * LLAMACPP_PAD
+    if value >= n_ctx:  # the figures say it fits: something outside them (another process) holds the memory
+        return None, (f"{text} = {value:,}, not below n_ctx {_fmt(n_ctx)}: by the log's figures it fits, so "
+                      "something else holds the GPU's memory (another process?); lower -c below it")
+    if value < LLAMACPP_PAD:
+        return None, (f"{text} = {value}: not one padded block of cells fits; offload fewer layers (-ngl) or use "
+                      "a smaller quantization")
+    q8_text = f"the -c {_fmt(n_ctx)} asked for fits" if q8 >= n_ctx else f"-c {q8:,} fits"
+    return float(value), (f"{text} = {value:,} cells (-c {value}); or, from an f16 cache, with -ctk q8_0 -ctv "
+                          f"q8_0 ({Q8_0_RATIO:.3f} of the bytes) {q8_text} (room for {q8:,})")
 
 
 BUILTINS: dict[str, Callable[[Context], Result]] = {
@@ -279,4 +362,6 @@ BUILTINS: dict[str, Callable[[Context], Result]] = {
     "utilization_that_fits": utilization_that_fits,
     "warmup_survivor": warmup_survivor,
     "replicas_for_demand": replicas_for_demand,
+    "context_that_fits": context_that_fits,
+    "prefill_survivor": prefill_survivor,
 }

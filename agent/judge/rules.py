@@ -1,7 +1,8 @@
 """Rule files: a closed, validated vocabulary (not a language), loaded from YAML with one-line errors.
 
 A rule says: over a window, when these aggregates of named signals compare so with numbers or with
-capacity/config values (`all`/`any`, or `same_sample`: true together in one stats sample), turn this knob
+capacity/config values (`all`/`any`; `same_sample`: true together in one stats sample; `together` …
+`within`: true within so many seconds of each other across streams), turn this knob
 this way, to the value a named built-in computes, and say so with a message that may name only evidence
 values. Every name a rule may use is listed (agent/judge/vocabulary.py, `builtins.BUILTINS`); anything
 else is an error naming the file,
@@ -31,8 +32,9 @@ from pydantic import (
 
 from agent.errors import AgentError
 from agent.judge.builtins import BUILTINS
-from agent.judge.vocabulary import REFERENCES, SAMPLE_SIGNALS, SIGNALS, WHERE_KEYS, ref_key, seconds
-from agent.records import Knob, Phase, Severity
+from agent.judge.together import TogetherTest, known_where
+from agent.judge.vocabulary import REFERENCES, SAMPLE_SIGNALS, SIGNALS, ref_key, seconds
+from agent.records import Knob, Severity
 from agent.verdicts import Direction
 from agent.yamldoc import YamlDoc, YamlReadError, read_yaml
 
@@ -61,14 +63,7 @@ class Aggregate(_Model):
     @field_validator("where")
     @classmethod
     def _known_where(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if key not in WHERE_KEYS:
-                raise ValueError(f"unknown filter {key!r} (expected one of: {', '.join(WHERE_KEYS)})")
-            if key == "knob" and value not in {k.value for k in Knob}:
-                raise ValueError(f"unknown knob {value!r} (expected one of: {', '.join(k.value for k in Knob)})")
-            if key == "phase" and value not in {p.value for p in Phase}:
-                raise ValueError(f"unknown phase {value!r} (expected one of: {', '.join(p.value for p in Phase)})")
-        return v
+        return known_where(v)
 
     @model_validator(mode="after")
     def _series_only(self) -> Aggregate:
@@ -132,8 +127,9 @@ class SampleCondition(_Comparison):
 
 
 def _kind(item: Any) -> str:
-    """A mapping with `all`/`any`/`same_sample` is a group, anything else a condition: errors then name one."""
-    if isinstance(item, dict) and ("all" in item or "any" in item or "same_sample" in item):
+    """A mapping with `all`/`any`/`same_sample`/`together` is a group, anything else a condition: errors
+    then name one."""
+    if isinstance(item, dict) and ("all" in item or "any" in item or "same_sample" in item or "together" in item):
         return "Group"
     return "Condition"
 
@@ -142,22 +138,38 @@ Item = Annotated[Annotated["Condition", Tag("Condition")] | Annotated["Group", T
 
 
 class Group(_Model):
-    """`all` / `any` of conditions and groups, or `same_sample`: tests that must hold in one engine stats
+    """`all` / `any` of conditions and groups; `same_sample`: tests that must hold in one engine stats
     sample together, in at least `at_least` samples of the window (what the method means by "at the same
-    time": a queue *while* every slot runs *and* KV has room, not each of those at some moment)."""
+    time": a queue *while* every slot runs *and* KV has room, not each of those at some moment); or
+    `together` … `within`: tests on different streams (an event and a stats sample, a scrape and a log
+    line) that must hold at the same moment — at a point where the first test holds, every other test
+    holds at its own stream's nearest point, no more than `within` seconds away; at `at_least` such points
+    (an event counts its occurrences)."""
 
     all: list[Item] | None = None
     any: list[Item] | None = None
     same_sample: list[SampleCondition] | None = None
-    at_least: int = Field(1, ge=1, description="same_sample: samples in which every test must hold")
+    together: list[TogetherTest] | None = None
+    within: float | None = Field(None, description="together: how far apart (seconds) the tests' points may be")
+    at_least: int = Field(1, ge=1, description="same_sample / together: samples (points) where every test held")
     as_: str = Field("joint", alias="as", pattern=r"^[a-z][a-z0-9_]{0,31}$",
-                     description="same_sample: the evidence prefix (<as>_samples, <as>_<signal>_max/min)")
+                     description="same_sample / together: the evidence prefix (<as>_samples or <as>_matches, "
+                                 "<as>_<signal>_max/min)")
+
+    @field_validator("within", mode="before")
+    @classmethod
+    def _duration(cls, v: Any) -> float | None:
+        return None if v is None else seconds(v)
 
     @model_validator(mode="after")
     def _one_list(self) -> Group:
-        lists = [x for x in (self.all, self.any, self.same_sample) if x is not None]
+        lists = [x for x in (self.all, self.any, self.same_sample, self.together) if x is not None]
         if len(lists) != 1 or not lists[0]:
-            raise ValueError("a group takes exactly one non-empty list: all, any or same_sample")
+            raise ValueError("a group takes exactly one non-empty list: all, any, same_sample or together")
+        if (self.together is None) != (self.within is None):
+            raise ValueError("within goes with together (and together needs within: 30s, 2m …)")
+        if self.together is not None and len(self.together) < 2:
+            raise ValueError("together needs at least two tests (one alone is a condition)")
         return self
 
     def conditions(self) -> Iterable[Condition]:
@@ -175,13 +187,20 @@ class Group(_Model):
                 yield from item.groups()
 
     def joint_keys(self) -> list[str]:
-        """The evidence a `same_sample` group adds: the samples that matched, each signal's range in them."""
-        if self.same_sample is None:
-            return []
-        keys = [f"{self.as_}_samples"]
-        for c in self.same_sample:
-            keys += [f"{self.as_}_{c.signal}_max", f"{self.as_}_{c.signal}_min"]
-        return keys
+        """The evidence a `same_sample` or `together` group adds: the samples (points) that matched, each
+        signal's range in them; an event test adds the occurrences that took part (`<as>_<key>_count`)."""
+        if self.same_sample is not None:
+            keys = [f"{self.as_}_samples"]
+            for c in self.same_sample:
+                keys += [f"{self.as_}_{c.signal}_max", f"{self.as_}_{c.signal}_min"]
+            return keys
+        if self.together is not None:
+            keys = [f"{self.as_}_matches"]
+            for t in self.together:
+                keys += [f"{self.as_}_{t.key}_count"] if t.is_event else [f"{self.as_}_{t.key}_max",
+                                                                            f"{self.as_}_{t.key}_min"]
+            return keys
+        return []
 
 
 class Action(_Model):
@@ -263,6 +282,8 @@ def _known_fields(parent: tuple[Any, ...]) -> list[str]:
     model: type[BaseModel] = Rule
     if "same_sample" in parent[-2:]:
         model = SampleCondition
+    elif "together" in parent[-2:]:
+        model = TogetherTest
     elif tags:
         model = Condition if tags[-1] == "Condition" else Group
     elif parent[:1] == ("action",):

@@ -21,6 +21,7 @@ from agent.capacity.capacity import Capacity
 from agent.histograms import Buckets
 from agent.judge.rules import Aggregate, SampleCondition
 from agent.judge.sizing import sizing
+from agent.judge.together import TogetherTest
 from agent.records import HISTOGRAM_SIGNALS, Event, HistogramWindow, Server, ServerStats
 from agent.sinks.queries import Queries, percentile
 
@@ -58,8 +59,8 @@ def startup_cause(event: Event) -> str:
     KV cache after weights and activations: vLLM's "No available memory for the cache blocks" or 0 blocks,
     SGLang's "Not enough memory" or a negative profiled pool), else `load` (a plain allocation failure while
     loading or warming up: no figure says which knob, so no rule sizes one)."""
-    if "max_model_len" in event.fields or "kv_cache_tokens" in event.fields:
-        return "max_model_len"
+    if "max_model_len" in event.fields or "kv_cache_tokens" in event.fields or "`max_total_tokens" in event.message:
+        return "max_model_len"  # TGI: "Not enough memory to handle `max_total_tokens=N`" (one request of it)
     if "dummy_requests" in event.fields or "warming up" in event.message:
         return "warmup"
     if "prefill_tokens" in event.fields or "prefill tokens" in event.message:
@@ -247,6 +248,20 @@ class Window:
             else:
                 out.append(values)
         return out
+
+    def points(self, test: TogetherTest) -> list[tuple[float, float]]:
+        """A `together` test's stream, oldest first, as (time, value): the events it names (after `where`),
+        each valued at its occurrences (`fields.count`); or every sample that carries the signal."""
+        if test.is_event:
+            found = [(e.ts, occurrences(e)) for kind in test.kinds for e in self.events(kind) if e.ts is not None
+                     and all(attribute(e, k) == v for k, v in test.where.items())]
+        elif test.signal == "gpu_memory_used_ratio":
+            found = list(self.queries.window_gpu_memory(self.since, self.until))
+        else:
+            assert isinstance(test.signal, str)
+            found = [(s.ts, v) for s in self.stats() if s.ts is not None
+                     and (v := self.sample_value(s, test.signal)) is not None]
+        return sorted(found)
 
     def value(self, cond: Aggregate, min_samples: int) -> float | None:
         """The aggregate `cond` names; None when unknown or when a series has fewer than `min_samples`."""

@@ -49,6 +49,7 @@ REFERENCES: dict[str, str] = {
     "config.max_output_tokens": "limits.max_output_tokens",
     "config.max_session_tokens": "session.max_session_tokens",
     "config.gpu_memory_utilization": "server.gpu_memory_fraction (or the engine's reported value)",
+    "config.max_batch_prefill_tokens": "TGI's --max-batch-prefill-tokens, as the engine reported it at start-up",
     "file.max_num_seqs": "server.max_num_seqs as the config file says (config.* is what the engine runs with)",
     "file.max_model_len": "server.max_model_len as the config file says",
     "file.gpu_memory_utilization": "server.gpu_memory_fraction as the config file says",
@@ -56,11 +57,18 @@ REFERENCES: dict[str, str] = {
     "engine.total_gpu_memory_bytes": "the card's memory as the engine measured it",
     "engine.non_kv_cache_bytes": "the memory the engine needs outside the KV cache (weights, activation peak, "
                                  "non-torch)",
-    "engine.kv_cache_tokens": "the engine's KV-cache size in tokens",
+    "engine.kv_cache_tokens": "the engine's KV-cache size in tokens (llama.cpp: n_ctx, the cells of all slots)",
+    "engine.kv_cache_bytes": "the KV cache's size in bytes as the engine allocated it",
+    "engine.weights_bytes": "the weights' size on the GPU as the engine loaded them",
+    "engine.device_free_bytes": "llama.cpp, SGLang: the GPU's free memory before the weights loaded",
+    "engine.kv_buffer_failed_bytes": "llama.cpp: the KV-cache buffer that failed to allocate at start-up",
+    "engine.compute_buffer_failed_bytes": "llama.cpp: the compute-graph buffer that failed to allocate at start-up",
 }
 WHERE_KEYS = ("scope", "knob", "phase", "reason", "timeout_by", "timeout_on", "cause")
 # The per-sample signals a `same_sample` group may test together: one engine stats sample carries them all.
 SAMPLE_SIGNALS = ("running", "waiting", "swapped", "kv_usage_ratio", "preemptions", "request_tokens")
+# The series a `together` group may test point by point (each value has a time), besides `events.<kind>`.
+POINT_SIGNALS = (*SAMPLE_SIGNALS, "gpu_memory_used_ratio")
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)?$")
 _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 

@@ -218,7 +218,7 @@ def test_oom_with_the_card_full_by_nvml_lowers_concurrency() -> None:
     store.commit([*gpu, *events(EventKind.OOM, 1)], now=NOW)
     found = Advisor(rules(), 15.0, {"max_num_seqs": 32}).step(NOW, Queries(store), {E: CAP}, [E])
     f = next(f for f in found if f.rule == "oom_kv_at_limit")
-    assert f.recommended == 13 and f.evidence["gpu_memory_used_ratio_max"] == pytest.approx(0.9896, abs=1e-4)
+    assert f.recommended == 13 and f.evidence["card_gpu_memory_used_ratio_max"] == pytest.approx(0.9896, abs=1e-4)
 
 
 def test_a_finding_that_clears_waits_out_its_cooldown() -> None:

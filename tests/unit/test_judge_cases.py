@@ -33,6 +33,7 @@ CATEGORIES = {r.name: r.category for r in RULES}
 NOW = 1_800_000_000.0
 E = "engine-0"
 GIB = 2**30
+MIB = 2**20
 
 Record = ServerStats | Event | CapacityFact
 
@@ -128,6 +129,17 @@ CASES: list[Case] = [
          # the headline is the activation peak (0.90 × 0.95 = 0.855 → 0.85 or 0.86 by rounding half-even: 0.855
          # is 0.85499… in binary → 0.85); max_num_seqs 32 > 13 is a separate, static finding
          Knob.GPU_MEMORY_UTILIZATION, Direction.LOWER, 0.85, "activation_peak"),
+    Case("vllm_oom_after_the_kv_pool_drained", "oom",
+         [*stats([(13, 2, 0.95)] * 6 + [(8, 0, 0.55)] * 6), *events(EventKind.OOM, 1)],
+         {"max_num_seqs": 13, "gpu_memory_utilization": 0.90}, CAP13,
+         # KV was 95 % a minute before, 55 % in the sample nearest the OOM (same second): at the moment of the
+         # OOM the pool was not full — the activation peak, 0.90 × 0.95 = 0.855 → 0.85; never "KV exhausted"
+         Knob.GPU_MEMORY_UTILIZATION, Direction.LOWER, 0.85, "activation_peak", absent=("oom_kv_at_limit",)),
+    Case("vllm_oom_with_the_kv_pool_full_at_that_moment", "oom",
+         [*stats([(8, 0, 0.55)] * 6 + [(13, 2, 0.93)] * 2), *events(EventKind.OOM, 1)],
+         {"max_num_seqs": 32}, CAP13,
+         # the sample nearest the OOM says 93 % ≥ 90 %: the pool was full; lower 32 → floor(106,496 ÷ 8,192) = 13
+         Knob.MAX_NUM_SEQS, Direction.LOWER, 13, "kv_exhausted", absent=("oom_activation_peak",)),
     Case("vllm_preemption_storm_v1_stats", "preemption",
          stats([(24, 4, 0.98)] * 12, preemptions=30, used=[98_000] * 12), {"max_num_seqs": 32}, CAP13,
          # 12 samples × 30 = 360 preemptions in 5 min = 72/min > 1 at KV p95 98 %. Survivors hold 98,000 ÷ 24 =
@@ -204,6 +216,13 @@ CASES: list[Case] = [
          # 13 = the bound run, KV 91 %, a queue in all 6; growth mean(10,12) ÷ mean(2,4) − 1 = 2.67;
          # replicas = ceil((13 running + 12 waiting) ÷ 13) = ceil(1.92) = 2; never a higher max_num_seqs
          Knob.REPLICAS, Direction.RAISE, 2, "node_full", no_knob=((Knob.MAX_NUM_SEQS, Direction.RAISE),)),
+    Case("overcommitted_node_is_not_full_twin", "node_full",
+         stats([(15, w, 0.99) for w in (1, 1, 2, 3, 3, 4)]), {"max_num_seqs": 64}, CAP13,
+         # 15 run where the budget holds 13, KV 99 %, the queue grows (mean(3, 4) ÷ mean(1, 1) − 1 = 2.5): but
+         # max_num_seqs 64 > 13 lets the engine overcommit (it preempts) — not a full node, no replicas; the
+         # answer is lower 64 → floor(106,496 ÷ 8,192) = 13
+         Knob.MAX_NUM_SEQS, Direction.LOWER, 13, None, absent=("node_full",),
+         no_knob=((Knob.REPLICAS, Direction.RAISE),), twin=True),
     Case("node_busy_flat_queue_twin", "node_full",
          stats([(13, 3, 0.91)] * 6), {"max_num_seqs": 13}, CAP13,
          # a flat queue of 3 (growth 0): full but keeping up — no node_full, and no raise at KV 91 %
@@ -229,6 +248,14 @@ CASES: list[Case] = [
          CAP13,
          # 4 < 5: no refusal finding
          headline=None, absent=("rejections_with_kv_headroom",), twin=True),
+    Case("refusals_with_no_sample_near_them_twin", "refusals",
+         [*stats([(8, 0, 0.5)] * 6),
+          *(Event(NOW - 400 + 10 * i, E, Server.VLLM, EventKind.HTTP_503, Severity.ERROR, Phase.ADMISSION, "503", {},
+                  f"/logs/{E}.log", next(_offset)) for i in range(6))],
+         {"max_queue_size": 32, "max_num_seqs": 8}, CAP13,
+         # six 503s 340–400 s ago, the stats samples 10–60 s ago: no sample within 30 s of any refusal, so
+         # what KV was when they were refused is unknown — neither "KV had room" nor "saturated"
+         absent=("rejections_with_kv_headroom", "rejections_kv_saturated"), twin=True),
     Case("llamacpp_busy_slots_below_budget", "refusals",
          events(EventKind.QUEUE_FULL, 8, server=Server.LLAMACPP), {"max_num_seqs": 4},
          Capacity(E, 4096, paper_max_concurrency=12),
@@ -331,6 +358,18 @@ CASES: list[Case] = [
                   fixed_bytes=70 * GIB),
          # paper: (70 GiB + 32,768 × 131,072 B = 4 GiB) ÷ 80 GiB = 0.925 → 0.93
          Knob.GPU_MEMORY_UTILIZATION, Direction.RAISE, 0.93, "startup", words=("--mem-fraction-static",)),
+    Case("sglang_not_enough_memory_from_its_own_figures", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.SGLANG,
+                  message="Not enough memory. Please try to increase --mem-fraction-static. Current value: "
+                          "mem_fraction_static=0.88"),
+          fact("device_free_bytes", 79.10 * GIB), fact("weights_bytes", 70.00 * GIB),
+          fact("gpu_memory_utilization", 0.88)],
+         {"max_model_len": 8192}, Capacity(E, 8192, paper_max_concurrency=0, kv_bytes_per_token=327_680),
+         # SGLang: rest = free × (fraction − 1) + free − weights must hold the KV cache, so the fraction that holds
+         # one request is (weights + one request's KV) ÷ the free memory before loading. Llama-3.1-70B bf16 KV:
+         # 2 × 80 layers × 8 heads × 128 × 2 = 327,680 bytes a token × 8,192 = 2.5 GiB; (70 + 2.5) ÷ 79.10 =
+         # 0.9166 → 0.92 (SGLang's 0.88 left 79.10 × 0.88 − 70 = −0.39 GiB for the cache)
+         Knob.GPU_MEMORY_UTILIZATION, Direction.RAISE, 0.92, "startup", words=("--mem-fraction-static", "0.88")),
     Case("vllm_sampler_warmup_oom", "startup",
          events(EventKind.OOM, 1, phase=Phase.STARTUP, dummy_requests=256,
                 message="CUDA out of memory occurred when warming up sampler with 256 dummy requests"),
@@ -349,15 +388,27 @@ CASES: list[Case] = [
          # 0 requests fit: the knob is max_model_len — 2 GiB ÷ 131,072 B = 16,384 tokens; never "max_num_seqs 0"
          Knob.MAX_MODEL_LEN, Direction.LOWER, 16_384, "startup", absent=("max_num_seqs_above_bound",),
          no_knob=((Knob.MAX_NUM_SEQS, Direction.LOWER),)),
-    Case("tgi_prefill_batch_does_not_fit_twin", "startup",
-         events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.TGI, prefill_tokens=4096,
-                message="Not enough memory to handle 4096 prefill tokens"),
+    Case("tgi_prefill_batch_does_not_fit", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.TGI, prefill_tokens=4096,
+                  message="Not enough memory to handle 4096 prefill tokens"), fact("max_batch_prefill_tokens", 4096)],
          {"gpu_memory_utilization": 0.9, "max_model_len": 8192},
          Capacity(E, 8192, paper_max_concurrency=3, kv_bytes_per_token=131_072, vram_bytes=80 * GIB,
                   fixed_bytes=60 * GIB),
-         # TGI's own answer is a smaller --max-batch-prefill-tokens: not "no memory for the KV cache", so no
-         # --cuda-memory-fraction raise (the knob is not in the vocabulary: no finding rather than a wrong one)
-         absent=("startup_no_cache_memory", "oom_activation_peak", "oom_kv_at_limit"), twin=True),
+         # TGI's own words: decrease --max-batch-prefill-tokens. Its warm-up memory is proportional to the prefill
+         # tokens: floor(4,096 ÷ 2) = 2,048. Not "no memory for the KV cache": no --cuda-memory-fraction raise
+         Knob.MAX_BATCH_PREFILL_TOKENS, Direction.LOWER, 2048, "startup", words=("--max-batch-prefill-tokens",
+                                                                                "4,096"),
+         absent=("startup_no_cache_memory", "oom_activation_peak", "oom_kv_at_limit")),
+    Case("tgi_max_total_tokens_do_not_fit", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.TGI,
+                  message="Error: Backend(Warmup(Generation(\"Not enough memory to handle "
+                          "`max_total_tokens=32768`\")))"),
+          fact("kv_cache_tokens", 20_000)],
+         {"max_model_len": 32_768}, engine_cap(20_000, 32_768, block_size=1),
+         # TGI's KV pool holds 20,000 tokens (its token-sized blocks), less than one request of --max-total-tokens
+         # 32,768: the longest that fits is the pool, 20,000 (whole 1-token blocks); not max_num_seqs
+         Knob.MAX_MODEL_LEN, Direction.LOWER, 20_000, "startup", words=("--max-total-tokens",),
+         no_knob=((Knob.MAX_NUM_SEQS, Direction.LOWER),)),
     Case("llamacpp_load_oom_twin", "startup",
          events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP,
                 message="ggml_backend_cuda_buffer_type_alloc_buffer: allocating 144817.04 MiB on device 0: "
@@ -366,6 +417,43 @@ CASES: list[Case] = [
          # a plain allocation failure while loading: no figure sizes -c or -ngl, and llama.cpp has no
          # gpu_memory_utilization — no finding rather than "raise gpu_memory_utilization"
          headline=None, absent=("startup_no_cache_memory",), twin=True),
+    Case("llamacpp_kv_buffer_failed", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP, requested_bytes=16 * GIB,
+                  message="ggml_backend_cuda_buffer_type_alloc_buffer: allocating 16384.00 MiB on device 0: "
+                          "cudaMalloc failed: out of memory"),
+          fact("kv_cache_tokens", 131_072), fact("kv_buffer_failed_bytes", 16 * GIB),
+          fact("device_free_bytes", 15_800 * MIB), fact("weights_bytes", round(4403.49 * MIB))],
+         {"max_model_len": 131_072}, None,
+         # Llama-3.1-8B, f16 cache: 2 × 32 layers × 8 KV heads × 128 × 2 bytes = 131,072 bytes a cell, and the
+         # failed buffer says the same: 16 GiB ÷ 131,072 cells. Room: (15,800 − 4,403.49 MiB) × 0.90 =
+         # 10,256.86 MiB ÷ 0.125 MiB a cell = 82,054.9 cells → floor(÷ 256) × 256 = 320 × 256 = 81,920
+         Knob.MAX_MODEL_LEN, Direction.LOWER, 81_920, "startup", words=("-c", "131,072"),
+         no_knob=((Knob.MAX_NUM_SEQS, Direction.LOWER), (Knob.GPU_MEMORY_UTILIZATION, Direction.RAISE))),
+    Case("llamacpp_compute_buffer_failed", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP, requested_bytes=12 * GIB),
+          fact("kv_cache_tokens", 65_536), fact("kv_cache_bytes", 8 * GIB), fact("compute_buffer_failed_bytes",
+                                                                                  12 * GIB),
+          fact("device_free_bytes", 23_671 * MIB), fact("weights_bytes", round(4403.49 * MIB))],
+         {"max_model_len": 65_536}, None,
+         # the cache was allocated (8 GiB ÷ 65,536 = 131,072 bytes a cell), the 12 GiB compute buffer was not:
+         # 23,671 − 4,403.49 − 12,288 = 6,979.51 MiB for the cache ÷ 0.125 = 55,836.1 → 218 × 256 = 55,808
+         Knob.MAX_MODEL_LEN, Direction.LOWER, 55_808, "startup"),
+    Case("llamacpp_compute_buffer_failed_no_free_figure", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP),
+          fact("kv_cache_tokens", 65_536), fact("kv_cache_bytes", 8 * GIB),
+          fact("compute_buffer_failed_bytes", 2 * GIB)],
+         {"max_model_len": 65_536}, None,
+         # older builds print no free memory: the cache gives up at least the 2 GiB it lacked, 8 − 2 = 6 GiB ÷
+         # 131,072 bytes = 49,152 cells = 192 × 256
+         Knob.MAX_MODEL_LEN, Direction.LOWER, 49_152, "startup"),
+    Case("llamacpp_kv_failed_though_the_figures_fit_twin", "startup",
+         [*events(EventKind.OOM, 1, phase=Phase.STARTUP, server=Server.LLAMACPP),
+          fact("kv_cache_tokens", 131_072), fact("kv_buffer_failed_bytes", 16 * GIB),
+          fact("device_free_bytes", 23_671 * MIB), fact("weights_bytes", round(4403.49 * MIB))],
+         {"max_model_len": 131_072}, None,
+         # (23,671 − 4,403.49) × 0.90 = 17,340.8 MiB ≥ the 16,384 asked: by the log's own figures it fits, so
+         # another process holds the memory — lower -c, but no number the log supports (never a raise)
+         Knob.MAX_MODEL_LEN, Direction.LOWER, None, "startup", twin=True),
     # ---- the engine's values over the config file ---------------------------------------------------------
     Case("engine_restarted_with_16", "config",
          [fact("max_num_seqs", 16)], {"max_num_seqs": 64}, CAP13,
@@ -483,3 +571,115 @@ def test_the_twin_of_the_noise_a_real_oom_is_judged(tmp_path: Path) -> None:
     assert [f["rule"] for f in advised["findings"]] == ["oom_activation_peak"]
     reported = json.loads(runner.invoke(app, ["report", "--log", str(log), "--format", "json"]).stdout)
     assert reported["verdict"]["category"] == "activation_peak"
+
+
+# llama-server (2025 builds, `tools/server`) failing to allocate its KV cache, in the words of libllama's source:
+# llama_model_load_from_file_impl's free-memory line, print_info's shapes, load_tensors' buffer, llama_context's
+# n_ctx, the CUDA backend's and alloc_tensor_range's failures, then llama_init_from_model naming the buffer
+LLAMACPP_KV_FAILURE = """\
+build: 6200 (4227c9be) with cc (Ubuntu 13.3.0) 13.3.0 for x86_64-linux-gnu
+llama_model_load_from_file_impl: using device CUDA0 (NVIDIA GeForce RTX 4080) - 15800 MiB free
+print_info: n_layer          = 32
+print_info: n_embd_k_gqa     = 1024
+print_info: n_embd_v_gqa     = 1024
+load_tensors: offloaded 33/33 layers to GPU
+load_tensors:        CUDA0 model buffer size =  4403.49 MiB
+load_tensors:   CPU_Mapped model buffer size =   281.81 MiB
+llama_context: n_seq_max     = 1
+llama_context: n_ctx         = 131072
+llama_context: n_ctx_per_seq = 131072
+ggml_backend_cuda_buffer_type_alloc_buffer: allocating 16384.00 MiB on device 0: cudaMalloc failed: out of memory
+alloc_tensor_range: failed to allocate CUDA0 buffer of size 17179869184
+llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache
+common_init_from_params: failed to create context with model 'models/llama-3.1-8b-q4_k_m.gguf'
+srv    load_model: failed to load model, 'models/llama-3.1-8b-q4_k_m.gguf'
+main: exiting due to model loading error
+"""
+
+
+def test_a_llamacpp_start_up_failure_is_sized_from_its_own_log(tmp_path: Path) -> None:
+    """The real parser and the shipped rules on llama.cpp's own start-up lines: the failed 16 GiB buffer at
+    n_ctx 131,072 is 131,072 bytes a cell (2 × n_layer 32 × n_embd_k_gqa 1,024 × 2 bytes of f16), the card had
+    15,800 MiB free for 4,403.49 MiB of weights: (15,800 − 4,403.49) × 0.90 ÷ 0.125 MiB = 82,054.9 cells →
+    -c 81,920; never max_num_seqs, never a utilization llama.cpp does not have."""
+    assert 2 * 32 * 1024 * 2 * 131_072 == 17_179_869_184  # the shapes give the failed buffer exactly
+    log = tmp_path / "llama-server.log"
+    log.write_text(LLAMACPP_KV_FAILURE)
+    advised = json.loads(CliRunner().invoke(app, ["advise", "--log", str(log), "--json"]).stdout)
+    (rec,) = advised["recommendations"]
+    assert (rec["knob"], rec["direction"], rec["to"], rec["governed_by"]) == (
+        "max_model_len", "lower", 81_920, "startup_llamacpp_context_too_large")
+    (found,) = advised["findings"]
+    assert "-c (Ollama: OLLAMA_CONTEXT_LENGTH)" in found["message"] and "131,072" in found["message"]
+    assert "-ctk q8_0" in found["arithmetic"]
+
+
+def test_tgi_s_own_prefill_warm_up_failure_lowers_its_prefill_batch(tmp_path: Path) -> None:
+    """A real TGI line (issue #1164: `warmup{max_input_length=64 max_prefill_tokens=256}` … "Not enough memory to
+    handle 256 prefill tokens"): lower --max-batch-prefill-tokens to floor(256 ÷ 2) = 128, still ≥ the 64-token
+    max input; its twin, the launcher adapting its own default to the VRAM, is no failure at all."""
+    runner = CliRunner()
+    real = Path(__file__).parent.parent / "data" / "logs" / "tgi" / "real-warmup-span-1164.log"
+    advised = json.loads(runner.invoke(app, ["advise", "--log", str(real), "--json"]).stdout)
+    (rec,) = advised["recommendations"]
+    assert (rec["knob"], rec["direction"], rec["to"], rec["governed_by"]) == (
+        "max_batch_prefill_tokens", "lower", 128, "startup_prefill_oom")
+    assert "--max-batch-prefill-tokens" in advised["findings"][0]["message"]
+    twin = tmp_path / "tgi.log"
+    twin.write_text("2024-06-01T10:00:00.000000Z  WARN text_generation_launcher: Reducing the max batch prefill "
+                    "from 8192 to 4096 because there is not enough VRAM to support it.\n"
+                    "2024-06-01T10:00:30.000000Z  INFO text_generation_router: router/src/main.rs:305: Connected\n")
+    quiet = json.loads(runner.invoke(app, ["advise", "--log", str(twin), "--json"]).stdout)
+    assert quiet["findings"] == []
+
+
+SGLANG_NOT_ENOUGH_MEMORY = """\
+[2025-01-15 10:00:00] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-70B-Instruct', \
+mem_fraction_static=0.88, context_length=8192, tp_size=1)
+[2025-01-15 10:00:05 TP0] Load weight begin. avail mem=79.10 GB
+[2025-01-15 10:00:40 TP0] Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=9.10 GB, \
+mem usage=70.00 GB.
+[2025-01-15 10:00:41 TP0] Scheduler hit an exception: Traceback (most recent call last):
+  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/model_runner.py", line 711, in init_memory_pool
+    raise RuntimeError(
+RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.
+"""
+
+
+def test_sglang_s_not_enough_memory_is_sized_from_its_own_load_lines(tmp_path: Path) -> None:
+    """SGLang's own figures through the real parser: 79.10 GB free before loading, 70.00 GB of weights, and
+    the config's model for the KV bytes a token (Llama-3.1-70B: 2 × 80 × 8 × 128 × 2 = 327,680; × 8,192 =
+    2.5 GiB): --mem-fraction-static (70 + 2.5) ÷ 79.10 = 0.9166 → 0.92, from the engine's 0.88."""
+    log, config = tmp_path / "sglang.log", tmp_path / "agent.yaml"
+    log.write_text(SGLANG_NOT_ENOUGH_MEMORY)
+    config.write_text("model: {preset: llama-3.1-70b, weights_gib: 70}\ngpu: {vram_gib: 80, overhead_gib: 1}\n"
+                      "server: {gpu_memory_fraction: 0.95, max_model_len: 8192}\n")
+    advised = json.loads(CliRunner().invoke(app, ["advise", "--log", str(log), "--config", str(config),
+                                                  "--json"]).stdout)
+    (rec,) = [r for r in advised["recommendations"] if r["knob"] == "gpu_memory_utilization"]
+    assert (rec["direction"], rec["from"], rec["to"], rec["governed_by"]) == (
+        "raise", 0.88, 0.92, "startup_no_cache_memory")
+    (found,) = [f for f in advised["findings"] if f["rule"] == "startup_no_cache_memory"]
+    assert "--mem-fraction-static" in found["message"]
+
+
+def test_after_a_lower_c_the_next_failure_is_sized_from_its_own_buffer(tmp_path: Path) -> None:
+    """The operator lowered -c to 81,920 after the KV failure above; the cache then fit (10,240 MiB = 81,920 ×
+    131,072 bytes) and the 2 GiB compute buffer did not. The earlier KV failure must not size this one: room =
+    15,800 − 4,403.49 − 2,048 = 9,348.51 MiB ÷ 0.125 MiB a cell = 74,788.1 → 292 × 256 = 74,752."""
+    second = LLAMACPP_KV_FAILURE.replace("n_ctx         = 131072", "n_ctx         = 81920").replace(
+        "n_ctx_per_seq = 131072", "n_ctx_per_seq = 81920").split("ggml_backend_cuda")[0] + """\
+llama_kv_cache_unified:      CUDA0 KV buffer size = 10240.00 MiB
+llama_kv_cache_unified: size = 10240.00 MiB ( 81920 cells,  32 layers,  1/1 seqs), K (f16): 5120.00 MiB, \
+V (f16): 5120.00 MiB
+ggml_backend_cuda_buffer_type_alloc_buffer: allocating 2048.00 MiB on device 0: cudaMalloc failed: out of memory
+ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 2147483648
+llama_init_from_model: failed to initialize the context: failed to allocate compute buffers
+main: exiting due to model loading error
+"""
+    log = tmp_path / "llama-server.log"
+    log.write_text(LLAMACPP_KV_FAILURE + second)
+    advised = json.loads(CliRunner().invoke(app, ["advise", "--log", str(log), "--json"]).stdout)
+    (rec,) = advised["recommendations"]
+    assert (rec["knob"], rec["to"], rec["governed_by"]) == ("max_model_len", 74_752,
+                                                            "startup_llamacpp_context_too_large")

@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from agent.capacity.capacity import Capacity
@@ -15,9 +16,10 @@ from agent.cli import app
 from agent.judge.advisor import Advisor
 from agent.judge.precedence import reconcile
 from agent.judge.rules import load_rules
-from agent.records import Event, EventKind, Knob, Phase, Server, ServerStats, Severity
+from agent.records import CapacityFact, Event, EventKind, Knob, Phase, Server, ServerStats, Severity
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
+from agent.tools.loadtest_judge import judged
 from agent.tools.loadtest_report import verdict as loadtest_verdict
 from agent.verdicts import Direction, Finding, LoadStep
 from agent.views.advice_text import render_active
@@ -124,3 +126,31 @@ def test_advise_report_and_rules_accept_the_same_durations(tmp_path: Path) -> No
         reported = runner.invoke(app, ["report", "--db", str(db), "--since", bad])
         assert advised.exit_code == reported.exit_code == 1, (bad, advised.output, reported.output)
         assert advised.output.count("error:") == reported.output.count("error:") == 1
+
+
+@pytest.mark.parametrize("full_samples", [2, 3, 6])
+def test_the_demos_overcommitted_level_gets_one_verdict_whatever_the_sampling_caught(
+        tmp_path: Path, full_samples: int) -> None:
+    """The demo's run: max_num_seqs 64 on an engine whose KV cache holds 13 requests of 8,192 tokens
+    (108,592 ÷ 8,192 = 13.26); level 16 runs 15 at KV 99 % with a growing queue and preempts twice. How many
+    stats samples land inside that level depends on the machine's load; the verdict must not. Running past
+    the capacity here is overcommit (max_num_seqs 64 > 13), not a full node, so no node_full finding may
+    take the cause: the level's own count (2 preemptions at 16 > 13 ≥ 12) says it."""
+    db = tmp_path / "agent.db"
+    t0 = 1_800_000_000.0
+    steps = [_step(12, t0), _step(16, t0 + 40, preemption_events=2, broke=True, reason="2 preemption(s)")]
+    facts = [CapacityFact(t0 - 5, "vllm", name, value) for name, value in
+             (("max_num_seqs", 64.0), ("max_model_len", 8192.0), ("kv_cache_tokens", 108_592.0))]
+    calm = [ServerStats(t0 + 2 * i, "vllm", Server.VLLM, running=12, waiting=1, kv_usage_ratio=0.89)
+            for i in range(12)]
+    full = [ServerStats(t0 + 41 + i, "vllm", Server.VLLM, running=15, waiting=2 + i, kv_usage_ratio=0.99)
+            for i in range(full_samples)]
+    preempted = Event(t0 + 42, "vllm", Server.VLLM, EventKind.PREEMPTION, Severity.WARNING, Phase.RUNTIME,
+                      "preempted", {"count": 2}, "vllm", 1)
+    store = Store.open(db)
+    store.commit([*facts, *calm, *full, preempted], now=t0 + 80)
+    store.close()
+    findings, categories = judged(db, None, steps, 1.0)
+    assert "node_full" not in {f.rule for f in findings}
+    text = loadtest_verdict(steps, 13, findings, categories).text
+    assert text == "budget says 13, measured safe up to 12, first preemptions at 16: consistent with the budget"

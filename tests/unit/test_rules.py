@@ -35,7 +35,13 @@ MALFORMED = {
     "bad-window.yaml": (3, "kv_high", "window", "expected a duration like 90s, 10m, 2h or 1d, got '10 minutes'"),
     "bad-where.yaml": (5, "slow_engine", "when.all[0].where", "unknown knob 'RPC'"),
     "bad-yaml-syntax.yaml": (4, "-", None, "YAML syntax error"),
-    "bad-empty-group.yaml": (3, "kv_high", "when", "a group takes exactly one non-empty list: all, any or same_sample"),
+    "bad-empty-group.yaml": (3, "kv_high", "when", "a group takes exactly one non-empty list: all, any, "
+                             "same_sample or together"),
+    "bad-together-no-within.yaml": (5, "refused_with_room", "when.all[0]", "within goes with together"),
+    "bad-together-event-op.yaml": (5, "refused_with_room", "when.all[0].together[0]", "events hold wherever such "
+                                   "an event was logged: give no op, value or ref"),
+    "bad-together-signal.yaml": (5, "refused_with_room", "when.all[0].together[1].signal", "'ttft_seconds' is not "
+                                 "a signal with a time per value"),
     "bad-name.yaml": (2, "KV High!", "name", "expected 3–64 lowercase letters"),
 }
 
@@ -255,7 +261,8 @@ def test_advise_over_a_store_window(tmp_path: Path) -> None:
     store = Store.open(db)
     store.commit([*(ServerStats(now - 1600 + 10 * i, "vllm", Server.VLLM, running=4, waiting=0, kv_usage_ratio=0.3)
                     for i in range(6)),
-                  Event(now - 1500, "vllm", Server.VLLM, EventKind.OOM, Severity.ERROR, Phase.RUNTIME, "CUDA out of "
+                  # the OOM 20 s after the last sample (KV 30 %, the nearest, within 30 s): the activation peak
+                  Event(now - 1530, "vllm", Server.VLLM, EventKind.OOM, Severity.ERROR, Phase.RUNTIME, "CUDA out of "
                         "memory", {}, "/logs/vllm.log", 1)], now=now)
     store.close()
     config = tmp_path / "config.yaml"
