@@ -213,6 +213,16 @@ class StreamParser(Stamps, Lanes):
             self._request_lines = 1  # a prompt with newlines: its next lines are not log records
         return True
 
+    def pass_quiet(self, lines: int) -> bool:
+        """Take `lines` quiet lines (none holds a literal of parsers/quiet.py's `quiet_literals`, nor anything
+        that could open a request's text: parsers/_lane.c) as `feed` would, when no block and no request
+        text is open: then `feed` would only count them. False, and nothing done, otherwise (the caller
+        feeds them)."""
+        if self._blocks or self._request_lines:
+            return False
+        self.lines_seen += lines
+        return True
+
     @property
     def parse_errors(self) -> int:
         """Lines skipped because a number in them could not be one (a 5,000-digit count)."""

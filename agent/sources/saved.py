@@ -22,6 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
 from agent.records import Event, Record, Server, ServerStats, event_with
+from agent.sources import plain_lane
 from agent.sources.bounded import MAX_LINE_BYTES
 from agent.sources.framing import PartialJoiner, unwrap
 from parsers import Parser, make_parser
@@ -254,6 +255,8 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
     if (end is not None and offset >= end) or limit == 0:
         return 0, offset
     locate = functools.partial(stamp, newlines=newlines or no_newlines)
+    if plain_lane.usable(raws, limit):  # the compiled lane: the same lines, quiet ones only counted
+        return plain_lane.feed_plain(raws, parser, path, offset, emit, end, line, locate, first)  # type: ignore[arg-type]
     feed_lines = parser.feed_lines
     # A line over MAX_LINE_BYTES comes in pieces (bounded.py), each the last of its batch: pieces that end
     # without a newline are not lines of their own, so they do not move the count of lines.

@@ -1,0 +1,155 @@
+"""The compiled lane of `scan`'s plain-file path: a plain file's bytes read in C, quiet lines only counted.
+
+`feed_plain` (agent/sources/saved.py) reads a plain file in batches of lines and hands every line to the
+parser. Most lines of a busy log hold nothing the parser looks for; the parser would only count them.
+Here the file is read in 1 MiB blocks and parsers/_lane.c splits them into the same lines a
+`BoundedLines` reader gives, telling quiet ones (parsers/quiet.py) before any Python object is made. Every
+other line goes to the parser's `feed_lines` unchanged and in order; a run of quiet lines is passed with
+`pass_quiet` when nothing is open, and fed like the others when something is (an open traceback, request
+text running on, the server not yet recognised). The Python path is the reference: the output is the
+same byte for byte (tests/unit/test_lane_differential.py).
+
+`DEEPINFER_LANE=python` forces the Python path; without the built extension (no compiler at install
+time, another interpreter) it is the only path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from agent.records import Record, Server
+from agent.sources.bounded import MAX_LINE_BYTES, BoundedLines
+from parsers import Parser
+from parsers.base import StreamParser
+from parsers.lanes import Locate
+from parsers.quiet import MAX_QUIET, quiet_literals
+
+READ_BYTES = 1 << 20  # one block of the file; at least MAX_LINE_BYTES, so each block ends a line or a piece
+ENV = "DEEPINFER_LANE"  # `python`: the pure-Python path even where the compiled lane is built
+
+Emit = Callable[[list[Record], Server], None]
+
+
+def _load() -> ModuleType | None:
+    try:
+        return importlib.import_module("parsers._lane")
+    except ImportError:
+        return None
+
+
+LANE = _load()
+
+
+def built() -> bool:
+    """Whether the compiled lane was built for this interpreter."""
+    return LANE is not None
+
+
+def active() -> bool:
+    """Whether `scan` reads plain files through the compiled lane now."""
+    return LANE is not None and os.environ.get(ENV, "").strip().lower() != "python"
+
+
+def usable(raws: object, limit: int | None) -> bool:
+    """Whether a `feed_plain` call can be served by the lane: a bounded, seekable file read to a byte end
+    (not to a count of lines)."""
+    if limit is not None or not isinstance(raws, BoundedLines) or not active():
+        return False
+    try:
+        return raws.seekable()
+    except (OSError, ValueError):
+        return False
+
+
+class _Feed:
+    """One `feed_plain` call's state: where the next line starts and which line it is."""
+
+    def __init__(self, parser: Parser, path: str | None, offset: int, line: int, emit: Emit,
+                 locate: Locate) -> None:
+        self.parser = parser
+        self.path = path
+        self.at = offset  # byte offset of the next line
+        self.before = line - 1  # newlines before the next line
+        self.count = 0  # lines read (a piece of an over-long line that ends without a newline is not one)
+        self.emit = emit
+        self.locate = locate
+        self.run: list[bytes] = []
+        self.run_at = offset
+        self.run_before = self.before
+
+    def target(self) -> StreamParser | None:
+        """The parser quiet lines are counted by: the server's, once recognised."""
+        inner: Any = getattr(self.parser, "inner", self.parser)
+        return inner if isinstance(inner, StreamParser) else None
+
+    def line(self, raw: bytes) -> None:
+        if not self.run:
+            self.run_at, self.run_before = self.at, self.before
+        self.run.append(raw)
+        self.at += len(raw)
+        if len(raw) == MAX_LINE_BYTES and raw[-1:] != b"\n":
+            self.flush()  # a piece: the rest of its line follows with the same line number, in a batch of its own
+        else:
+            self.count += 1
+            self.before += 1
+
+    def quiet(self, buf: bytes, lines: int, start: int, stop: int) -> None:
+        self.flush()
+        target = self.target()
+        if target is None or not target.pass_quiet(lines):
+            for raw in buf[start:stop].splitlines(keepends=True):  # quiet lines hold no CR: only newlines split
+                self.line(raw)
+            self.flush()
+            return
+        self.at += stop - start
+        self.count += lines
+        self.before += lines
+
+    def flush(self) -> None:
+        if self.run:
+            if records := self.parser.feed_lines(self.run, self.path, self.run_at, self.run_before, self.locate):
+                self.emit(records, self.parser.server)
+            self.run = []
+
+
+def feed_plain(raws: BoundedLines, parser: Parser, path: str | None, offset: int, emit: Emit, end: int | None,
+               line: int, locate: Locate, first: bytes | None) -> tuple[int, int]:
+    """`saved.feed_plain` through the compiled lane (`usable` said it may): the same records, emitted in
+    order, and the same (lines read, offset after them); the file is left at the first line not read."""
+    assert LANE is not None
+    feed = _Feed(parser, path, offset, line, emit, locate)
+    if first is not None:
+        feed.line(first)
+        feed.flush()
+        if end is not None and feed.at >= end:
+            return feed.count, feed.at
+    fd = raws.fileno()
+    read_at = feed.at  # where `raws` stands: its lines start at `offset`, after `first`
+    buf = b""
+    buf_at = feed.at  # the file offset of buf[0]
+    split = LANE.split
+    while True:
+        block = os.pread(fd, READ_BYTES, read_at)
+        read_at += len(block)
+        buf = buf + block if buf else block
+        final = not block
+        target = feed.target()
+        literals = quiet_literals(type(target)) if target is not None else None
+        items, used, done = split(buf, final, -1 if end is None else end - buf_at, MAX_LINE_BYTES, MAX_QUIET,
+                                  literals)
+        for item in items:
+            if item.__class__ is bytes:
+                feed.line(item)
+            else:
+                feed.quiet(buf, *item)
+        feed.flush()
+        buf = buf[used:]
+        buf_at += used
+        if done or final:
+            break
+    raws.seek(feed.at)
+    return feed.count, feed.at
