@@ -15,9 +15,12 @@ import re
 from typing import Any
 
 from parsers.base import StreamParser
-from parsers.redact import _QUOTED_MAX
+from parsers.redact import _QUOTED_MAX, _REQUEST_WORDS
 
 MAX_QUIET = _QUOTED_MAX  # a longer line may open a request's text whatever it holds (`opens_request_text`)
+# Every request log holds one of these (`is_request_log`): a line with a quote, a backslash or over MAX_QUIET
+# is quiet only without them.
+REQUEST_GUARDS = tuple(word.encode("utf-8") for word in _REQUEST_WORDS)
 
 try:  # Python 3.11+ keeps the regex parser here; 3.10 only has the top-level modules
     _sre_parse: Any = importlib.import_module("re._parser")

@@ -113,6 +113,31 @@ class VllmStats(StreamParser):
             return [stats]
         return [stats, self.became_pending(stats)]
 
+    def settle_sample(self, out: list[Record], minute: str, second: int, tag: str, engine: str | None, pt: float,
+                      gt: float, running: int, waiting: int, kv: float, hit: float | None, path: str | None,
+                      offset: int, line: int, locate: Locate) -> bool:
+        """A stats line in V1's plain shape, already read by the compiled lane (parsers/_lane.c: its prefix and
+        fields checked, its numbers converted): `_run`'s commonest case without the finds and the match, its
+        records appended to `out`. False, and nothing done, when the line needs `feed` after all (a block is
+        open, or its minute is not converted yet)."""
+        base = self._minutes.get(minute)
+        if base is None or self._blocks:
+            return False
+        self.lines_seen += 1
+        ts = self._last_ts = base + second
+        self._starting = False
+        stats = ServerStats(ts=ts, source=self.source, server=Server.VLLM, running=running, waiting=waiting,
+                            kv_usage_ratio=kv / 100, prompt_tps=pt, gen_tps=gt,
+                            prefix_hit_ratio=hit / 100 if hit is not None else None, path=path, offset=offset,
+                            line=line)
+        out.append(stats)
+        key = f"{tag} engine {engine}" if engine else tag
+        was = self._waiting.get(key, 0)
+        self._waiting[key] = waiting
+        if waiting and not was:
+            out += locate([scrub(self.became_pending(stats))], offset, line - 1)
+        return True
+
     def _sampled(self, stats: ServerStats, tag: str, engine: str | None) -> list[Record]:
         out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)  # each DP engine has its own queue
         if stats.preemptions:

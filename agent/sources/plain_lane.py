@@ -26,7 +26,8 @@ from agent.sources.bounded import MAX_LINE_BYTES, BoundedLines
 from parsers import Parser
 from parsers.base import StreamParser
 from parsers.lanes import Locate
-from parsers.quiet import MAX_QUIET, quiet_literals
+from parsers.quiet import MAX_QUIET, REQUEST_GUARDS, quiet_literals
+from parsers.vllm_stats import VllmStats
 
 READ_BYTES = 1 << 20  # one block of the file; at least MAX_LINE_BYTES, so each block ends a line or a piece
 ENV = "DEEPINFER_LANE"  # `python`: the pure-Python path even where the compiled lane is built
@@ -78,13 +79,17 @@ class _Feed:
         self.emit = emit
         self.locate = locate
         self.run: list[bytes] = []
+        self.out: list[Record] = []  # records of the block read, emitted together
+        self._target: StreamParser | None = None
         self.run_at = offset
         self.run_before = self.before
 
     def target(self) -> StreamParser | None:
-        """The parser quiet lines are counted by: the server's, once recognised."""
-        inner: Any = getattr(self.parser, "inner", self.parser)
-        return inner if isinstance(inner, StreamParser) else None
+        """The parser quiet lines are counted by: the server's, once recognised (then it stays)."""
+        if self._target is None:
+            inner: Any = getattr(self.parser, "inner", self.parser)
+            self._target = inner if isinstance(inner, StreamParser) else None
+        return self._target
 
     def line(self, raw: bytes) -> None:
         if not self.run:
@@ -97,23 +102,22 @@ class _Feed:
             self.count += 1
             self.before += 1
 
-    def quiet(self, buf: bytes, lines: int, start: int, stop: int) -> None:
+    def unseen(self, buf: bytes, start: int, stop: int) -> None:
+        """Quiet lines the parser cannot pass over now (a block or a request's text is open): fed as they are."""
+        for raw in buf[start:stop].splitlines(keepends=True):  # quiet lines hold no CR: only newlines split
+            self.line(raw)
         self.flush()
-        target = self.target()
-        if target is None or not target.pass_quiet(lines):
-            for raw in buf[start:stop].splitlines(keepends=True):  # quiet lines hold no CR: only newlines split
-                self.line(raw)
-            self.flush()
-            return
-        self.at += stop - start
-        self.count += lines
-        self.before += lines
 
     def flush(self) -> None:
         if self.run:
-            if records := self.parser.feed_lines(self.run, self.path, self.run_at, self.run_before, self.locate):
-                self.emit(records, self.parser.server)
+            self.out += self.parser.feed_lines(self.run, self.path, self.run_at, self.run_before, self.locate)
             self.run = []
+
+    def emit_all(self) -> None:
+        self.flush()
+        if self.out:
+            self.emit(self.out, self.parser.server)
+            self.out = []
 
 
 def feed_plain(raws: BoundedLines, parser: Parser, path: str | None, offset: int, emit: Emit, end: int | None,
@@ -125,6 +129,7 @@ def feed_plain(raws: BoundedLines, parser: Parser, path: str | None, offset: int
     if first is not None:
         feed.line(first)
         feed.flush()
+        feed.emit_all()
         if end is not None and feed.at >= end:
             return feed.count, feed.at
     fd = raws.fileno()
@@ -132,6 +137,8 @@ def feed_plain(raws: BoundedLines, parser: Parser, path: str | None, offset: int
     buf = b""
     buf_at = feed.at  # the file offset of buf[0]
     split = LANE.split
+    settle: Callable[..., bool] | None = None
+    quiet: Callable[[int], bool] | None = None
     while True:
         block = os.pread(fd, READ_BYTES, read_at)
         read_at += len(block)
@@ -140,13 +147,35 @@ def feed_plain(raws: BoundedLines, parser: Parser, path: str | None, offset: int
         target = feed.target()
         literals = quiet_literals(type(target)) if target is not None else None
         items, used, done = split(buf, final, -1 if end is None else end - buf_at, MAX_LINE_BYTES, MAX_QUIET,
-                                  literals)
+                                  literals, REQUEST_GUARDS, isinstance(target, VllmStats))
+        if quiet is None and target is not None:
+            quiet = target.pass_quiet
+            settle = target.settle_sample if isinstance(target, VllmStats) else None
+        out = feed.out
         for item in items:
             if item.__class__ is bytes:
                 feed.line(item)
-            else:
-                feed.quiet(buf, *item)
-        feed.flush()
+            elif len(item) == 3:  # a run of quiet lines
+                if feed.run:
+                    feed.flush()
+                lines, start, stop = item
+                if quiet is not None and quiet(lines):
+                    feed.at += stop - start
+                    feed.count += lines
+                    feed.before += lines
+                else:
+                    feed.unseen(buf, start, stop)
+            else:  # a stats line read in C: settled here, the commonest line of a busy vLLM log (inlined)
+                if feed.run:
+                    feed.flush()
+                start, stop = item[0], item[1]
+                if settle is not None and settle(out, *item[2:], path, feed.at, feed.before + 1, locate):
+                    feed.at += stop - start
+                    feed.count += 1
+                    feed.before += 1
+                else:
+                    feed.line(buf[start:stop])
+        feed.emit_all()
         buf = buf[used:]
         buf_at += used
         if done or final:
