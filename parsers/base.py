@@ -214,10 +214,8 @@ class StreamParser(Stamps, Lanes):
         return True
 
     def pass_quiet(self, lines: int) -> bool:
-        """Take `lines` quiet lines (none holds a literal of parsers/quiet.py's `quiet_literals`, nor anything
-        that could open a request's text: parsers/_lane.c) as `feed` would, when no block and no request
-        text is open: then `feed` would only count them. False, and nothing done, otherwise (the caller
-        feeds them)."""
+        """Count `lines` quiet lines (parsers/_lane.c) as `feed` would when no block or request text is open;
+        False, and nothing done, when one is (the caller feeds them)."""
         if self._blocks or self._request_lines:
             return False
         self.lines_seen += lines

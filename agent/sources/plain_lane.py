@@ -132,16 +132,14 @@ def feed_plain(raws: BoundedLines, parser: Parser, path: str | None, offset: int
         feed.emit_all()
         if end is not None and feed.at >= end:
             return feed.count, feed.at
-    fd = raws.fileno()
-    read_at = feed.at  # where `raws` stands: its lines start at `offset`, after `first`
+    raws.seek(feed.at)  # its lines start at `offset`, after `first`; read through it, so progress is told
     buf = b""
     buf_at = feed.at  # the file offset of buf[0]
     split = LANE.split
     settle: Callable[..., bool] | None = None
     quiet: Callable[[int], bool] | None = None
     while True:
-        block = os.pread(fd, READ_BYTES, read_at)
-        read_at += len(block)
+        block = raws.read(READ_BYTES)
         buf = buf + block if buf else block
         final = not block
         target = feed.target()
