@@ -14,6 +14,7 @@ import shlex
 import shutil
 import subprocess
 import sysconfig
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,8 @@ def _compiler() -> list[str] | None:
     return None
 
 
-def build_lane(root: Path) -> Path | None:
-    """Compile the lane next to its source; its path, or None (with a warning) when it cannot be built."""
+def build_lane(root: Path, out: Path) -> Path | None:
+    """Compile the lane into `out`; its path, or None (with a warning) when it cannot be built."""
     if platform.python_implementation() != "CPython":
         warnings.warn(f"deepinfer-agent: the compiled lane needs CPython, not {platform.python_implementation()}; "
                       "scan uses its pure-Python path", stacklevel=2)
@@ -45,7 +46,7 @@ def build_lane(root: Path) -> Path | None:
         warnings.warn("deepinfer-agent: no C compiler or no Python.h; scan uses its pure-Python path",
                       stacklevel=2)
         return None
-    target = root / "parsers" / f"_lane{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    target = out / f"_lane{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
     command = [*compiler, "-shared", "-fPIC", "-O2", "-Wall", "-I", include, str(root / SOURCE), "-o", str(target)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
@@ -65,13 +66,24 @@ class LaneBuildHook(BuildHookInterface):  # type: ignore[type-arg]
 
     PLUGIN_NAME = "custom"
 
+    _scratch: str | None = None
+
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
-        if self.target_name not in ("wheel",) or os.environ.get("DEEPINFER_BUILD_LANE") == "0":
+        if self.target_name != "wheel" or os.environ.get("DEEPINFER_BUILD_LANE") == "0":
             return
-        built = build_lane(Path(self.root))
+        root = Path(self.root)
+        if version == "editable":  # an editable install imports parsers/ from the source tree: built there
+            built = build_lane(root, root / "parsers")
+        else:  # a wheel: built aside, so the source tree is left as it was
+            self._scratch = tempfile.mkdtemp(prefix="deepinfer-lane-")
+            built = build_lane(root, Path(self._scratch))
         if built is None:
             return
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
-        if version != "editable":  # an editable install imports parsers/ from the source tree, where it lies
+        if version != "editable":
             build_data["force_include"][str(built)] = f"parsers/{built.name}"
+
+    def finalize(self, version: str, build_data: dict[str, Any], artifact_path: str) -> None:
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
