@@ -1,25 +1,29 @@
-"""`deepinfer-agent scan` against mtail and grep on the same realistic log, every contender a whole process.
+"""`deepinfer-agent scan` against mtail and grep on the same realistic logs, every contender a whole process.
 
     .venv/bin/python bench/compare.py [--lines 1000000] [--runs 5] [--workdir /tmp/deepinfer-bench]
-                                      [--rss-lines 5000000] [--skip-all-cores]
+                                      [--rss-lines 5000000] [--storm-lines 200000] [--daemon-seconds 20]
+                                      [--skip-all-cores]
 
 What it does, in order (bench/README.md explains the choices):
 
-1. Writes a deterministic vLLM V1 log (`random.Random(11)`): two DP engines' stats lines and uvicorn access
-   lines make up most of it, about 1 % are problems (429 and 503 refusals, CUDA OOM errors at least 40 s
-   apart so each is one incident), a few per cent other INFO lines; the time advances by a random
-   fraction of a second per line, so consecutive stamps often differ (a cache keyed on the stamp misses).
+1. Writes two deterministic vLLM logs (`random.Random(11)`): the bench's mix, V1 with two DP engines (process
+   tags before every line), and the second mix, the same lines without process tags (a single-process server's
+   prefix). Stats and access lines make up most of each, about 1 % are problems (429 and 503 refusals, CUDA
+   OOM errors at least 40 s apart so each is one incident), a few per cent other INFO lines; the time advances
+   by a random fraction of a second per line, so consecutive stamps often differ.
 2. Runs each contender once and checks its counts against the generator's: 429, 503, OOM and stats
    samples for the agent (text and JSON lines) and mtail (bench/mtail/vllm.mtail, the same classes);
    grep's line count against the sum of the problem classes. A contender that miscounts is reported
    and left out of the timing.
 3. Times them as whole processes (start-up, reading, framing, output included; output to a file, since
    grep quits early on /dev/null), one warm-up round, then `--runs` rounds in which every contender runs
-   once, the order rotating, so noise from the shared machine falls on all of them alike. Reported: the
-   median wall time and lines/s of each, the median of the per-round ratios against mtail, and peak RSS
-   (`wait4`). One-core contenders are pinned with `taskset -c 0`; the all-cores ones are not pinned
-   (`scan` then uses `--jobs` = the CPUs available).
-4. Peak RSS of `scan` on a `--rss-lines` file (text and JSON lines), and `deepinfer-agent --help` wall time.
+   once, the order rotating, so noise from the shared machine falls on all of them alike. `scan` runs with
+   the compiled lane on and off (`DEEPINFER_LANE=python`). Reported: the median wall time, CPU time (and
+   instructions, where `perf stat -e instructions` counts), peak RSS, and the median of the per-round
+   ratios against mtail, for wall time and for CPU time. One-core contenders are pinned with
+   `taskset -c 0`; the all-cores ones are not pinned (`scan` then uses `--jobs` = the CPUs available).
+4. A refusal storm (every line a 503 access line), start-up (a one-line file), peak RSS of `scan` on a
+   `--rss-lines` file, `deepinfer-agent --help` wall time, and the daemon storm (bench/daemon.py).
 """
 
 from __future__ import annotations

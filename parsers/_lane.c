@@ -322,19 +322,19 @@ static int add_run(PyObject *out, Py_ssize_t count, Py_ssize_t start, Py_ssize_t
 }
 
 PyDoc_STRVAR(split_doc,
-"split(buf, final, stop, max_line, max_quiet, literals, guards, stats) -> (items, used, done)\n\n"
+"split(buf, final, stop, lines, max_line, max_quiet, literals, guards, stats) -> (items, used, done)\n\n"
 "The lines of `buf` as a BoundedLines reader gives them (each through its newline, at most `max_line`\n"
 "bytes; the last without one only when `final`), in order: a quiet line's run as (count, start, stop),\n"
 "with `stats` vLLM's stats line in V1's plain shape as a 12-tuple (see stats_line), any other line as bytes.\n"
-"`literals` None: no line is quiet. Stops after the line whose end reaches\n"
-"`stop` (-1: never), then `done` is True. `used`: the bytes of `buf` the items cover.");
+"`literals` None: no line is quiet. Stops after the line whose end reaches `stop` (-1: never), or after\n"
+"`lines` lines (-1: no limit), then `done` is True. `used`: the bytes of `buf` the items cover.");
 
 static PyObject *split(PyObject *self, PyObject *args) {
     Py_buffer view;
     int final, stats;
-    Py_ssize_t stop, max_line, max_quiet;
+    Py_ssize_t stop, lines, max_line, max_quiet;
     PyObject *literals, *guards;
-    if (!PyArg_ParseTuple(args, "y*pnnnOO!p", &view, &final, &stop, &max_line, &max_quiet, &literals,
+    if (!PyArg_ParseTuple(args, "y*pnnnnOO!p", &view, &final, &stop, &lines, &max_line, &max_quiet, &literals,
                           &PyTuple_Type, &guards, &stats))
         return NULL;
     Filter filter;
@@ -409,7 +409,9 @@ static PyObject *split(PyObject *self, PyObject *args) {
                 goto fail;
         }
         at += piece;
-        if (stop >= 0 && at >= stop) {
+        if (lines >= 0 && (nl != NULL || piece < max_line))
+            lines--;  /* a line read (a piece that ends without a newline is not one) */
+        if ((stop >= 0 && at >= stop) || lines == 0) {
             done = 1;
             break;
         }

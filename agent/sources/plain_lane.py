@@ -55,10 +55,9 @@ def active() -> bool:
     return LANE is not None and os.environ.get(ENV, "").strip().lower() != "python"
 
 
-def usable(raws: object, limit: int | None) -> bool:
-    """Whether a `feed_plain` call can be served by the lane: a bounded, seekable file read to a byte end
-    (not to a count of lines)."""
-    if limit is not None or not isinstance(raws, BoundedLines) or not active():
+def usable(raws: object) -> bool:
+    """Whether a `feed_plain` call can be served by the lane: a bounded, seekable file."""
+    if not isinstance(raws, BoundedLines) or not active():
         return False
     try:
         return raws.seekable()
@@ -121,16 +120,15 @@ class _Feed:
 
 
 def feed_plain(raws: BoundedLines, parser: Parser, path: str | None, offset: int, emit: Emit, end: int | None,
-               line: int, locate: Locate, first: bytes | None) -> tuple[int, int]:
+               limit: int | None, line: int, locate: Locate, first: bytes | None) -> tuple[int, int]:
     """`saved.feed_plain` through the compiled lane (`usable` said it may): the same records, emitted in
     order, and the same (lines read, offset after them); the file is left at the first line not read."""
     assert LANE is not None
     feed = _Feed(parser, path, offset, line, emit, locate)
     if first is not None:
         feed.line(first)
-        feed.flush()
         feed.emit_all()
-        if end is not None and feed.at >= end:
+        if (end is not None and feed.at >= end) or feed.count == limit:
             return feed.count, feed.at
     raws.seek(feed.at)  # its lines start at `offset`, after `first`; read through it, so progress is told
     buf = b""
@@ -144,7 +142,8 @@ def feed_plain(raws: BoundedLines, parser: Parser, path: str | None, offset: int
         final = not block
         target = feed.target()
         literals = quiet_literals(type(target)) if target is not None else None
-        items, used, done = split(buf, final, -1 if end is None else end - buf_at, MAX_LINE_BYTES, MAX_QUIET,
+        items, used, done = split(buf, final, -1 if end is None else end - buf_at,
+                                  -1 if limit is None else limit - feed.count, MAX_LINE_BYTES, MAX_QUIET,
                                   literals, REQUEST_GUARDS, isinstance(target, VllmStats))
         if quiet is None and target is not None:
             quiet = target.pass_quiet

@@ -255,8 +255,8 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
     if (end is not None and offset >= end) or limit == 0:
         return 0, offset
     locate = functools.partial(stamp, newlines=newlines or no_newlines)
-    if plain_lane.usable(raws, limit):  # the compiled lane: the same lines, quiet ones only counted
-        return plain_lane.feed_plain(raws, parser, path, offset, emit, end, line, locate, first)  # type: ignore[arg-type]
+    if plain_lane.usable(raws):  # the compiled lane: the same lines, quiet ones only counted
+        return plain_lane.feed_plain(raws, parser, path, offset, emit, end, limit, line, locate, first)  # type: ignore[arg-type]
     feed_lines = parser.feed_lines
     # A line over MAX_LINE_BYTES comes in pieces (bounded.py), each the last of its batch: pieces that end
     # without a newline are not lines of their own, so they do not move the count of lines.
