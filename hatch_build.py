@@ -47,7 +47,8 @@ def build_lane(root: Path, out: Path) -> Path | None:
                       stacklevel=2)
         return None
     target = out / f"_lane{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    command = [*compiler, "-shared", "-fPIC", "-O2", "-Wall", "-I", include, str(root / SOURCE), "-o", str(target)]
+    scratch = target.with_name(target.name + ".part")  # renamed into place: a running scan never loads half a file
+    command = [*compiler, "-shared", "-fPIC", "-O2", "-Wall", "-I", include, str(root / SOURCE), "-o", str(scratch)]
     try:
         done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -55,9 +56,11 @@ def build_lane(root: Path, out: Path) -> Path | None:
                       stacklevel=2)
         return None
     if done.returncode != 0:
+        scratch.unlink(missing_ok=True)
         warnings.warn("deepinfer-agent: building the compiled lane failed; scan uses its pure-Python path\n"
                       + done.stderr[-2000:], stacklevel=2)
         return None
+    scratch.replace(target)
     return target
 
 
