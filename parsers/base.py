@@ -279,6 +279,19 @@ class StreamParser:
             self._request_lines = 1  # a prompt with newlines: its next lines are not log records
         return True
 
+    def between_records(self) -> bool:
+        """Whether nothing is open: no block, no request's text running on, no line held for its rest. A line
+        `feed` would then only count (a quiet line, parsers/quiet.py) may be counted without being read."""
+        return not self._blocks and not self._request_lines and self._wrapped is None
+
+    def pass_quiet(self, lines: int) -> bool:
+        """Count `lines` quiet lines (parsers/_lane.c) as `feed` would, when `between_records`; False, and
+        nothing done, when not (the caller feeds them)."""
+        if not self.between_records():
+            return False
+        self.lines_seen += lines
+        return True
+
     @property
     def parse_errors(self) -> int:
         """Lines skipped because a number in them could not be one (a 5,000-digit count)."""

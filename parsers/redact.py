@@ -73,9 +73,9 @@ _NAME_WORDS = ("passw", "passphrase", "pwd", "secret", "token", "credential", "c
 _NAME_NOT = ("tokens", "token_ids", "tokenizer", "max_token", "num_token")
 # Quoted strings (with escapes), bodies in braces, and URL query strings. Each alternative consumes
 # characters it alone can consume, so matching is linear in the line length.
-_QUOTED_MAX = 1600  # the longest quoted string emptied (a longer one is cut where it opens)
+QUOTED_MAX = 1600  # the longest quoted string emptied (a longer one is cut where it opens)
 _QUOTED = re.compile(r"(?<![\w`])'(?:[^'\\\n]|\\.){0,1600}'|\"(?:[^\"\\\n]|\\.){0,1600}\"")
-# opens_request_text counts on the bound being _QUOTED_MAX (tests/unit/test_record_layouts.py checks it).
+# opens_request_text counts on the bound being QUOTED_MAX (tests/unit/test_record_layouts.py checks it).
 _BODY = re.compile(r"\{[^{}]{0,1600}\}")
 _QUERY = re.compile(r"\?[^\s\"]+")
 # A client's address where an access line starts with it (uvicorn's `10.1.2.3:40000 - "POST …"`, nginx's
@@ -99,7 +99,7 @@ _PLAIN_WORD = re.compile(r"[\w./:-]{1,120}")
 
 # Every marker contains one of these words: a few `in` tests (each a fast substring search) settle most lines
 # before any scan, which tries every marker at every position (~4× dearer on an access line).
-_REQUEST_WORDS = ("request", "Request", "prompt", "response", "_token_ids", "SamplingParams", "obj=", "ReqInput(",
+REQUEST_WORDS = ("request", "Request", "prompt", "response", "_token_ids", "SamplingParams", "obj=", "ReqInput(",
                   '"messages":', '"inputs":')
 # (tests/unit/test_record_layouts.py checks that every marker holds one of them.)
 # Each word with the markers that contain it, as one alternation of literals (a leading \b would make it ~20×
@@ -109,7 +109,7 @@ _REQUEST_WORDS = ("request", "Request", "prompt", "response", "_token_ids", "Sam
 _MARKERS_OF_WORD = tuple(
     (word, re.compile("|".join(("(?<!parse )" if m.startswith("response:") else "") + re.escape(m)
                                for m in _REQUEST_MARKERS if word in m)))
-    for word in _REQUEST_WORDS)
+    for word in REQUEST_WORDS)
 
 
 def is_request_log(text: str) -> bool:
@@ -259,7 +259,7 @@ def opens_request_text(text: str) -> bool:
     request-word search: with no single quote, backslash or newline, an even number of double quotes and no
     room for a string longer than `_QUOTED` empties, every double quote is one end of a string it empties,
     so no quote is left open (tests/unit/test_properties.py)."""
-    if not ("'" in text or "\\" in text or "\n" in text or len(text) > _QUOTED_MAX or text.count('"') % 2 == 1):
+    if not ("'" in text or "\\" in text or "\n" in text or len(text) > QUOTED_MAX or text.count('"') % 2 == 1):
         return False
     return is_request_log(text) and opens_unclosed_quote(text)
 

@@ -71,6 +71,12 @@ class Stamps:
             minutes[stamp[:11]] = known  # None too: a minute that is not second 0 plus the second
         return value
 
+    def minute_base(self, minute: str) -> float | None:
+        """The epoch of second 0 of a minute written `MM-DD HH:MM` that `yearless_text` has converted, when
+        each of its seconds is that plus the second; None when it has not been converted (or a DST change or
+        the year boundary falls inside it): then only `yearless_text` gives its stamps."""
+        return self._minutes.get(minute)
+
     def _yearless_at(self, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
         if self.ref_time is None:
             return None

@@ -21,6 +21,7 @@ from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Rec
 from parsers import catalogued, families, gpu, http_access, kernel, vllm_stats
 from parsers.base import StreamParser
 from parsers.prefix import ANSI, Split
+from parsers.redact import scrub
 from parsers.signature import Signature, hot, json_object, signature
 from parsers.vllm_facts import FACT_WORDS, GIB, line_facts
 
@@ -204,6 +205,22 @@ class VllmParser(StreamParser):
         if self._blocks:
             self._continue_block(Split("", ts, "INFO", tag, stamp), out)
         return out + self._sampled(*vllm_stats.sample(m, ts, self.source, path, offset, line), tag)
+
+    def settle_sample(self, minute: str, second: int, tag: str, engine: str | None, pt: float, gt: float,
+                      running: int, waiting: int, kv: float, hit: float | None, path: str | None, offset: int,
+                      line: int) -> list[Record] | None:
+        """The records of a stats line in V1's plain shape behind vLLM's own prefix that the compiled lane read
+        (parsers/_lane.c: prefix and fields checked, numbers converted, no ANSI colour): what `_behind_own_prefix`
+        gives for it, without the finds and the match. None, and nothing done, when the line needs `feed` after
+        all: something is open (`between_records`), or its minute is not converted yet."""
+        base = self.stamps.minute_base(minute)
+        if base is None or not self.between_records():
+            return None
+        self.lines_seen += 1
+        ts = self._last_ts = base + second
+        self._starting = False
+        stats = vllm_stats.settled(ts, self.source, path, offset, line, pt, gt, running, waiting, kv, hit)
+        return [r if r.__class__ is ServerStats else scrub(r) for r in self._sampled(stats, engine, tag)]
 
     def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
         m = vllm_stats.match(split.msg)

@@ -101,3 +101,13 @@ def anywhere(msg: str, ts: float | None, stamped: bool, yearless: Yearless, sour
         prefix_hit_ratio=float(hit) / 100 if hit is not None else None,
         preemptions=int(float(preempt)) if preempt is not None else None, path=path,
         offset=offset), em.group(1) if em else None
+
+
+def settled(ts: float, source: str, path: str | None, offset: int, line: int, pt: float, gt: float, running: int,
+            waiting: int, kv: float, hit: float | None) -> ServerStats:
+    """The load sample of a stats line in V1's plain shape whose fields the compiled lane read (parsers/_lane.c:
+    the numbers already converted, the percentages as printed): what `sample` gives for the same line."""
+    return ServerStats(
+        ts=ts, source=source, server=Server.VLLM, running=running, waiting=waiting, kv_usage_ratio=kv / 100,
+        prompt_tps=pt, gen_tps=gt, prefix_hit_ratio=hit / 100 if hit is not None else None, path=path,
+        offset=offset, line=line)

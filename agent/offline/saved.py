@@ -9,6 +9,7 @@ It is a report, not a check: finding problems is the normal outcome, not an erro
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import os
 import re
@@ -20,6 +21,7 @@ from typing import BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
+from agent.offline import plain_lane
 from agent.records import Event, Record, Server, ServerStats, event_with
 from agent.sources.bounded import MAX_LINE_BYTES
 from agent.sources.framing import PartialJoiner, unwrap
@@ -271,6 +273,9 @@ def feed_plain(raws: Iterable[bytes], parser: Parser, path: str | None, offset: 
     if (end is not None and offset >= end) or limit == 0:
         return 0, offset
     newlines = newlines or no_newlines
+    if plain_lane.usable(raws):  # the compiled lane: the same lines, quiet ones only counted
+        return plain_lane.feed_plain(raws, parser, path, offset, emit, end, limit, line,
+                                     functools.partial(located, newlines=newlines), first)
     feed_batch = parser.feed_batch
     # A line over MAX_LINE_BYTES comes in pieces (bounded.py), each the last of its batch: pieces that end
     # without a newline are not lines of their own, so they do not move the count of lines.

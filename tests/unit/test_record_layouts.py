@@ -88,7 +88,7 @@ def test_a_stats_line_is_read_into_the_fields_it_names() -> None:
 
 
 def test_redaction_patterns_keep_the_invariants_their_fast_paths_count_on() -> None:
-    # opens_request_text counts on a quoted string being emptied up to _QUOTED_MAX characters
-    assert f"{{0,{redact._QUOTED_MAX}}}" in redact._QUOTED.pattern
+    # opens_request_text counts on a quoted string being emptied up to QUOTED_MAX characters
+    assert f"{{0,{redact.QUOTED_MAX}}}" in redact._QUOTED.pattern
     # every request marker contains one of the words tested first, or a line holding it would be passed over
-    assert all(any(w in m for w in redact._REQUEST_WORDS) for m in redact._REQUEST_MARKERS)
+    assert all(any(w in m for w in redact.REQUEST_WORDS) for m in redact._REQUEST_MARKERS)
