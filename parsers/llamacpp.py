@@ -81,7 +81,9 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     # newer builds and bindings: the (non-SWA) cache's cells; old builds: `llama_kv_cache_init: kv_size = N`
     ("kv_cache_tokens", re.compile(r"creating non-SWA KV cache, size = (\d+) cells|\bkv_size = (\d+)"), float),
     ("max_num_seqs", re.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
-    ("max_model_len", re.compile(r"(?<!new prompt, )\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
+    # `n_ctx_seq = 4096` in the context's summary; late 2025 on also the warning `n_ctx_seq (131072) < n_ctx_train
+    # (262144) -- the full capacity …` (or `>`, a possible overflow), the one size printed at the default verbosity
+    ("max_model_len", re.compile(r"(?<!new prompt, )\bn_ctx_(?:slot|per_seq|seq)(?: +(?:= )?| \()(\d+)"), float),
     # 2025 on, at the default verbosity the only size printed: `initializing, n_slots = 4, n_ctx_slot = 512,
     # kv_unified = 'true'` — one pool of n_ctx_slot cells shared by every slot, or n_slots pools of it
     ("kv_cache_tokens", re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'"), _slot_pool),
@@ -131,7 +133,11 @@ _KV_FAILED = re.compile(r"failed to allocate buffer for kv cache|failed to alloc
 # (a KV-cache update's graph, `llama_kv_cache_update_impl: failed to allocate compute buffers`, is at runtime)
 _COMPUTE_FAILED = re.compile(r"^(?![^\n]{0,80}kv_cache_update)[^\n]{0,200}?failed to allocate compute buffers?\b")
 _RETRIED = re.compile(r"compute buffer allocation failed, retrying")
-_DEVICE_FREE = re.compile(r"using device (?!CPU)\w{1,20} \([^()\n]{0,160}\) - (\d{1,9}) MiB free")
+# An accelerator's free memory before loading: libllama's `using device CUDA0 (…) - 23755 MiB free` (2025), and the
+# device list (`--list-devices`' `  CUDA0: NVIDIA … (24123 MiB, 23755 MiB free)`, the 2026 server's `device_info:`
+# block `  - CUDA0   : NVIDIA … (24123 MiB, 23755 MiB free)`); a CPU's is RAM
+_DEVICE_FREE = re.compile(r"using device (?!CPU)\w{1,20} \([^()\n]{0,160}\) - (\d{1,9}) MiB free"
+                          r"|^[\s>*-]{0,16}(?!CPU\b)\w{1,20} {0,12}: [^\n]{1,160}? \(\d{1,9} MiB, (\d{1,9}) MiB free\)")
 _DEFER = re.compile(r"no slot is available|defer task")
 _IDLE = re.compile(r"all slots are idle|slot is processing task|processing task")
 
@@ -236,7 +242,7 @@ class LlamaCppParser(StreamParser):
     def _allocation_facts(self, split: Split, msg: str) -> list[Record]:
         """The device's free memory, and which start-up buffer failed at which size (see _FAILED_SIZE)."""
         if (m := _DEVICE_FREE.search(msg)) is not None:
-            return [self.fact(split, "device_free_bytes", size_bytes(m.group(1), "MiB"))]
+            return [self.fact(split, "device_free_bytes", size_bytes(m.group(1) or m.group(2), "MiB"))]
         if (m := _FAILED_SIZE.search(msg)) is not None:
             # only while loading: a runtime failure (a KV-cache update's graph) is no start-up figure
             starting = self.phase() is Phase.STARTUP
