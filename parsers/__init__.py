@@ -115,8 +115,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),
             (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,40}: ", 3),
             (r"level=\w+ source=\w+\.go:\d+", 3),
-            (r"GGML_ASSERT|ggml-cuda\.cu:\d|load_tensors:|print_info:|exiting due to model loading error|llama runner|llama_kv_cache"
-             r"|llama_model_load|\bollama\b|model runner has unexpectedly stopped"
+            (r"GGML_ASSERT|load_tensors:|print_info:|exiting due to model loading error|llama runner|llama_kv_cache"
+             r"|ggml-cuda\.cu:\d|llama_model_load|\bollama\b|model runner has unexpectedly stopped"
              r"|an error was encountered while running the model", 3),
             (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
             # server timing/slot lines of any build or fork, whatever wraps them (`[pid] `, a compose prefix)
