@@ -114,7 +114,7 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
         Server.LLAMACPP: (
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),
             (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,40}: ", 3),
-            (r"level=\w+ source=\w+\.go:\d+", 3),
+            (r"level=\w+? ?source=\w+\.go:\d+", 3),  # Ollama's slog pairs (a paste may lose their spaces)
             (r"GGML_ASSERT|load_tensors:|print_info:|exiting due to model loading error|llama runner|llama_kv_cache"
              r"|ggml-cuda\.cu:\d|llama_model_load|\bollama\b|model runner has unexpectedly stopped"
              r"|an error was encountered while running the model", 3),
