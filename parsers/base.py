@@ -32,10 +32,12 @@ from agent.records import (
     FieldValue,
     Phase,
     Record,
+    RequestSample,
     Server,
     ServerStats,
     Severity,
 )
+from parsers.http_access import carries_duration, timed
 from parsers.lanes import Lanes
 from parsers.prefix import (
     ANSI,
@@ -124,7 +126,7 @@ class StreamParser(Stamps, Lanes):
         if not out:
             return out  # most lines give nothing
         # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
-        return [r if r.__class__ is ServerStats else scrub(r) for r in out]
+        return [r if r.__class__ is ServerStats or r.__class__ is RequestSample else scrub(r) for r in out]
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
@@ -142,6 +144,8 @@ class StreamParser(Stamps, Lanes):
                 self._in_request(self.split(text))
             elif opens_request_text(text):
                 self._request_lines = 1  # a prompt with newlines: its next lines are not log records
+            elif carries_duration(text) and not is_request_log(text):  # the whole line: TGI's span is a prefix
+                return timed(text, ts or self.split(text).ts or self._last_ts, self.source, self.server, path, offset)
             return []
         syslog_ts = None
         if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
@@ -196,6 +200,8 @@ class StreamParser(Stamps, Lanes):
             self._blocks[split.tag] = _Block(split, path, offset, [split.msg], self.lines_seen)
             return out
         out.extend(self.events_for(split, (split.msg,), path, offset))
+        if carries_duration(text):
+            out += timed(text, split.ts, self.source, self.server, path, offset)
         return out + self.line_records(split, path, offset)
 
     def _settles_access(self, text: str) -> bool:
@@ -206,7 +212,7 @@ class StreamParser(Stamps, Lanes):
                 text[j + 2:j + 3] in ERROR_STATUS_DIGITS
                 or (text[j + 8:j + 9] == " " and text[j + 6:j + 9] in PROXY_FLAGS)
                 or (text[j + 3:j + 4] == " " and text[j + 2:j + 7] == CLIENT_GONE) or len(text) > MAX_LINE_CHARS
-                or "\x1b" in text or "\r" in text):
+                or "\x1b" in text or "\r" in text or carries_duration(text)):
             return False
         self.lines_seen += 1
         if opens_request_text(text):
