@@ -59,6 +59,7 @@ from parsers.prefix import (
     syslog_month,
 )
 from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
+from parsers.refusals import OneRefusal
 from parsers.signature import Signature, index_of
 from parsers.stamps import Stamps
 
@@ -112,6 +113,7 @@ class StreamParser(Stamps, Lanes):
         self._last_ts: float | None = None
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
         self._engine_dead = False  # an engine death was seen and no restart since: a 5xx now is a casualty
+        self._refusals = OneRefusal()
 
     # ---- the protocol -------------------------------------------------------------------------
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
@@ -126,7 +128,8 @@ class StreamParser(Stamps, Lanes):
         if not out:
             return out  # most lines give nothing
         # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
-        return [r if r.__class__ is ServerStats or r.__class__ is RequestSample else scrub(r) for r in out]
+        out = [r if r.__class__ is ServerStats or r.__class__ is RequestSample else scrub(r) for r in out]
+        return self._refusals.once(out, self.lines_seen)  # a refusal's message and its status line: one
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
@@ -244,7 +247,7 @@ class StreamParser(Stamps, Lanes):
                 out.extend(self._close(tag))
             except (ValueError, OverflowError):
                 self._parse_errors += 1
-        return [scrub(r) for r in out]
+        return self._refusals.once([scrub(r) for r in out], self.lines_seen)
 
     def _in_request(self, split: Split) -> bool:
         """While a request's text runs over lines: is this line more of it (no log prefix of its own)?"""

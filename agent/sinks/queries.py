@@ -292,6 +292,12 @@ class Queries:
                                  (kind, since, until))
         return int(rows[0][0] or 0)
 
+    def kind_counts(self, since: float, until: float) -> dict[tuple[str, str], tuple[int, int]]:
+        """(source, kind) → (events, occurrences) in the window: what each witness saw, apart."""
+        rows = self._store.query(f"SELECT source, kind, count(*), sum({OCCURRENCES}) FROM events WHERE at >= ? AND "
+                                 "at < ? GROUP BY source, kind", (since, until))
+        return {(str(r[0]), str(r[1])): (int(r[2]), int(r[3])) for r in rows}
+
     def last_event_time(self, kind: str, since: float, until: float) -> float | None:
         rows = self._store.query("SELECT max(at) FROM events WHERE kind = ? AND at >= ? AND at < ?",
                                  (kind, since, until))
