@@ -215,7 +215,10 @@ class StreamParser(Stamps, Lanes):
                 text[j + 2:j + 3] in ERROR_STATUS_DIGITS
                 or (text[j + 8:j + 9] == " " and text[j + 6:j + 9] in PROXY_FLAGS)
                 or (text[j + 3:j + 4] == " " and text[j + 2:j + 7] == CLIENT_GONE) or len(text) > MAX_LINE_CHARS
-                or "\x1b" in text or "\r" in text or carries_duration(text)):
+                or "\x1b" in text or "\r" in text
+                # a timed line (nginx `rt=`, `…_time=`; Envoy's flags then bytes): its duration is a record
+                or "rt=" in text or "_time=" in text
+                or ((k := text.find(" ", j + 6)) > 0 and text[k + 1:k + 2].isdigit())):
             return False
         self.lines_seen += 1
         if opens_request_text(text):

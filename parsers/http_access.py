@@ -164,17 +164,19 @@ _TIMED = (
 _STATUS_AT = re.compile(r"HTTP/[\d.]{1,3}\" (?P<status>\d{3})\b")
 _GO_PART = re.compile(r"(\d{1,9}(?:\.\d{1,9})?)(h|ms|µs|us|ns|m|s)")
 _GO_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
-DURATION_WORDS = ("rt=", "request_time=", "upstream_response_time=", "[GIN]", "total_time=\"", "total time =")
 _REFUSED = (429, 503)
 
 
 def carries_duration(text: str) -> bool:
-    """Whether a line may print a request's duration (a cheap test before `request_duration`): one of the
-    timed formats' words, or an access line with Envoy's flags-and-bytes columns after its status."""
-    if any(word in text for word in DURATION_WORDS):
+    """Whether a line may print a request's duration: a cheap test, run on every access line, before
+    `request_duration`. One of the timed formats' words (`rt=`, `urt=`, `…_time=`, GIN's, llama.cpp's), or an
+    access line whose status is followed by Envoy's flags and a byte count."""
+    if "rt=" in text or "_time=" in text or "[GIN]" in text or "total time =" in text:
         return True
     i = text.find(" HTTP/")
-    return i >= 0 and _TIMED[2].match(text, i + 1) is not None
+    if i < 0 or (j := text.find('" ', i)) < 0 or (k := text.find(" ", j + 6)) < 0 or not text[k + 1:k + 2].isdigit():
+        return False  # uvicorn's `" 200 OK` ends there; nginx's `" 200 512 "-"` has no flags column
+    return _TIMED[2].match(text, i + 1) is not None
 
 
 def _go_seconds(text: str) -> float | None:
