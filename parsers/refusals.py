@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from agent.records import Event, EventKind, Record, event_with
 
@@ -30,11 +31,13 @@ PAIR_LINES = 20
 _ANSWERS = (EventKind.HTTP_503, EventKind.HTTP_429)
 
 
+@dataclass
 class OneRefusal:
-    """The refusal messages of one stream still waiting for their status line."""
+    """The refusal messages of one stream still waiting for their status line (a parser's state: two parsers
+    that read the same lines compare equal)."""
 
-    def __init__(self) -> None:
-        self._unpaired: deque[tuple[float | None, object, int]] = deque(maxlen=64)  # (ts, status, line)
+    _unpaired: deque[tuple[float | None, object, int]] = field(  # (ts, status, line)
+        default_factory=lambda: deque(maxlen=64))
 
     def once(self, records: Sequence[Record], line: int) -> list[Record]:
         """`records` (one line's or one block's, `line` the stream's line count) with each status line that
