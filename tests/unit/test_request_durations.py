@@ -108,3 +108,23 @@ def test_a_proxy_log_alone_finds_the_tight_deadline(tmp_path: Path) -> None:
     (found,) = [f for f in advised["findings"] if f["rule"] == "request_timeout_tight"]
     assert found["evidence"]["request_duration_seconds_p99"] == 29.0
     assert found["evidence"]["request_duration_seconds_count"] == 40.0
+
+
+def test_a_0005_store_gains_the_request_table(tmp_path: Path) -> None:
+    """Migrations only append: a store the previous release left opens, keeps its rows and takes durations."""
+    from sqlite_utils import Database
+
+    from agent.sinks.store import KNOWN_MIGRATIONS, MIGRATIONS
+
+    assert KNOWN_MIGRATIONS[5] == "0006_request_samples"
+    db = tmp_path / "agent.db"
+    old = Database(db)
+    MIGRATIONS.apply(old, stop_before="0006_request_samples")
+    old.execute("INSERT INTO events (at, ts, source, server, kind, severity, phase, message, fields) "
+                "VALUES (1, 1, 'vllm', 'vllm', 'oom', 'critical', 'runtime', 'm', '{}')")
+    old.conn.commit()
+    old.close()
+    with Store.open(db) as store:
+        assert store.query("SELECT count(*) FROM events") == [(1,)]
+        store.commit([RequestSample(5.0, "vllm", Server.VLLM, 2.5, 200, "/logs/v.log", 0, "k")], now=6.0)
+        assert Queries(store).window_durations(0.0, 10.0, "vllm") == [2.5]
