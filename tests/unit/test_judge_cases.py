@@ -360,10 +360,11 @@ CASES: list[Case] = [
           *events(EventKind.DEADLINE_EXCEEDED, 3, scope="request", timeout_by="proxy", status=504)],
          {"request_timeout_ms": 600_000, "max_num_seqs": 8}, CAP13,
          # p99 of 40 requests at 12 s = 12 s < 0.5 × 600 s = 300 s, and the proxy gave up 3 times: the server's
-         # 600 s protects nothing — lower to 12 s × 1.5 = 18,000 ms. timeouts_unplaced (3 504s, no queue) would
-         # raise; lowering comes first (safety), so it is overridden
+         # 600 s protects nothing — lower to 12 s × 1.5 = 18,000 ms. The 3 504s without a queue are not
+         # "generation outlasts the deadline" (timeouts_unplaced): the requests finish in 12 s, so no raise
          Knob.REQUEST_TIMEOUT_MS, Direction.LOWER, 18_000, "timeouts",
-         governed_by="request_timeout_above_durations", words=("600",)),
+         governed_by="request_timeout_above_durations", words=("600",), absent=("timeouts_unplaced",),
+         no_knob=((Knob.REQUEST_TIMEOUT_MS, Direction.RAISE),)),
     Case("server_deadline_far_above_durations_nobody_gives_up_twin", "timeouts",
          [*stats([(6, 0, 0.4)] * 6), *durations([12.0] * 40)],
          {"request_timeout_ms": 600_000, "max_num_seqs": 8}, CAP13,
