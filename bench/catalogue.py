@@ -5,7 +5,8 @@
 Each statement of parsers/catalogue/*.yaml is rendered with its arguments, put behind each prefix era of
 its engine (the logger's own, process tags, ANSI colour), then inside each envelope a saved log can have
 (plain, Docker json-file, CRI, `docker compose logs`, `kubectl logs --prefix --timestamps`, journald's
-short format in several locales), and read by `scan`'s own path
+short format in several locales) and each way a pasted excerpt wears it (quoted, bulleted, numbered, in a
+table, CRLF, a shipper's JSON record, cut at a terminal's width), and read by `scan`'s own path
 (`agent.sources.saved.scan_into`) as the engine's stream. A statement is recognised when every rendering
 gives exactly what the entry says: its event kind (and no other kind, bar `also`), its phase and fields; the
 fact or load sample it carries; nothing at all for a benign one.
@@ -30,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent.records import CapacityFact, Event, EventKind, Record, Server, ServerStats
 from agent.sources.saved import scan_into
 from parsers.catalogue import NOT_INCIDENTS, Source, Statement, load, version_key
+from parsers.paste import WRAP_WIDTHS
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "docs" / "catalogue-coverage.md"
@@ -40,6 +42,8 @@ REF_TIME = 1765584000.0  # 2025-12-13: yearless stamps land in 2025
 
 # journald's `short` format writes the month as the locale abbreviates it (strftime %b)
 DECEMBER = {"en": "Dec", "de": "Dez", "fr": "déc.", "es": "dic", "ru": "дек", "zh": "12月"}
+# the envelopes that carry a time of their own (a line's records must then have one)
+STAMPED = frozenset({"docker", "cri", "kubectl", "loki", "shipper"} | {f"journald-{k}" for k in DECEMBER})
 
 
 def envelopes(line: str) -> Iterator[tuple[str, str]]:
@@ -51,6 +55,25 @@ def envelopes(line: str) -> Iterator[tuple[str, str]]:
     yield "kubectl", f"[pod/engine-0/engine] 2025-12-14T03:11:15.123456789Z {line}"  # --prefix --timestamps
     for locale, month in DECEMBER.items():
         yield f"journald-{locale}", f"{month} 14 03:11:15 gpu7 engine[1234]: {line}"
+    yield from pasted(line)
+
+
+def pasted(line: str) -> Iterator[tuple[str, str]]:
+    """(name, line) for each way a person pastes the line into a thread (quoted, bulleted, numbered, in a
+    table, with Windows line ends) and a log shipper forwards it (a JSON record with the text in one field)."""
+    yield "quote", f"> {line}"
+    yield "quote-nested", f">> {line}"
+    yield "quote-bullet", f"> - {line}"
+    yield "bullet", f"- {line}"
+    yield "gutter", f"  12 | {line}"
+    yield "gutter-colon", f"12: {line}"
+    yield "table", "| " + line.rstrip("\n").replace("|", "\\|") + " |"  # a cell holds one line
+    yield "crlf", line + "\r"
+    yield "loki", json.dumps({"line": line, "timestamp": "2025-12-14T03:11:15.123456789Z"})
+    yield "shipper", json.dumps({"level": "info", "time": "2025-12-14T03:11:15Z", "msg": line})
+    for width in WRAP_WIDTHS:  # copied out of a terminal that cut it at its width
+        if len(line) > width and "\n" not in line:
+            yield f"wrapped-{width}", "\n".join(line[i:i + width] for i in range(0, len(line), width))
 
 
 def rendered(source: Source, statement: Statement) -> Iterator[tuple[str, str, bool]]:
@@ -62,7 +85,7 @@ def rendered(source: Source, statement: Statement) -> Iterator[tuple[str, str, b
         line = (template.replace("{level}", statement.level).replace("{msg}", message)
                 .replace("{json_msg}", json.dumps(message)[1:-1]))
         for envelope, physical in envelopes(line):
-            yield f"{name}/{envelope}", physical, timed or envelope not in ("plain", "compose")
+            yield f"{name}/{envelope}", physical, timed or envelope in STAMPED
 
 
 def lines_of(source: Source, statement: Statement) -> Iterator[tuple[str, str]]:
@@ -166,7 +189,10 @@ def report(results: list[Outcome]) -> str:
            "parsers recognise (every rendering classified as the entry says), and the ones they do not, with why.",
            "\"With the server unknown\": the line alone also classifies so under `scan`'s default `--server auto`",
            "(an excerpt too short to tell its engine). Benign near misses must stay silent and are counted apart.",
-           "Do not edit by hand.", ""]
+           "Do not edit by hand.", "",
+           "## Size", "",
+           "Statements catalogued per engine, client and proxy (incident / fact or load sample / benign near miss):",
+           "", *_size_rows(), ""]
     for source in load():
         mine = [r for r in results if r.source is source]
         out += [f"## {source.engine} ({source.role})", "",
@@ -192,16 +218,29 @@ def report(results: list[Outcome]) -> str:
     return "\n".join(out)
 
 
+def _counts(source: Source) -> tuple[int, int, int, int]:
+    st = source.statements
+    return (len(st), sum(s.incident for s in st), sum(s.signals in ("fact", "stats") for s in st),
+            sum(s.signals == "benign" for s in st))
+
+
+def _size_rows() -> list[str]:
+    rows = ["| source | role | statements | incident | fact, stats | benign |", "|---|---|---|---|---|---|"]
+    totals = [0, 0, 0, 0]
+    for source in load():
+        counts = _counts(source)
+        totals = [a + b for a, b in zip(totals, counts, strict=True)]
+        rows.append(f"| {source.engine} | {source.role} | " + " | ".join(map(str, counts)) + " |")
+    return [*rows, "| all | | " + " | ".join(map(str, totals)) + " |"]
+
+
 def engines_list() -> str:
     """The supported-engines block of docs/parsers.md."""
     rows = ["| source | role | versions read | statements (incident / fact, stats / benign) |", "|---|---|---|---|"]
     for source in load():
-        st = source.statements
-        inc = sum(s.incident for s in st)
-        facts = sum(s.signals in ("fact", "stats") for s in st)
-        benign = sum(s.signals == "benign" for s in st)
+        total, inc, facts, benign = _counts(source)
         rows.append(f"| {source.engine} | {source.role} | {', '.join(sorted(source.versions, key=version_key))} | "
-                    f"{len(st)} ({inc} / {facts} / {benign}) |")
+                    f"{total} ({inc} / {facts} / {benign}) |")
     return "\n".join([BEGIN, *rows, END])
 
 

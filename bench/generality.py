@@ -1,6 +1,6 @@
 """How well the parsers classify real log excerpts nobody tuned them on: per-class P/R/F1 and macro-F1.
 
-    .venv/bin/python bench/generality.py [--split tune|validation|fresh|fresh2|fresh3|all] [--show-misses]
+    .venv/bin/python bench/generality.py [--split tune|validation|fresh|fresh2|fresh3|fresh4|all] [--show-misses]
 
 The excerpts live in tests/data/real/excerpts.txt, each with its public URL and the classes an expert
 reading it expects (README.md there). A third of them (tests/data/real/validation.txt) was set aside
@@ -36,6 +36,7 @@ VALIDATION = DATA / "validation.txt"
 FRESH = DATA / "fresh.txt"  # collected after tuning, scored as they came: a second held-out check
 FRESH2 = DATA / "fresh2.txt"  # collected after the second round of changes, scored as they came
 FRESH3 = DATA / "fresh3.txt"  # collected after the third round, scored once as they came
+FRESH4 = DATA / "fresh4.txt"  # collected after the fourth round, scored once as they came
 SPLIT_KEY = 20261201  # the fixed key of the one random draw that made validation.txt
 
 KIND_CLASS = {
@@ -121,8 +122,9 @@ def validation_ids() -> frozenset[str]:
 
 
 def split(excerpts: Iterable[Excerpt], which: str) -> list[Excerpt]:
-    """`tune`, `validation` (drawn before tuning), `fresh`, `fresh2` and `fresh3` (collected after it) or `all`."""
+    """`tune`, `validation` (drawn before tuning), `fresh` … `fresh4` (collected after it) or `all`."""
     held, fresh, fresh2, fresh3 = held_ids(VALIDATION), held_ids(FRESH), held_ids(FRESH2), held_ids(FRESH3)
+    fresh4 = held_ids(FRESH4)
     if which == "all":
         return list(excerpts)
     if which == "validation":
@@ -133,7 +135,9 @@ def split(excerpts: Iterable[Excerpt], which: str) -> list[Excerpt]:
         return [ex for ex in excerpts if ex.id in fresh2]
     if which == "fresh3":
         return [ex for ex in excerpts if ex.id in fresh3]
-    later = fresh | fresh2 | fresh3
+    if which == "fresh4":
+        return [ex for ex in excerpts if ex.id in fresh4]
+    later = fresh | fresh2 | fresh3 | fresh4
     return [ex for ex in excerpts if ex.id not in held and ex.id not in later]
 
 
@@ -247,16 +251,17 @@ def render(name: str, report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
-    ap.add_argument("--split", choices=["tune", "validation", "fresh", "fresh2", "fresh3", "all"], default="all")
+    ap.add_argument("--split", default="all",
+                    choices=["tune", "validation", "fresh", "fresh2", "fresh3", "fresh4", "all"])
     ap.add_argument("--show-misses", action="store_true")
     ap.add_argument("--draw", action="store_true", help="print a fresh validation draw (done once, committed)")
     args = ap.parse_args(argv)
     excerpts = load()
     if args.draw:
-        fresh = held_ids(FRESH) | held_ids(FRESH2) | held_ids(FRESH3)
+        fresh = held_ids(FRESH) | held_ids(FRESH2) | held_ids(FRESH3) | held_ids(FRESH4)
         print("\n".join(draw_validation([ex for ex in excerpts if ex.id not in fresh])))
         return 0
-    names = ["tune", "validation", "fresh", "fresh2", "fresh3"] if args.split == "all" else [args.split]
+    names = ["tune", "validation", "fresh", "fresh2", "fresh3", "fresh4"] if args.split == "all" else [args.split]
     for name in names:
         report = score(split(excerpts, name))
         print(render(name, report))

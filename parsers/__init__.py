@@ -28,6 +28,8 @@ from parsers.generic import GenericParser
 from parsers.kernel import KernelParser
 from parsers.lanes import Locate
 from parsers.llamacpp import LlamaCppParser
+from parsers.paste import STARTS as PASTE_STARTS
+from parsers.paste import unpaste
 from parsers.prefix import COMPOSE, OUTER, earliest
 from parsers.sglang import SglangParser
 from parsers.tgi import TgiParser
@@ -96,7 +98,9 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"server_args=ServerArgs\(|sglang", 3),
             (r"(?:Prefill|Decode) batch[.,] #|^new fill batch\. #seq: ", 3),  # 0.1's router: the latter
             (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:TP|DP|PP|EP)\d+)*\] ", 1),
-            (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens=", 3),
+            (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens="
+             r"|Exception in (?:ModelTpServer|ControllerSingle|ControllerMulti):"
+             r"|Initialization failed\. warmup error", 3),
         ),
         Server.TGI: (
             (r"text_generation_(?:launcher|router|server)|text-generation-(?:launcher|router|server)", 3),
@@ -109,9 +113,11 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
         ),
         Server.LLAMACPP: (
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),
-            (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,12}: ", 3),
+            (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,40}: ", 3),
             (r"level=\w+ source=\w+\.go:\d+", 3),
-            (r"GGML_ASSERT|load_tensors:|print_info:|llama runner|llama_kv_cache|llama_model_load|\bollama\b", 3),
+            (r"GGML_ASSERT|load_tensors:|print_info:|exiting due to model loading error|llama runner|llama_kv_cache"
+             r"|llama_model_load|\bollama\b|model runner has unexpectedly stopped"
+             r"|an error was encountered while running the model", 3),
             (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
             # server timing/slot lines of any build or fork, whatever wraps them (`[pid] `, a compose prefix)
             (r"\b(?:print_timings?|update_slots|launch_slot_|log_server_r)\b|prompt eval time +=", 3),
@@ -127,6 +133,8 @@ def _evidence(line: str) -> tuple[str, ...]:
     prefix or a runtime time stamp, so the anchored signatures still see the server's own prefix (TGI's
     own prefix *is* such a stamp, hence both)."""
     line = line[:4096]
+    if line[:1] in PASTE_STARTS and (pasted := unpaste(line)) is not None:
+        return tuple(e for inner in pasted[0] for e in _evidence(inner))  # quoted, bulleted, shipped as JSON
     bare = line
     if (m := COMPOSE.match(bare)) is not None:
         bare = bare[m.end():]

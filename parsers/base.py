@@ -39,6 +39,8 @@ from agent.records import (
 )
 from parsers.http_access import carries_duration, timed
 from parsers.lanes import Lanes
+from parsers.paste import ESCAPED_TRACEBACK, WRAP_WIDTHS, continues_wrap, escaped_lines, unpaste
+from parsers.paste import STARTS as PASTE_STARTS
 from parsers.prefix import (
     ANSI,
     CJK_MONTH,
@@ -67,6 +69,8 @@ MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is
 MAX_BLOCK_LINES = 400  # a traceback longer than this is still one event; the rest is not kept
 DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised by the API server
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
+WRAP_A, WRAP_B = WRAP_WIDTHS
+WRAP_MIN = min(WRAP_WIDTHS)
 MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there (a lost closing quote)
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
 
@@ -114,12 +118,33 @@ class StreamParser(Stamps, Lanes):
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
         self._engine_dead = False  # an engine death was seen and no restart since: a 5xx now is a casualty
         self._refusals = OneRefusal()
+        # a line as long as a terminal's width, held one line in case the next is its rest (parsers/paste.py)
+        self._wrapped: tuple[str, float | None, str | None, int | None] | None = None
 
     # ---- the protocol -------------------------------------------------------------------------
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
              offset: int | None = None) -> list[Record]:
         """Give one line (no newline); get the records it completes. Never raises on any input: a line
         whose numbers cannot be numbers (a 5,000-digit count) is skipped and counted in `parse_errors`."""
+        if self._wrapped is not None:  # the line before was as long as a terminal: is this its rest?
+            held, self._wrapped = self._wrapped, None
+            if continues_wrap(text, held[0]):
+                return self.feed(held[0] + text, held[1], held[2], held[3])
+            return self._feed_line(*held) + self.feed(text, ts, path, offset)
+        n = len(text)
+        if n >= WRAP_MIN and not (n % WRAP_A and n % WRAP_B):  # as long as a terminal (wrapped_at_width), inline
+            self._wrapped = (text, ts, path, offset)
+            return []
+        return self._feed_line(text, ts, path, offset)
+
+    def _feed_line(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
+        if text[:1] in PASTE_STARTS and (pasted := unpaste(text)) is not None:
+            return self._feed_pasted(pasted, ts, path, offset)
+        # a JSON line is decoded whole (its envelope above, or the engine's own format); a prompt's text is never
+        # read as lines
+        if ESCAPED_TRACEBACK in text and text[:1] != "{" and not is_request_log(text) and (
+                lines := escaped_lines(text)) is not None:
+            return self._feed_pasted((lines, None), ts, path, offset)
         try:
             out = self._feed(text, ts, path, offset)
         except (ValueError, OverflowError):
@@ -130,6 +155,20 @@ class StreamParser(Stamps, Lanes):
         # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
         out = [r if r.__class__ is ServerStats or r.__class__ is RequestSample else scrub(r) for r in out]
         return self._refusals.once(out, self.lines_seen)  # a refusal's message and its status line: one
+
+    def _feed_pasted(self, pasted: tuple[list[str], str | None], ts: float | None, path: str | None,
+                     offset: int | None) -> list[Record]:
+        """The lines inside a paste or shipper wrapper (parsers/paste.py), fed as the engine printed them."""
+        lines, stamp = pasted
+        if ts is None and stamp is not None:
+            try:
+                ts = self.rfc3339(stamp)
+            except (ValueError, OverflowError):
+                ts = None
+        out: list[Record] = []
+        for line in lines:
+            out += self.feed(line, ts, path, offset)
+        return out
 
     def _feed(self, text: str, ts: float | None, path: str | None, offset: int | None) -> list[Record]:
         self.lines_seen += 1
@@ -211,7 +250,8 @@ class StreamParser(Stamps, Lanes):
         """`feed`'s first answer for an access line that is not a refusal (nothing, the line counted, a
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
-        if self._request_lines or (i := text.find(" HTTP/1.")) < 0 or (j := text.find('" ', i)) < 0 or (
+        if self._request_lines or self._wrapped is not None or (i := text.find(" HTTP/1.")) < 0 or (
+                j := text.find('" ', i)) < 0 or (
                 text[j + 2:j + 3] in ERROR_STATUS_DIGITS
                 or (text[j + 8:j + 9] == " " and text[j + 6:j + 9] in PROXY_FLAGS)
                 or (text[j + 3:j + 4] == " " and text[j + 2:j + 7] == CLIENT_GONE) or len(text) > MAX_LINE_CHARS
@@ -233,7 +273,8 @@ class StreamParser(Stamps, Lanes):
     def held_offsets(self) -> dict[str, int]:
         """Path → offset of the first line of each open block (the earliest per path): what a crash now
         would lose unless the cursor waits there."""
-        return earliest((block.path, block.offset) for block in self._blocks.values())
+        held = [(self._wrapped[2], self._wrapped[3])] if self._wrapped is not None else []
+        return earliest([*((block.path, block.offset) for block in self._blocks.values()), *held])
 
     def set_reference_time(self, ref_time: float) -> None:
         """Move the time that yearless stamps are placed near (a daemon calls this as its clock advances;
@@ -245,6 +286,9 @@ class StreamParser(Stamps, Lanes):
     def flush(self) -> list[Record]:
         """Close whatever is open (a truncated traceback is still an occurrence)."""
         out: list[Record] = []
+        while self._wrapped is not None:  # a held line inside a wrapper may hold its own line in turn
+            held, self._wrapped = self._wrapped, None
+            out.extend(self._feed_line(*held))
         for tag in list(self._blocks):
             try:
                 out.extend(self._close(tag))

@@ -80,9 +80,12 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
          r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)"
          r"|cudaMalloc failed: out of memory"
          r"|ggml_backend_\w+_buffer_type_alloc_buffer: allocating|failed to allocate \w+ buffer of size"
-         r"|NCCL WARN Cuda failure 'out of memory'|\b(?:CUDA|HIP) out of memory|HIP error: out of memory"
+         r"|NCCL WARN Cuda failure 'out of memory'|HIP error: out of memory"
          r"|hipErrorOutOfMemory|would exceed allowed memory\. \(out of memory\)",
          Severity.ERROR, incident=True),
+    # the bare wording, as an error prints it; advice about it ("if you see CUDA out of memory, lower …") is none
+    signature(EventKind.OOM, r"\b(?:CUDA|HIP) out of memory", Severity.ERROR, incident=True,
+              unless=r"(?i:\bif\b[^\n]{0,80}out.of.memory|\bconsider\b|\bto avoid\b|\bprevent\b|\bwhen you see\b)"),
 )
 
 CUDA_SIGNATURES: tuple[Signature, ...] = (

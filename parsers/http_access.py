@@ -17,7 +17,7 @@ import re
 
 from agent.records import EventKind, FieldValue, Phase, Record, RequestSample, Server, Severity
 from parsers.redact import route
-from parsers.signature import Signature, signature
+from parsers.signature import ADVICE, Signature, signature
 
 _STATUS = r"(?P<status>429|503)"
 
@@ -93,13 +93,13 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
                  r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 503\b"
                  r"|\b503 Service (?:Temporarily )?Unavailable\b",
-                 Severity.WARNING, Phase.ADMISSION, _body_503),
+                 Severity.WARNING, Phase.ADMISSION, _body_503, unless=ADVICE),
        # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings,
        # a client's `… failed with status: 429`
        signature(EventKind.HTTP_429, r"\b429 (?:Client Error: )?Too Many Requests\b"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?|failed with status:?) 429\b"
                  r"|[\"']code\\?[\"']: ?429\b",
-                 Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}))
+                 Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}, unless=ADVICE))
     + FAILED_SIGNATURES
 )
 

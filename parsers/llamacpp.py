@@ -91,7 +91,9 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
 # whole cache, as llama.cpp's `n_ctx` is; each slot's share is what `n_ctx_slot` is, a request's limit
 _OLLAMA_CMD = re.compile(r"^starting llama server cmd=[^\n]{0,2000}? --ctx-size (\d+)\b")
 _OLLAMA_PARALLEL = re.compile(r" --parallel (\d+)\b")
-_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB")
+_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB"
+                     # each accelerator's share (a CPU or host buffer is RAM); the total line, where printed, wins
+                     r"|llama_kv_cache\w{0,20}: +(?!CPU)(?!\w{1,20}_Host)\w{1,20} KV buffer size = +([\d.]+) MiB")
 # Weights on an accelerator (a CPU or host buffer is RAM): `load_tensors: CUDA0 model buffer size = … MiB`
 # (`llm_load_tensors:` in older builds, no `model` in some forks). One fact per device; the last one wins.
 _WEIGHTS_MIB = re.compile(r"load_tensors: +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) (?:model )?buffer size = +([\d.]+) MiB")
@@ -105,6 +107,7 @@ _OLLAMA_SIZES = (
     ("weights_bytes", re.compile(r"\bmemory\.weights\.total=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("kv_cache_bytes", re.compile(r"\bmemory\.required\.kv=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("kv_cache_bytes", re.compile(r"^kv cache device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
+    ("activation_peak_bytes", re.compile(r"^compute graph device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
 )
 # Timings: per slot every few seconds (`tg = 12.93 t/s, tg_3s = 12.57 t/s`), and a request's summary in every
 # era's wording (`prompt eval time = … ms / 25 tokens (… ms per token, 33.25 tokens per second)`).
@@ -154,6 +157,7 @@ class LlamaCppParser(StreamParser):
               "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
               "prompt processing", "compute buffer size", "MiB free", "buffer of size", "compute buffer",
+              "KV buffer size", "compute graph",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("llamacpp"),
               *catalogued.hot_words("auto"))
@@ -271,7 +275,7 @@ class LlamaCppParser(StreamParser):
         if (m := _OLLAMA_CMD.search(msg)) is not None:
             out.extend(self._ollama_cmd(split, int(m.group(1)), _OLLAMA_PARALLEL.search(msg, m.end())))
         if (m := _KV_MIB.search(msg)) is not None:  # allocated: an earlier start's failed KV buffer is over
-            out += [self.fact(split, "kv_cache_bytes", size_bytes(m.group(1), "MiB")),
+            out += [self.fact(split, "kv_cache_bytes", size_bytes(m.group(1) or m.group(2), "MiB")),
                     self.fact(split, "kv_buffer_failed_bytes", 0.0)]
         if (m := _WEIGHTS_MIB.search(msg)) is not None:
             out.append(self.fact(split, "weights_bytes", size_bytes(m.group(2), "MiB")))

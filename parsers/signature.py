@@ -142,6 +142,13 @@ def _trie_pattern(node: dict[str, Any], longest: bool = False) -> str:
     return body
 
 
+# Prose that names a refusal without one happening: advice ("if you get a 429 …", "when the server returns
+# 503 …") and explanations ("the `Model is overloaded` error means …"). Used as the `unless` of the wordings
+# that are as likely in a thread's text as in a log (a status and its phrase, a refusal's message).
+ADVICE = (r"(?i:^\s*(?:if|when|whenever)\s|\b(?:if|when) you (?:get|see|hit|receive|are getting)\b"
+          r"|\b(?:error|status|response)\b[^\n]{0,40}\bmeans\b)")
+
+
 def signature(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,
               extract: Extract | None = None, incident: bool = False,
               severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None,

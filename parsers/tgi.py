@@ -18,7 +18,7 @@ from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.base import StreamParser
 from parsers.prefix import Split
-from parsers.signature import Signature, hot, json_object, signature
+from parsers.signature import ADVICE, Signature, hot, json_object, signature
 
 TGI_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.OOM, r"Not enough memory to handle (?:(?P<prefill>\d+) prefill tokens|`max_total_tokens)"
@@ -27,7 +27,7 @@ TGI_SIGNATURES: tuple[Signature, ...] = (
     *gpu.GPU_SIGNATURES,
     *kernel.KERNEL_SIGNATURES,
     signature(EventKind.QUEUE_FULL, r"Model is overloaded", Severity.WARNING, Phase.ADMISSION,
-         lambda m: {"reason": "max_concurrent_requests", "status": 429}),
+         lambda m: {"reason": "max_concurrent_requests", "status": 429}, unless=ADVICE),
     signature(EventKind.ENGINE_DEAD, r"Shard \d+ failed to start|Unable to warmup (?:the Python model shards|model)"
          r"|Method Warmup encountered an error|Error: (?:ShardCannotStart|WebserverCannotStart|DownloadError)\b",
          Severity.CRITICAL, Phase.STARTUP, incident=True),

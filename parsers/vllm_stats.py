@@ -181,7 +181,8 @@ class VllmStats(StreamParser):
             i = text.find(STATS_WORD)
             if i < 0 and self._settles_access(text):
                 continue
-            if i < 0 or self._blocks:  # any other line, or a stats line that closes blocks: the full path
+            if i < 0 or self._blocks or self._wrapped is not None:  # any other line, a stats line that closes
+                # blocks or follows a line held for its rest: the full path
                 if records := feed(text, None, path, offset):
                     out += place(records, offset, line - 1)
                 continue

@@ -37,7 +37,7 @@ ENTRIES = [(source, s) for source in catalogue.load() for s in source.statements
 def test_every_engine_is_catalogued_with_its_versions() -> None:
     by_engine = {s.engine: s for s in catalogue.load()}
     assert {"vllm", "llamacpp", "sglang", "tgi", "ollama", "openai-python", "litellm", "nginx", "envoy",
-            "go-net-http"} <= set(by_engine)
+            "go-net-http", "httpx", "aiohttp", "requests", "curl"} <= set(by_engine)
     vllm = by_engine["vllm"]
     assert {"0.4.3", "0.8.5", "0.10.2", "0.33.0"} <= set(vllm.versions)
     # every claimed vLLM version has incident statements, V0 and V1 alike

@@ -54,13 +54,14 @@ def test_corpus_is_large_sourced_and_new() -> None:
         assert ex.url not in cited.split(), f"{ex.id}: already cited in the repo"
         assert ex.lines and any(line.strip() for line in ex.lines), ex.id
         assert ex.expect <= {"oom", "preemption", "queue", "timeout", "http_429", "http_503", "engine_dead",
-                             "cuda_error", "nccl_timeout", "stats", "facts"}, ex.id
+                             "cuda_error", "nccl_timeout", "xid", "stats", "facts"}, ex.id
     assert sum(ex.benign for ex in EXCERPTS) >= 13
 
 
 def test_validation_split_is_a_third_spread_over_engines_and_classes() -> None:
     held = G.validation_ids()
-    ids = {ex.id for ex in EXCERPTS} - G.held_ids(G.FRESH) - G.held_ids(G.FRESH2) - G.held_ids(G.FRESH3)
+    later = G.held_ids(G.FRESH) | G.held_ids(G.FRESH2) | G.held_ids(G.FRESH3) | G.held_ids(G.FRESH4)
+    ids = {ex.id for ex in EXCERPTS} - later
     assert held <= ids
     assert 0.30 <= len(held) / len(ids) <= 0.40
     validation = G.split(EXCERPTS, "validation")
@@ -117,6 +118,25 @@ def test_fresh3_split_holds_its_score() -> None:
     assert report.macro_f1 >= FRESH3_MACRO_F1_FLOOR, (round(report.macro_f1, 3), report.misses)
     assert report.false_alarms == []
     assert len(report.field_misses) <= FRESH3_FIELD_MISSES, report.field_misses
+
+
+# `fresh4` was collected and labelled after the fourth round (the catalogue widened from source), committed with its
+# labels, and scored once as it came: macro-F1 0.877, no false alarm, one field mismatch (misses in
+# tests/data/real/README.md). These floors are that first score; a fix for a miss raises them.
+FRESH4_MACRO_F1_FLOOR = 0.876  # 0.8768 printed to three places
+FRESH4_FIELD_MISSES = 1
+
+
+def test_fresh4_split_holds_its_score() -> None:
+    fresh4 = G.split(EXCERPTS, "fresh4")
+    assert len(fresh4) == len(G.held_ids(G.FRESH4)) >= 60
+    earlier = G.held_ids(G.FRESH) | G.held_ids(G.FRESH2) | G.held_ids(G.FRESH3) | G.validation_ids()
+    assert not {ex.id for ex in fresh4} & earlier
+    assert not {ex.id for ex in G.split(EXCERPTS, "tune")} & G.held_ids(G.FRESH4)
+    report = G.score(fresh4)
+    assert report.macro_f1 >= FRESH4_MACRO_F1_FLOOR, (round(report.macro_f1, 3), report.misses)
+    assert report.false_alarms == []
+    assert len(report.field_misses) <= FRESH4_FIELD_MISSES, report.field_misses
 
 
 # ---- stats lines in the shapes real logs take ------------------------------------------------------
