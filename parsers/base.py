@@ -32,10 +32,12 @@ from agent.records import (
     FieldValue,
     Phase,
     Record,
+    RequestSample,
     Server,
     ServerStats,
     Severity,
 )
+from parsers.http_access import carries_duration, timed
 from parsers.lanes import Lanes
 from parsers.paste import ESCAPED_TRACEBACK, WRAP_WIDTHS, continues_wrap, escaped_lines, unpaste
 from parsers.paste import STARTS as PASTE_STARTS
@@ -59,6 +61,7 @@ from parsers.prefix import (
     syslog_month,
 )
 from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
+from parsers.refusals import OneRefusal
 from parsers.signature import Signature, index_of
 from parsers.stamps import Stamps
 
@@ -114,6 +117,7 @@ class StreamParser(Stamps, Lanes):
         self._last_ts: float | None = None
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
         self._engine_dead = False  # an engine death was seen and no restart since: a 5xx now is a casualty
+        self._refusals = OneRefusal()
         # a line as long as a terminal's width, held one line in case the next is its rest (parsers/paste.py)
         self._wrapped: tuple[str, float | None, str | None, int | None] | None = None
 
@@ -149,7 +153,8 @@ class StreamParser(Stamps, Lanes):
         if not out:
             return out  # most lines give nothing
         # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
-        return [r if r.__class__ is ServerStats else scrub(r) for r in out]
+        out = [r if r.__class__ is ServerStats or r.__class__ is RequestSample else scrub(r) for r in out]
+        return self._refusals.once(out, self.lines_seen)  # a refusal's message and its status line: one
 
     def _feed_pasted(self, pasted: tuple[list[str], str | None], ts: float | None, path: str | None,
                      offset: int | None) -> list[Record]:
@@ -181,6 +186,8 @@ class StreamParser(Stamps, Lanes):
                 self._in_request(self.split(text))
             elif opens_request_text(text):
                 self._request_lines = 1  # a prompt with newlines: its next lines are not log records
+            elif carries_duration(text) and not is_request_log(text):  # the whole line: TGI's span is a prefix
+                return timed(text, ts or self.split(text).ts or self._last_ts, self.source, self.server, path, offset)
             return []
         syslog_ts = None
         if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
@@ -235,6 +242,8 @@ class StreamParser(Stamps, Lanes):
             self._blocks[split.tag] = _Block(split, path, offset, [split.msg], self.lines_seen)
             return out
         out.extend(self.events_for(split, (split.msg,), path, offset))
+        if carries_duration(text):
+            out += timed(text, split.ts, self.source, self.server, path, offset)
         return out + self.line_records(split, path, offset)
 
     def _settles_access(self, text: str) -> bool:
@@ -246,7 +255,10 @@ class StreamParser(Stamps, Lanes):
                 text[j + 2:j + 3] in ERROR_STATUS_DIGITS
                 or (text[j + 8:j + 9] == " " and text[j + 6:j + 9] in PROXY_FLAGS)
                 or (text[j + 3:j + 4] == " " and text[j + 2:j + 7] == CLIENT_GONE) or len(text) > MAX_LINE_CHARS
-                or "\x1b" in text or "\r" in text):
+                or "\x1b" in text or "\r" in text
+                # a timed line (nginx `rt=`, `…_time=`; Envoy's flags then bytes): its duration is a record
+                or "rt=" in text or "_time=" in text
+                or ((k := text.find(" ", j + 6)) > 0 and text[k + 1:k + 2].isdigit())):
             return False
         self.lines_seen += 1
         if opens_request_text(text):
@@ -282,7 +294,7 @@ class StreamParser(Stamps, Lanes):
                 out.extend(self._close(tag))
             except (ValueError, OverflowError):
                 self._parse_errors += 1
-        return [scrub(r) for r in out]
+        return self._refusals.once([scrub(r) for r in out], self.lines_seen)
 
     def _in_request(self, split: Split) -> bool:
         """While a request's text runs over lines: is this line more of it (no log prefix of its own)?"""

@@ -20,6 +20,7 @@ from agent.records import (
     GpuSample,
     LogLine,
     Record,
+    RequestSample,
     Server,
     ServerStats,
     event_with,
@@ -123,6 +124,8 @@ class LogStream:
             # `_replace(path=…, file_key=…)` by position, without its keyword machinery (one per stats line)
             return _new_tuple(ServerStats, (*record[:12], self.paths[record.path], record.offset, record.path,
                                             record.line))
+        if isinstance(record, RequestSample) and record.path in self.paths:
+            return record._replace(path=self.paths[record.path], file_key=record.path)
         return record
 
     def persistable(self, fresh: Iterable[Cursor | JournalCursor]) -> list[Cursor | JournalCursor]:

@@ -21,7 +21,7 @@ from typing import BinaryIO
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
-from agent.records import Event, Record, Server, ServerStats, event_with
+from agent.records import Event, Record, RequestSample, Server, ServerStats, event_with
 from agent.sources.bounded import MAX_LINE_BYTES
 from agent.sources.framing import PartialJoiner, unwrap
 from parsers import Parser, make_parser
@@ -168,6 +168,9 @@ def stamp(records: list[Record], pos: int, before: int, newlines: Newlines) -> l
             # `_make` / `replace` without their checks (records come in storms)
             r = (_new_tuple(ServerStats, (*r[:-1], line)) if cls is ServerStats  # type: ignore[index]
                  else event_with(r, line=line))  # type: ignore[arg-type]
+        elif cls is RequestSample and r.offset is not None:  # type: ignore[union-attr]
+            back = 0 if r.offset == pos else newlines(r.offset, pos)  # type: ignore[union-attr]
+            r = r._replace(line=None if back is None else before + 1 - back)  # type: ignore[union-attr]
         out.append(r)
     return out
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent.inert import inert, printable
-from agent.records import CapacityFact, Event, Record, Server, ServerStats
+from agent.records import CapacityFact, Event, Record, RequestSample, Server, ServerStats
 from agent.sources.saved import FileScan
 from agent.views.summary import Summary, summarize
 from agent.views.units import fact, when
@@ -98,7 +98,7 @@ def _plain(value: Any) -> Any:
 def _items(record: Record) -> Iterator[tuple[str, Any]]:
     """`as_dict(record).items()` without its deep copy (records hold only scalars, and a `fields` mapping of
     scalars, so JSON cannot tell the difference; the copy made an event cost as much as fifty samples)."""
-    if isinstance(record, ServerStats):
+    if isinstance(record, ServerStats | RequestSample):
         return iter(record._asdict().items())
     names = _FIELD_NAMES.get(type(record))
     if names is None:
@@ -110,15 +110,17 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def record_json(record: Record, server: Server) -> str:
-    """One record as a JSON object: `type` event (with `kind`), stats, or fact (with `name`, `value`);
+    """One record as a JSON object: `type` event (with `kind`), stats, request (with `duration_s`), or fact
+    (with `name`, `value`);
     stats and facts carry the server the stream was read as when they do not name one."""
     body = {k: _plain(v) for k, v in _items(record)}
     if "line" in body:  # next to `offset`: after it come `file_key`, then `line`
         key = body.pop("file_key")
         body["line"] = body.pop("line")
         body["file_key"] = key
-    kind = "event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats) else "fact"
-    if isinstance(record, CapacityFact | ServerStats):
+    kind = ("event" if isinstance(record, Event) else "stats" if isinstance(record, ServerStats)
+            else "request" if isinstance(record, RequestSample) else "fact")
+    if isinstance(record, CapacityFact | ServerStats | RequestSample):
         body.setdefault("server", server.value)
     return json.dumps(inert({"type": kind, **body}), ensure_ascii=False, default=str)
 
