@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from datetime import timedelta, timezone
 
-from agent.records import Server
-from parsers import catalogued, families, gpu, http_access, kernel
+from agent.records import Record, Server
+from parsers import catalogued, families, gpu, http_access, kernel, trtllm
 from parsers.base import StreamParser
 from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
@@ -30,7 +30,7 @@ class GenericParser(StreamParser):
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *catalogued.signatures("auto"),
                   *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
-              *catalogued.hot_words("auto"))
+              *catalogued.hot_words("auto"), *trtllm.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)
@@ -46,3 +46,10 @@ class GenericParser(StreamParser):
         ts = self.local(int(m.group(3)), MONTHS[m.group(2)], int(m.group(1)), int(m.group(4)), int(m.group(5)),
                         int(m.group(6)), m.group(0), tz)
         return Split(text, ts)
+
+    def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
+        """TensorRT-LLM's KV budget (parsers/trtllm.py): it has no parser of its own, so its stream is read here."""
+        if "KV cache" not in split.msg and "tokens per block" not in split.msg:
+            return []
+        return [self.fact(split, name, value) for name, value in trtllm.facts(split.msg)]
+

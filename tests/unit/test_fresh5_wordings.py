@@ -1,0 +1,51 @@
+"""Shapes the fresh5 batch showed the parsers missing that the catalogue's renderings do not cover on their own
+(TensorRT-LLM's KV budget read by the generic path, a log statement quoted in prose), each beside its near
+miss; the statements themselves are catalogued and rendered by test_catalogue."""
+
+from __future__ import annotations
+
+from agent.records import CapacityFact, Event, Server
+from parsers import make_parser
+
+
+def _records(lines: list[str]) -> list[object]:
+    parser = make_parser(Server.AUTO)
+    out: list[object] = []
+    for line in lines:
+        out += parser.feed(line)
+    return out + parser.flush()
+
+
+def _facts(lines: list[str]) -> dict[str, object]:
+    return {r.name: r.value for r in _records(lines) if isinstance(r, CapacityFact)}
+
+
+def _kinds(lines: list[str]) -> list[str]:
+    return sorted({r.kind.value for r in _records(lines) if isinstance(r, Event)})
+
+
+def test_tensorrt_llm_kv_budget_is_read_without_a_parser_of_its_own() -> None:
+    facts = _facts(["[TensorRT-LLM][INFO] Number of tokens per block: 64.",
+                    "[TensorRT-LLM][INFO] [MemUsageChange] Allocated 26.91 GiB for max tokens in paged KV cache "
+                    "(220480)."])
+    assert facts == {"block_size": 64.0, "kv_cache_tokens": 220480.0, "kv_cache_bytes": 26.91 * 2**30}
+
+
+def test_tensorrt_llm_settings_echoed_at_start_up_are_no_budget() -> None:
+    lines = ["[TensorRT-LLM][WARNING] max_tokens_in_paged_kv_cache is not specified, will use default value",
+             "[TensorRT-LLM][WARNING] kv_cache_free_gpu_mem_fraction is not specified, will use default value of "
+             "0.9 or max_tokens_in_paged_kv_cache",
+             "If you see `Allocated 0.14 GiB for max tokens in paged KV cache`, increase the fraction."]
+    assert _facts(lines[:2]) == {}
+    assert _kinds(lines) == []
+
+
+def test_tensorrt_llm_start_up_failures() -> None:
+    assert _kinds(["[07/08/2025-19:47:15] [TRT-LLM] [RANK 1] [E] Failed to initialize executor on rank 1: "
+                   "Executor creation failed due to insufficient GPU memory."]) == ["engine_dead", "oom"]
+    assert _kinds(["E1103 02:59:01.152656 81041 backend_model.cc:553] ERROR: Failed to create instance: unexpected "
+                   "error when creating modelInstanceState: [TensorRT-LLM][ERROR] CUDA runtime error in "
+                   "::cudaMallocAsync(ptr, n, mCudaSt"]) == ["engine_dead", "oom"]
+    # another CUDA call failing is not an allocation
+    assert _kinds(["[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, "
+                   "stream): invalid argument (/app/bufferManager.cpp:96)"]) == []
