@@ -49,3 +49,24 @@ def test_tensorrt_llm_start_up_failures() -> None:
     # another CUDA call failing is not an allocation
     assert _kinds(["[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, "
                    "stream): invalid argument (/app/bufferManager.cpp:96)"]) == []
+
+
+_RETRACT = "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_token_ratio: 0.9998 -> 1.0000"
+
+
+def test_a_statement_quoted_inline_in_advice_is_no_event() -> None:
+    assert _kinds([f"`{_RETRACT}`, you can increase `--schedule-conservativeness` to a value like 1.3."]) == []
+    assert _kinds(["If you see `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.` lower "
+                   "the fraction."]) == []
+
+
+def test_the_same_statement_as_a_log_line_still_counts() -> None:
+    sglang = f"[2025-01-01 10:00:00 TP0] {_RETRACT}"
+    assert _kinds([sglang]) == ["preemption"]
+    assert _kinds(["```", sglang, "```"]) == ["preemption"]  # pasted inside a code fence
+    assert _kinds([f"> {sglang}"]) == ["preemption"]  # quoted as a block
+    # a client's own message with backticks in it (Guzzle's RequestException) speaks to no reader
+    assert _kinds(["Server error: `POST https://h:23000/query` resulted in a `504 Gateway Time-out` response: "
+                   "<html><body><h1>504 Gateway Time-out</h1></body></html>"]) == ["deadline_exceeded"]
+    # a user reporting what they saw, in backticks
+    assert _kinds([f"After an hour I got `{_RETRACT}` on every step"]) == ["preemption"]
