@@ -70,3 +70,28 @@ def test_the_same_statement_as_a_log_line_still_counts() -> None:
                    "<html><body><h1>504 Gateway Time-out</h1></body></html>"]) == ["deadline_exceeded"]
     # a user reporting what they saw, in backticks
     assert _kinds([f"After an hour I got `{_RETRACT}` on every step"]) == ["preemption"]
+
+
+def test_vllm_rs_swap_out_and_usage_are_read_and_its_tracing_prefix_is_not_tgi() -> None:
+    lines = ["2025-11-10T11:16:25.751531Z  INFO runner: Received KVCacheSwap message: 171 kv cache blocks need to "
+             "swap out!",
+             "2025-11-10T11:16:27.857622Z  INFO vllm_rs::core::scheduler: GPU Kvcache: 170 blocks (10880 tokens) "
+             "free, used 45.5% (0.42GB/0.91GB); CPU swap used 11.0% (0.50GB/4.57GB)"]
+    parser = make_parser(Server.AUTO)
+    records: list[object] = []
+    for line in lines:
+        records += parser.feed(line)
+    records += parser.flush()
+    assert parser.server is Server.AUTO  # type: ignore[union-attr]
+    assert [r.kind.value for r in records if isinstance(r, Event)] == ["preemption"]
+    assert [getattr(r, "kv_usage_ratio", None) for r in records if not isinstance(r, Event)] == [0.455]
+    # swapping back in is the sequence resuming
+    assert _kinds(["2025-11-10T11:16:30.0Z  INFO runner: Received KVCacheSwap message: 171 kv cache blocks need "
+                   "to swap in!"]) == []
+
+
+def test_tgi_tracing_lines_are_still_tgi() -> None:
+    parser = make_parser(Server.AUTO)
+    parser.feed("2024-07-01T10:00:00.123456Z  INFO text_generation_launcher: Starting shard rank=0")
+    parser.flush()
+    assert parser.server is Server.TGI  # type: ignore[union-attr]
