@@ -76,7 +76,8 @@ REGISTRY: dict[Server, type[StreamParser]] = {
     Server.KERNEL: KernelParser,
 }
 
-# Evidence per server: (pattern, weight). Weight 3 = unmistakable on its own.
+# Evidence per server: (pattern, weight). Weight 3 = unmistakable on its own; a negative weight is evidence
+# against (another engine that shares the prefix).
 _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
     server: tuple((re.compile(p), w) for p, w in signs)
     for server, signs in {
@@ -110,6 +111,9 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
              r"|Setting max batch total tokens to \d+|Inferred max batch total tokens"
              r"|Default `max_batch_prefill_tokens` to",
              3),
+            # the same `tracing` prefix from vllm.rs, another Rust engine (parsers/vllm_rs.py): its words count
+            # against TGI, so its stream stays with the generic path that reads it
+            (r"\bvllm_rs::|\bKVCacheSwap\b|\bGPU Kvcache: ", -2),
         ),
         Server.LLAMACPP: (
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),

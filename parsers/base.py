@@ -62,7 +62,7 @@ from parsers.prefix import (
 )
 from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
 from parsers.refusals import OneRefusal
-from parsers.signature import Signature, index_of
+from parsers.signature import Signature, index_of, quoted_in_prose
 from parsers.stamps import Stamps
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
@@ -420,7 +420,8 @@ class StreamParser(Stamps, Lanes):
                 if r.kind in found:
                     continue
                 m = r.pattern.search(msg)
-                if m is None or (r.unless is not None and r.unless.search(msg) is not None):
+                if m is None or (r.unless is not None and r.unless.search(msg) is not None) or (
+                        "`" in msg and quoted_in_prose(msg, m)):
                     continue
                 if r.phase is Phase.STARTUP:
                     self._starting = True  # it never served: what fails next is part of the failed start

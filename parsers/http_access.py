@@ -91,13 +91,13 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
     + (signature(EventKind.HTTP_503, r"[\"']code\\?[\"']: ?503\b"
                  r"(?:[^\n]{0,40}?[\"']message[\"']: ?[\"']"
                  r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
-                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 503\b"
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?) 503\b"
                  r"|\b503 Service (?:Temporarily )?Unavailable\b",
                  Severity.WARNING, Phase.ADMISSION, _body_503, unless=ADVICE),
        # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings,
        # a client's `… failed with status: 429`
        signature(EventKind.HTTP_429, r"\b429 (?:Client Error: )?Too Many Requests\b"
-                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?|failed with status:?) 429\b"
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?|failed with status:?) 429\b"
                  r"|[\"']code\\?[\"']: ?429\b",
                  Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}, unless=ADVICE))
     + FAILED_SIGNATURES
@@ -130,7 +130,7 @@ TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
     # a proxy's 504 as its client tells it, and Ollama's own 500 at a round 5 or 30 minutes (a client's or
     # proxy's deadline cut the request; the handler logs 500 when its context is cancelled)
     signature(EventKind.DEADLINE_EXCEEDED, r"\b504 Gateway Time-?out\b"
-              r"|\b(?:HTTP code|Error code:|[Ss]tatus code:?) 504\b",
+              r"|\b(?:HTTP code|Error code:|[Ss]tatus [Cc]ode:?) 504\b",
               Severity.WARNING, Phase.RUNTIME,
               lambda m: {"scope": "request", "timeout_by": "proxy", "timeout_on": "unknown"}),
     signature(EventKind.DEADLINE_EXCEEDED,

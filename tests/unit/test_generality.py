@@ -142,11 +142,13 @@ def test_fresh4_split_holds_its_score() -> None:
 
 
 # `fresh5` was collected and labelled after the fifth round (fresh4's misses fixed), committed with its labels, and
-# scored once as it came: macro-F1 0.761, one false alarm, one field mismatch (tests/data/real/README.md). These
-# floors are that first score; a fix for a miss raises them.
-FRESH5_MACRO_F1_FLOOR = 0.760  # 0.7607 printed to three places
-FRESH5_FALSE_ALARMS = 1
-FRESH5_FIELD_MISSES = 1
+# scored once as it came: macro-F1 0.761, one false alarm, one field mismatch (tests/data/real/README.md). Its
+# misses were then fixed from the engines' and clients' source (TensorRT-LLM, vllm.rs, llama-box, fetch and httpx
+# timeouts, Continue's and KServe's refusals, a statement quoted in prose): macro-F1 1.000, no false alarm, no
+# field mismatch. These floors are that score.
+FRESH5_MACRO_F1_FLOOR = 0.999
+FRESH5_FALSE_ALARMS = 0
+FRESH5_FIELD_MISSES = 0
 
 
 def test_fresh5_split_holds_its_score() -> None:
