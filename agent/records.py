@@ -228,7 +228,24 @@ class HistogramWindow:
         return self.counts[-1]
 
 
-Record = Event | ServerStats | CapacityFact
+class RequestSample(NamedTuple):
+    """How long one request took, as an access line (a proxy's, the engine's) or the engine's per-request
+    line printed it: the durations of the requests that *finished*, which the timeout rules compare with the
+    deadline (docs/rules.md). Only the number, the status and where the line was: never the route's query,
+    the body or the client. A NamedTuple, as `ServerStats`: a busy proxy prints one per request."""
+
+    ts: float | None
+    source: str
+    server: Server
+    duration_s: float
+    status: int | None = None
+    path: str | None = None
+    offset: int | None = None
+    file_key: str | None = None
+    line: int | None = None  # as Event.line
+
+
+Record = Event | ServerStats | CapacityFact | RequestSample
 
 
 def occurrences(event: Event) -> int:
@@ -240,7 +257,7 @@ def occurrences(event: Event) -> int:
 
 def as_dict(record: object) -> dict[str, Any]:
     """Field name → value of any record (dataclass or NamedTuple), for JSON and the store."""
-    if isinstance(record, ServerStats):
+    if isinstance(record, ServerStats | RequestSample):
         return record._asdict()
     out: dict[str, Any] = asdict(record)  # type: ignore[call-overload]
     return out

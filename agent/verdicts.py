@@ -18,6 +18,7 @@ from agent.records import (
     GpuSample,
     HistogramWindow,
     Knob,
+    RequestSample,
     ServerStats,
     Severity,
 )
@@ -95,5 +96,5 @@ class LoadStep:
 
 
 # Everything the store keeps: what parsers emit, what NVML samples, what the judge and the load test produce.
-StoredRecord = (Event | ServerStats | CapacityFact | HistogramWindow | GpuSample | GpuProcessSample | Finding
-                | LoadStep)
+StoredRecord = (Event | ServerStats | CapacityFact | RequestSample | HistogramWindow | GpuSample | GpuProcessSample
+                | Finding | LoadStep)

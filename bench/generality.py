@@ -1,6 +1,6 @@
 """How well the parsers classify real log excerpts nobody tuned them on: per-class P/R/F1 and macro-F1.
 
-    .venv/bin/python bench/generality.py [--split tune|validation|fresh|fresh2|fresh3|fresh4|all] [--show-misses]
+    .venv/bin/python bench/generality.py [--split tune|validation|fresh|fresh2 … fresh6|all] [--show-misses]
 
 The excerpts live in tests/data/real/excerpts.txt, each with its public URL and the classes an expert
 reading it expects (README.md there). A third of them (tests/data/real/validation.txt) was set aside
@@ -37,6 +37,8 @@ FRESH = DATA / "fresh.txt"  # collected after tuning, scored as they came: a sec
 FRESH2 = DATA / "fresh2.txt"  # collected after the second round of changes, scored as they came
 FRESH3 = DATA / "fresh3.txt"  # collected after the third round, scored once as they came
 FRESH4 = DATA / "fresh4.txt"  # collected after the fourth round, scored once as they came
+FRESH5 = DATA / "fresh5.txt"  # collected after the fifth round, scored once as they came
+FRESH6 = DATA / "fresh6.txt"  # collected after the sixth round, scored once as they came
 SPLIT_KEY = 20261201  # the fixed key of the one random draw that made validation.txt
 
 KIND_CLASS = {
@@ -122,9 +124,9 @@ def validation_ids() -> frozenset[str]:
 
 
 def split(excerpts: Iterable[Excerpt], which: str) -> list[Excerpt]:
-    """`tune`, `validation` (drawn before tuning), `fresh` … `fresh4` (collected after it) or `all`."""
+    """`tune`, `validation` (drawn before tuning), `fresh` … `fresh6` (collected after it) or `all`."""
     held, fresh, fresh2, fresh3 = held_ids(VALIDATION), held_ids(FRESH), held_ids(FRESH2), held_ids(FRESH3)
-    fresh4 = held_ids(FRESH4)
+    fresh4, fresh5, fresh6 = held_ids(FRESH4), held_ids(FRESH5), held_ids(FRESH6)
     if which == "all":
         return list(excerpts)
     if which == "validation":
@@ -137,7 +139,11 @@ def split(excerpts: Iterable[Excerpt], which: str) -> list[Excerpt]:
         return [ex for ex in excerpts if ex.id in fresh3]
     if which == "fresh4":
         return [ex for ex in excerpts if ex.id in fresh4]
-    later = fresh | fresh2 | fresh3 | fresh4
+    if which == "fresh5":
+        return [ex for ex in excerpts if ex.id in fresh5]
+    if which == "fresh6":
+        return [ex for ex in excerpts if ex.id in fresh6]
+    later = fresh | fresh2 | fresh3 | fresh4 | fresh5 | fresh6
     return [ex for ex in excerpts if ex.id not in held and ex.id not in later]
 
 
@@ -252,16 +258,18 @@ def render(name: str, report: Report) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--split", default="all",
-                    choices=["tune", "validation", "fresh", "fresh2", "fresh3", "fresh4", "all"])
+                    choices=["tune", "validation", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "all"])
     ap.add_argument("--show-misses", action="store_true")
     ap.add_argument("--draw", action="store_true", help="print a fresh validation draw (done once, committed)")
     args = ap.parse_args(argv)
     excerpts = load()
     if args.draw:
-        fresh = held_ids(FRESH) | held_ids(FRESH2) | held_ids(FRESH3) | held_ids(FRESH4)
+        fresh = held_ids(FRESH) | held_ids(FRESH2) | held_ids(FRESH3) | held_ids(FRESH4) | held_ids(FRESH5)
+        fresh |= held_ids(FRESH6)
         print("\n".join(draw_validation([ex for ex in excerpts if ex.id not in fresh])))
         return 0
-    names = ["tune", "validation", "fresh", "fresh2", "fresh3", "fresh4"] if args.split == "all" else [args.split]
+    every = ["tune", "validation", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6"]
+    names = every if args.split == "all" else [args.split]
     for name in names:
         report = score(split(excerpts, name))
         print(render(name, report))

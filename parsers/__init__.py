@@ -71,7 +71,8 @@ REGISTRY: dict[Server, type[StreamParser]] = {
     Server.KERNEL: KernelParser,
 }
 
-# Evidence per server: (pattern, weight). Weight 3 = unmistakable on its own.
+# Evidence per server: (pattern, weight). Weight 3 = unmistakable on its own; a negative weight is evidence
+# against (another engine that shares the prefix).
 _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
     server: tuple((re.compile(p), w) for p, w in signs)
     for server, signs in {
@@ -105,13 +106,16 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
              r"|Setting max batch total tokens to \d+|Inferred max batch total tokens"
              r"|Default `max_batch_prefill_tokens` to",
              3),
+            # the same `tracing` prefix from vllm.rs, another Rust engine (parsers/vllm_rs.py): its words count
+            # against TGI, so its stream stays with the generic path that reads it
+            (r"\bvllm_rs::|\bKVCacheSwap\b|\bGPU Kvcache: ", -2),
         ),
         Server.LLAMACPP: (
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),
             (r"^(?:\d+\.\d\d\.\d{3}\.\d{3} [IWED] )?(?:srv  |slot |que  |res  )\s*\w{1,40}: ", 3),
-            (r"level=\w+ source=\w+\.go:\d+", 3),
+            (r"level=\w+? ?source=\w+\.go:\d+", 3),  # Ollama's slog pairs (a paste may lose their spaces)
             (r"GGML_ASSERT|load_tensors:|print_info:|exiting due to model loading error|llama runner|llama_kv_cache"
-             r"|llama_model_load|\bollama\b|model runner has unexpectedly stopped"
+             r"|ggml-cuda\.cu:\d|llama_model_load|\bollama\b|model runner has unexpectedly stopped"
              r"|an error was encountered while running the model", 3),
             (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
             # server timing/slot lines of any build or fork, whatever wraps them (`[pid] `, a compose prefix)

@@ -176,6 +176,29 @@ static int maybe_pasted(const unsigned char *p, const unsigned char *end) {
     return c == '{' || c == '>' || c == '-' || c == '*' || c == '+' || c == '|';
 }
 
+/* Whether [p, end) may be an access line with Envoy's columns after its status (`" 200 - 0 612 3 2`): a
+ * request's duration, which `feed` reads though the line holds none of its literals (parsers/http_access.py's
+ * `carries_duration`, whose test this is, without its final pattern: a line it passes goes to the parser). */
+static const unsigned char *find(const unsigned char *p, const unsigned char *end, const char *w, size_t n) {
+    for (; end - p >= (Py_ssize_t)n; p++) {
+        p = memchr(p, w[0], (size_t)(end - p) - n + 1);
+        if (p == NULL)
+            return NULL;
+        if (memcmp(p, w, n) == 0)
+            return p;
+    }
+    return NULL;
+}
+
+static int envoy_timed(const unsigned char *p, const unsigned char *end) {
+    const unsigned char *i = find(p, end, " HTTP/", 6);
+    const unsigned char *j = i == NULL ? NULL : find(i, end, "\" ", 2);
+    if (j == NULL || end - j <= 6)
+        return 0;
+    const unsigned char *k = memchr(j + 6, ' ', (size_t)(end - (j + 6)));
+    return k != NULL && k + 1 < end && k[1] >= '0' && k[1] <= '9';
+}
+
 /* Whether the text [p, end) is quiet (see the top of the file); `guards`: the words one of which a line
  * must hold to be read as a request's text. */
 static int quiet(const Filter *f, const unsigned char *p, const unsigned char *end, PyObject *guards,
@@ -203,6 +226,8 @@ static int quiet(const Filter *f, const unsigned char *p, const unsigned char *e
             }
         }
     }
+    if (envoy_timed(p, end))
+        return 0;
     if (!risky && (quotes & 1u) == 0)
         return 1;
     /* a quote, a backslash or a long line: quiet still, unless it holds a request word */

@@ -32,11 +32,13 @@ from agent.records import (
     FieldValue,
     Phase,
     Record,
+    RequestSample,
     Server,
     ServerStats,
     Severity,
 )
 from parsers.checkpoint import Checkpoint, Incidents, NewKinds
+from parsers.http_access import carries_duration, timed
 from parsers.paste import ESCAPED_TRACEBACK, WRAP_WIDTHS, continues_wrap, escaped_lines, unpaste
 from parsers.paste import STARTS as PASTE_STARTS
 from parsers.prefix import (
@@ -56,7 +58,8 @@ from parsers.prefix import (
     syslog_month,
 )
 from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
-from parsers.signature import Signature, index_of
+from parsers.refusals import OneRefusal
+from parsers.signature import Signature, index_of, quoted_in_prose
 from parsers.stamps import Stamps
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
@@ -111,6 +114,7 @@ class StreamParser:
         self._last_ts: float | None = None
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
         self._engine_dead = False  # an engine death was seen and no restart since: a 5xx now is a casualty
+        self._refusals = OneRefusal()
         # a line as long as a terminal's width, held one line in case the next is its rest (parsers/paste.py)
         self._wrapped: tuple[str, float | None, str | None, int | None] | None = None
 
@@ -177,7 +181,8 @@ class StreamParser:
         if not out:
             return out  # most lines give nothing
         # a load sample carries numbers only (`scrub` returns it as it is): the stats line skips the call
-        return [r if r.__class__ is ServerStats else scrub(r) for r in out]
+        out = [r if r.__class__ is ServerStats or r.__class__ is RequestSample else scrub(r) for r in out]
+        return self._refusals.once(out, self.lines_seen)  # a refusal's message and its status line: one
 
     def _feed_pasted(self, pasted: tuple[list[str], str | None], ts: float | None, path: str | None,
                      offset: int | None, line: int | None) -> list[Record]:
@@ -211,6 +216,8 @@ class StreamParser:
                 self._in_request(self.split(text))
             elif opens_request_text(text):
                 self._request_lines = 1  # a prompt with newlines: its next lines are not log records
+            elif carries_duration(text) and not is_request_log(text):  # the whole line: TGI's span is a prefix
+                return timed(text, ts or self.split(text).ts or self._last_ts, self.source, self.server, path, offset)
             return []
         syslog_ts = None
         if " | " in text[:80] and (cm := COMPOSE.match(text)) is not None:
@@ -265,6 +272,8 @@ class StreamParser:
             self._blocks[split.tag] = _Block(split, path, offset, [split.msg], self.lines_seen)
             return out
         out.extend(self.events_for(split, (split.msg,), path, offset))
+        if carries_duration(text):
+            out += timed(text, split.ts, self.source, self.server, path, offset)
         return out + self.line_records(split, path, offset)
 
     def _settles_access(self, text: str) -> bool:
@@ -272,7 +281,7 @@ class StreamParser:
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
         if self._request_lines or self._wrapped is not None or not boring_access(text) or len(
-                text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text:
+                text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text or carries_duration(text):
             return False
         self.lines_seen += 1
         if opens_request_text(text):
@@ -354,7 +363,7 @@ class StreamParser:
                 out.extend(self._close(tag))
             except (ValueError, OverflowError):
                 self._parse_errors += 1
-        return [scrub(r) for r in out]
+        return self._refusals.once([scrub(r) for r in out], self.lines_seen)
 
     def _in_request(self, split: Split) -> bool:
         """While a request's text runs over lines: is this line more of it (no log prefix of its own)?"""
@@ -480,7 +489,8 @@ class StreamParser:
                 if r.kind in found:
                     continue
                 m = r.pattern.search(msg)
-                if m is None or (r.unless is not None and r.unless.search(msg) is not None):
+                if m is None or (r.unless is not None and r.unless.search(msg) is not None) or (
+                        "`" in msg and quoted_in_prose(msg, m)):
                     continue
                 if r.phase is Phase.STARTUP:
                     self._starting = True  # it never served: what fails next is part of the failed start

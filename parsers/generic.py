@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from datetime import timedelta, timezone
 
-from agent.records import Server
-from parsers import catalogued, families, gpu, http_access, kernel
+from agent.records import Record, Server, ServerStats
+from parsers import catalogued, families, gpu, http_access, kernel, trtllm, vllm_rs
 from parsers.base import StreamParser
 from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
@@ -27,10 +27,11 @@ class GenericParser(StreamParser):
     """Server-independent signatures only; `server` stays `auto` (not recognised)."""
 
     server = Server.AUTO
+    STATS_WORD = vllm_rs.STATS_WORD  # vllm.rs has no parser of its own either
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *catalogued.signatures("auto"),
                   *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
-              *catalogued.hot_words("auto"))
+              *catalogued.hot_words("auto"), *trtllm.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)
@@ -46,3 +47,17 @@ class GenericParser(StreamParser):
         ts = self.stamps.local(int(m.group(3)), MONTHS[m.group(2)], int(m.group(1)), int(m.group(4)), int(m.group(5)),
                         int(m.group(6)), m.group(0), tz)
         return Split(text, ts)
+
+    def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
+        """vllm.rs's KV usage line (parsers/vllm_rs.py) as a load sample."""
+        ratio = vllm_rs.kv_usage(split.msg)
+        if ratio is None:
+            return None
+        return [ServerStats(split.ts, self.source, Server.AUTO, kv_usage_ratio=ratio, path=path, offset=offset)]
+
+    def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
+        """TensorRT-LLM's KV budget (parsers/trtllm.py): it has no parser of its own, so its stream is read here."""
+        if "KV cache" not in split.msg and "tokens per block" not in split.msg:
+            return []
+        return [self.fact(split, name, value) for name, value in trtllm.facts(split.msg)]
+

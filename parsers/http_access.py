@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from agent.records import EventKind, FieldValue, Phase, Severity
+from agent.records import EventKind, FieldValue, Phase, Record, RequestSample, Server, Severity
 from parsers.redact import route
 from parsers.signature import ADVICE, Signature, signature
 
@@ -91,13 +91,13 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
     + (signature(EventKind.HTTP_503, r"[\"']code\\?[\"']: ?503\b"
                  r"(?:[^\n]{0,40}?[\"']message[\"']: ?[\"']"
                  r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
-                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?) 503\b"
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?) 503\b"
                  r"|\b503 Service (?:Temporarily )?Unavailable\b",
                  Severity.WARNING, Phase.ADMISSION, _body_503, unless=ADVICE),
        # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings,
        # a client's `… failed with status: 429`
        signature(EventKind.HTTP_429, r"\b429 (?:Client Error: )?Too Many Requests\b"
-                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus code:?|failed with status:?) 429\b"
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?|failed with status:?) 429\b"
                  r"|[\"']code\\?[\"']: ?429\b",
                  Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}, unless=ADVICE))
     + FAILED_SIGNATURES
@@ -130,7 +130,7 @@ TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
     # a proxy's 504 as its client tells it, and Ollama's own 500 at a round 5 or 30 minutes (a client's or
     # proxy's deadline cut the request; the handler logs 500 when its context is cancelled)
     signature(EventKind.DEADLINE_EXCEEDED, r"\b504 Gateway Time-?out\b"
-              r"|\b(?:HTTP code|Error code:|[Ss]tatus code:?) 504\b",
+              r"|\b(?:HTTP code|Error code:|[Ss]tatus [Cc]ode:?) 504\b",
               Severity.WARNING, Phase.RUNTIME,
               lambda m: {"scope": "request", "timeout_by": "proxy", "timeout_on": "unknown"}),
     signature(EventKind.DEADLINE_EXCEEDED,
@@ -140,3 +140,80 @@ TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
 HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE", "upstream timed out", "| 500 |",
              # any other error status on an access line (uvicorn/nginx `HTTP/1.1" 404`, GIN `| 404 |`, llama.cpp)
              '" 4', '" 5', "[GIN]", "log_server_r", "request |")
+
+
+# --- how long a request took -------------------------------------------------------------------------------
+# The durations an access line or an engine's per-request line prints, for the requests that finished
+# (`RequestSample`): nginx's `$request_time` / `$upstream_response_time` in a `log_format` (`rt=` and `urt=`
+# in the common timed formats; upstream lists like `0.120, 0.300` give their first), Envoy's default format
+# (`"…" 200 - 154 0 226 100 "…"`: flags, bytes in, bytes out, duration ms, upstream ms), Ollama's GIN line
+# (`| 200 |  1.2345s |`, a Go duration), TGI's per-request span (`total_time="2.93s"`) and llama.cpp's
+# `print_timings` (`total time = 2345.67 ms / 140 tokens`). uvicorn's access line (vLLM, SGLang) prints no
+# duration, nor does either engine log one per request by default: their durations come from the scrape.
+_SECONDS = r"(?P<s>\d{1,7}(?:\.\d{1,9})?)"
+_GO = r"(?P<go>(?:\d{1,5}h)?(?:\d{1,5}m(?!s))?(?:\d{1,9}(?:\.\d{1,9})?(?:s|ms|µs|us|ns))?)"
+_TIMED = (
+    re.compile(r"\b(?:rt|request_time)=\"?" + _SECONDS + r"\b"),
+    re.compile(r"\b(?:urt|upstream_response_time)=\"?" + _SECONDS + r"\b"),
+    re.compile(r"HTTP/[\d.]{1,3}\" (?P<status>\d{3}) (?:[A-Z]{1,4}(?:,[A-Z]{1,4}){0,12}|-) \d{1,15} \d{1,15} "
+               r"(?P<ms>\d{1,9}) (?:\d{1,9}|-) \""),
+    re.compile(r"\[GIN\] [\d/]{10} - [\d:]{8} \| (?P<status>\d{3}) \| +" + _GO + r" \|"),
+    re.compile(r"\btotal_time=\"" + _GO + "\""),
+    re.compile(r"^\s{0,40}total time = +(?P<ms>\d{1,9}(?:\.\d{1,6})?) ms / +\d{1,9} tokens"),
+)
+_STATUS_AT = re.compile(r"HTTP/[\d.]{1,3}\" (?P<status>\d{3})\b")
+_GO_PART = re.compile(r"(\d{1,9}(?:\.\d{1,9})?)(h|ms|µs|us|ns|m|s)")
+_GO_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
+_REFUSED = (429, 503)
+
+
+TIMED_WORDS = ("rt=", "_time=", "[GIN]", "total time =")  # a timed format's words (Envoy's has none: its shape)
+
+
+def carries_duration(text: str) -> bool:
+    """Whether a line may print a request's duration: a cheap test, run on every access line, before
+    `request_duration`. One of the timed formats' words (`rt=`, `urt=`, `…_time=`, GIN's, llama.cpp's), or an
+    access line whose status is followed by Envoy's flags and a byte count."""
+    if any(word in text for word in TIMED_WORDS):
+        return True
+    i = text.find(" HTTP/")
+    if i < 0 or (j := text.find('" ', i)) < 0 or (k := text.find(" ", j + 6)) < 0 or not text[k + 1:k + 2].isdigit():
+        return False  # uvicorn's `" 200 OK` ends there; nginx's `" 200 512 "-"` has no flags column
+    return _TIMED[2].match(text, i + 1) is not None
+
+
+def _go_seconds(text: str) -> float | None:
+    parts = _GO_PART.findall(text)
+    return sum(float(n) * _GO_UNIT[u] for n, u in parts) if parts else None
+
+
+def request_duration(text: str) -> tuple[float, int | None] | None:
+    """(seconds, status) of the request a line reports as finished, None when it prints no duration — or
+    when it is a refusal (429, 503: turned away before any work, not a request that ran; the refusal rules
+    count those). A request's own time (`rt=`) wins over the upstream's (`urt=`) on one line."""
+    for pattern in _TIMED:
+        m = pattern.search(text)
+        if m is None:
+            continue
+        groups = m.groupdict()
+        if groups.get("s") is not None:
+            seconds: float | None = float(groups["s"])
+        elif groups.get("ms") is not None:
+            seconds = float(groups["ms"]) / 1000.0
+        else:
+            seconds = _go_seconds(groups.get("go") or "")
+        if seconds is None:
+            continue
+        status_text = groups.get("status")
+        if status_text is None and (sm := _STATUS_AT.search(text)) is not None:
+            status_text = sm.group("status")
+        status = int(status_text) if status_text else None
+        return None if status in _REFUSED else (seconds, status)
+    return None
+
+
+def timed(msg: str, ts: float | None, source: str, server: Server, path: str | None,
+          offset: int | None) -> list[Record]:
+    """The `RequestSample` of a line that prints a finished request's duration; none for any other line."""
+    found = request_duration(msg)
+    return [] if found is None else [RequestSample(ts, source, server, found[0], found[1], path, offset)]

@@ -63,7 +63,9 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
 
 _SINCE_START = re.compile(r"\d{1,6}\.\d\d\.\d{3}\.\d{3} ([IWED]) ")
 _TEXT_A = re.compile(r"(INFO|WARN| ERR|ERR|VERB|DBUG|DEBUG) \[ {0,24}(\w{1,40})\] ")
-_SLOG = re.compile(r"time=(\S{10,40}) level=(\w{1,8}) source=\S{1,200} msg=")
+# Go slog's text handler; a paste that lost the spaces between its pairs (`…865Zlevel=INFOsource=server.go:383msg=…`)
+# reads the same, the keys being fixed
+_SLOG = re.compile(r"time=(\S{10,40}?) ?level=([A-Z]{1,8}|\w{1,8}?) ?source=\S{1,200}? ?msg=")
 _QUOTED_MSG = re.compile(r"\"((?:[^\"\\\n]|\\.){0,2000})\"")
 _GOLOG = re.compile(r"(\d{4})/(\d\d)/(\d\d) (\d\d):(\d\d):(\d\d) ")
 _GIN = re.compile(r"\[GIN\] (\d{4})/(\d\d)/(\d\d) - (\d\d):(\d\d):(\d\d) ")
@@ -81,7 +83,9 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     # newer builds and bindings: the (non-SWA) cache's cells; old builds: `llama_kv_cache_init: kv_size = N`
     ("kv_cache_tokens", re.compile(r"creating non-SWA KV cache, size = (\d+) cells|\bkv_size = (\d+)"), float),
     ("max_num_seqs", re.compile(r"\bn_seq_max +(?:= )?(\d+)|initializing(?: slots)?, n_slots = (\d+)"), float),
-    ("max_model_len", re.compile(r"(?<!new prompt, )\bn_ctx_(?:slot|per_seq|seq) +(?:= )?(\d+)"), float),
+    # `n_ctx_seq = 4096` in the context's summary; late 2025 on also the warning `n_ctx_seq (131072) < n_ctx_train
+    # (262144) -- the full capacity …` (or `>`, a possible overflow), the one size printed at the default verbosity
+    ("max_model_len", re.compile(r"(?<!new prompt, )\bn_ctx_(?:slot|per_seq|seq)(?: +(?:= )?| \()(\d+)"), float),
     # 2025 on, at the default verbosity the only size printed: `initializing, n_slots = 4, n_ctx_slot = 512,
     # kv_unified = 'true'` — one pool of n_ctx_slot cells shared by every slot, or n_slots pools of it
     ("kv_cache_tokens", re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'"), _slot_pool),
@@ -89,8 +93,12 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
 )
 # Ollama runs llama.cpp's server with `--ctx-size` num_ctx × `--parallel` (server/sched.go scales it): the
 # whole cache, as llama.cpp's `n_ctx` is; each slot's share is what `n_ctx_slot` is, a request's limit
-_OLLAMA_CMD = re.compile(r"^starting llama server cmd=[^\n]{0,2000}? --ctx-size (\d+)\b")
+_OLLAMA_CMD = re.compile(r"^starting llama server ?cmd=[^\n]{0,2000}? --ctx-size (\d+)\b")
 _OLLAMA_PARALLEL = re.compile(r" --parallel (\d+)\b")
+# slog always closes a quoted value: a command line whose quote is still open was cut (a terminal or a viewer
+# wrapped it mid-path), and the next line, with no prefix of its own, holds the rest
+_OLLAMA_CMD_CUT = re.compile(r'^starting llama server ?cmd="[^"\n]{0,2000}$')
+_CTX_SIZE = re.compile(r"(?:^| )--ctx-size (\d+)\b")
 _KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB"
                      # each accelerator's share (a CPU or host buffer is RAM); the total line, where printed, wins
                      r"|llama_kv_cache\w{0,20}: +(?!CPU)(?!\w{1,20}_Host)\w{1,20} KV buffer size = +([\d.]+) MiB")
@@ -131,7 +139,11 @@ _KV_FAILED = re.compile(r"failed to allocate buffer for kv cache|failed to alloc
 # (a KV-cache update's graph, `llama_kv_cache_update_impl: failed to allocate compute buffers`, is at runtime)
 _COMPUTE_FAILED = re.compile(r"^(?![^\n]{0,80}kv_cache_update)[^\n]{0,200}?failed to allocate compute buffers?\b")
 _RETRIED = re.compile(r"compute buffer allocation failed, retrying")
-_DEVICE_FREE = re.compile(r"using device (?!CPU)\w{1,20} \([^()\n]{0,160}\) - (\d{1,9}) MiB free")
+# An accelerator's free memory before loading: libllama's `using device CUDA0 (…) - 23755 MiB free` (2025), and the
+# device list (`--list-devices`' `  CUDA0: NVIDIA … (24123 MiB, 23755 MiB free)`, the 2026 server's `device_info:`
+# block `  - CUDA0   : NVIDIA … (24123 MiB, 23755 MiB free)`); a CPU's is RAM
+_DEVICE_FREE = re.compile(r"using device (?!CPU)\w{1,20} \([^()\n]{0,160}\) - (\d{1,9}) MiB free"
+                          r"|^[\s>*-]{0,16}(?!CPU\b)\w{1,20} {0,12}: [^\n]{1,160}? \(\d{1,9} MiB, (\d{1,9}) MiB free\)")
 _DEFER = re.compile(r"no slot is available|defer task")
 _IDLE = re.compile(r"all slots are idle|slot is processing task|processing task")
 
@@ -154,7 +166,7 @@ class LlamaCppParser(StreamParser):
               "Segmentation fault", "core dumped", "deadline", "should_stop", "n_ctx", "n_seq_max", "n_slots",
               "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
               "server is listening", "HTTP server listening", "listening on http", "model loaded", "loaded meta data",
-              "starting llama server", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
+              "starting llama server", "--ctx-size", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
               "prompt processing", "compute buffer size", "MiB free", "buffer of size", "compute buffer",
               "KV buffer size", "compute graph",
@@ -166,6 +178,7 @@ class LlamaCppParser(StreamParser):
         super().__init__(source, ref_time, tz)
         self._deferring = False
         self._failed_size: float | None = None  # the last buffer ggml could not allocate, in bytes
+        self._cut_cmd_at: int | None = None  # the line number of a runner command line cut before `--ctx-size`
 
     def split(self, text: str) -> Split:
         if text.startswith("{"):
@@ -233,10 +246,20 @@ class LlamaCppParser(StreamParser):
                     self.fact(split, "max_model_len", float(ctx // slots))]
         return out
 
+    def _cut_cmd(self, split: Split, msg: str) -> list[Record]:
+        """A runner command line cut before its `--ctx-size`: remembered for one line; the line right after it,
+        if it has no prefix of its own, is its rest."""
+        cut_at, self._cut_cmd_at = self._cut_cmd_at, None
+        if _OLLAMA_CMD_CUT.match(msg) is not None:
+            self._cut_cmd_at = self.lines_seen
+        elif cut_at == self.lines_seen - 1 and split.level is None and (m := _CTX_SIZE.search(msg)) is not None:
+            return self._ollama_cmd(split, int(m.group(1)), _OLLAMA_PARALLEL.search(msg, m.end()))
+        return []
+
     def _allocation_facts(self, split: Split, msg: str) -> list[Record]:
         """The device's free memory, and which start-up buffer failed at which size (see _FAILED_SIZE)."""
         if (m := _DEVICE_FREE.search(msg)) is not None:
-            return [self.fact(split, "device_free_bytes", size_bytes(m.group(1), "MiB"))]
+            return [self.fact(split, "device_free_bytes", size_bytes(m.group(1) or m.group(2), "MiB"))]
         if (m := _FAILED_SIZE.search(msg)) is not None:
             # only while loading: a runtime failure (a KV-cache update's graph) is no start-up figure
             starting = self.phase() is Phase.STARTUP
@@ -274,6 +297,8 @@ class LlamaCppParser(StreamParser):
                 out.append(self.fact(split, name, conv(value)))
         if (m := _OLLAMA_CMD.search(msg)) is not None:
             out.extend(self._ollama_cmd(split, int(m.group(1)), _OLLAMA_PARALLEL.search(msg, m.end())))
+        else:
+            out.extend(self._cut_cmd(split, msg))
         if (m := _KV_MIB.search(msg)) is not None:  # allocated: an earlier start's failed KV buffer is over
             out += [self.fact(split, "kv_cache_bytes", size_bytes(m.group(1) or m.group(2), "MiB")),
                     self.fact(split, "kv_buffer_failed_bytes", 0.0)]

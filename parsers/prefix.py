@@ -88,7 +88,9 @@ def syslog_month(text: str) -> int | None:
     return None if i < 0 else SYSLOG_MONTHS.get(text[:i].rstrip(".").lower())
 # `kubectl logs --prefix` / `docker logs --timestamps`: "[pod/name/container] 2025-09-14T03:11:15.5Z "
 OUTER = re.compile(
-    r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) )?"
+    r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) "
+    # rsyslog's RFC 3339 file format (`RSYSLOG_FileFormat`): the host and the `unit[pid]: ` tag after the time
+    r"(?:[\w.-]{1,100} [\w./-]{1,100}\[\d{1,10}\]: )?)?"
 )
 # `docker compose logs`: "vllm-1  | " (service name, padding, bar) before whatever the container wrote
 COMPOSE = re.compile(r"[\w.-]{1,64} +\| ")

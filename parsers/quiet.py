@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 from parsers.base import StreamParser
+from parsers.http_access import TIMED_WORDS
 from parsers.paste import ESCAPED_TRACEBACK
 from parsers.redact import QUOTED_MAX, REQUEST_WORDS
 
@@ -88,11 +89,14 @@ _KNOWN: dict[type[StreamParser], tuple[bytes, ...] | None] = {}
 
 def quiet_literals(parser: type[StreamParser]) -> tuple[bytes, ...] | None:
     """The literals (UTF-8) one of which every line `parser` looks at holds: its stats words and the
-    strings its `HOT` pre-filter matches (and an escaped traceback's head); None when `HOT` is not a finite set
-    of literals."""
+    strings its `HOT` pre-filter matches (and an escaped traceback's head, and the timed formats' words); None
+    when `HOT` is not a finite set of literals. Envoy's timed access line has no such word: parsers/_lane.c
+    tells its shape (a status, then a column, then a number) itself."""
     if parser not in _KNOWN:
         hot = finite_language(parser.HOT)
-        # and a traceback quoted with its newlines escaped, which `feed` reads as its lines (parsers/paste.py)
-        words = None if hot is None else {*hot, parser.STATS_WORD, parser.STATS_WORD2, ESCAPED_TRACEBACK}
+        # and a traceback quoted with its newlines escaped, which `feed` reads as its lines (parsers/paste.py), and
+        # the words of a line that prints a request's duration, which `feed` reads even off the pre-filter
+        words = None if hot is None else {*hot, parser.STATS_WORD, parser.STATS_WORD2, ESCAPED_TRACEBACK,
+                                          *TIMED_WORDS}
         _KNOWN[parser] = None if words is None else tuple(sorted(word.encode("utf-8") for word in words))
     return _KNOWN[parser]

@@ -149,6 +149,28 @@ ADVICE = (r"(?i:^\s*(?:if|when|whenever)\s|\b(?:if|when) you (?:get|see|hit|rece
           r"|\b(?:error|status|response)\b[^\n]{0,40}\bmeans\b)")
 
 
+# A log statement quoted in a sentence: an inline code span (`…`) with words around it on the same line, as
+# docs and threads explain a message ("if you frequently see warnings like `KV cache pool is full. Retract
+# requests.`, you can increase …"). A line pasted as a log has no backticks of its own (a code fence is a line
+# of its own, and the lines inside it are bare), so only a match that starts inside a span, on a line whose
+# text outside the spans addresses the reader or explains (`you`, `if`, `when`, `like`, `means`, `such as`), is
+# prose. Some clients put backticks in their own messages (Guzzle: "Server error: `POST …` resulted in a `504
+# Gateway Time-out` response"); they speak to no reader, so they stay log lines.
+_CODE_SPAN = re.compile(r"`[^`\n]{1,2000}`")
+_EXPLAINS = re.compile(r"(?i:\b(?:you|your|if|when|whenever|like|means|such as|e\.g\.)(?![\w.]))")
+
+
+def quoted_in_prose(msg: str, m: re.Match[str]) -> bool:
+    """Whether the match lies inside an inline code span of a sentence (a quoted statement, not a log line)."""
+    if msg.count("`") < 2:
+        return False
+    spans = [(c.start(), c.end()) for c in _CODE_SPAN.finditer(msg)]
+    if not any(a < m.start() < b for a, b in spans):
+        return False
+    outside = _CODE_SPAN.sub(" ", msg)
+    return _EXPLAINS.search(outside) is not None
+
+
 def signature(kind: EventKind, pattern: str, severity: Severity, phase: Phase | None = None,
               extract: Extract | None = None, incident: bool = False,
               severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None,

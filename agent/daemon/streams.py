@@ -20,6 +20,7 @@ from agent.records import (
     GpuSample,
     LogLine,
     Record,
+    RequestSample,
     Server,
     ServerStats,
     event_with,
@@ -118,7 +119,7 @@ class LogStream:
     def _locate(self, record: Record) -> Record:
         if isinstance(record, Event) and record.path in self.paths:
             return event_with(record, path=self.paths[record.path], file_key=record.path)
-        if isinstance(record, ServerStats) and record.path in self.paths:
+        if isinstance(record, ServerStats | RequestSample) and record.path in self.paths:
             return record._replace(path=self.paths[record.path], file_key=record.path)
         return record
 

@@ -11,7 +11,9 @@ engine's admission rejections (`queue_full`, with the count), the log's access l
 (`http_503`, TGI's `http_429`) are dropped too — a real vLLM's 94 refusals were once 94 `http_503` plus
 `queue_full` events carrying 94. The log still gives everything the scrape cannot (OOMs, timeouts, engine
 deaths, HTTP statuses, start-up facts), and while a target has never answered nothing is dropped.
-docs/sources.md ("One engine, two witnesses") says the same for operators.
+docs/sources.md ("One engine, two witnesses") says the same for operators. Inside one log, a refusal's
+message and its status line are one refusal too (parsers/refusals.py); docs/rules.md has the table of
+which witness counts.
 """
 
 from __future__ import annotations

@@ -150,6 +150,35 @@ def observed_p99_plus_margin(ctx: Context) -> Result:
     return step, f"{why}: {_fmt(ctx.current)} × {RAISE_STEP:g} = {_fmt(step)}"
 
 
+def timeout_for_output_cap(ctx: Context) -> Result:
+    """Raise a request timeout that the requests' durations ride (p99 within 10 % of it) to what a request
+    at the output cap needs: max_output_tokens ÷ the per-request generation rate (the stats' generation
+    throughput ÷ running, window means) × `factor`, in ms — or to the durations' p99 × `factor` when that is
+    longer (prefill and queueing count too) or the engine logs no throughput. The arithmetic also gives the
+    other answer: the output cap that fits the current deadline at that rate (90 % of it)."""
+    p99 = ctx.evidence.get("request_duration_seconds_p99")
+    cap = ctx.config.get("config.max_output_tokens")
+    tps, running = ctx.evidence.get("gen_tps_mean"), ctx.evidence.get("running_mean")
+    if not (cap and tps and running):
+        if p99 is None:
+            return None, "no request durations or generation throughput in the window"
+        value = math.ceil(round(p99 * 1000.0 * ctx.factor, 6))
+        return float(value), (f"durations p99 {p99:.3g} s × {ctx.factor:g} = {value:,} ms (no output cap or "
+                              "generation throughput known: from the durations alone)")
+    rate = tps / running
+    at_cap = cap / rate
+    text = (f"a request at the {_fmt(cap)}-token cap needs {_fmt(cap)} ÷ ({_fmt(tps)} tokens/s ÷ {_fmt(running)} "
+            f"running = {rate:.4g} tokens/s per request) = {at_cap:.4g} s")
+    need = at_cap if p99 is None or at_cap >= p99 else p99
+    value = math.ceil(round(need * 1000.0 * ctx.factor, 6))  # 40.96 s × 1.2 is 49,152 ms, not 49,153
+    text += "; " if need == at_cap else "; the durations' p99 is longer: "
+    text += f"{need:.4g} s × {ctx.factor:g} = {value:,} ms"
+    if ctx.current:
+        fits = math.floor(ctx.current / 1000.0 * 0.9 * rate)
+        text += f"; or cap outputs at {_fmt(ctx.current / 1000.0)} s × 0.9 × {rate:.4g} tokens/s = {fits:,} tokens"
+    return float(value), text
+
+
 def scale_current(ctx: Context) -> Result:
     """The configured value × `factor` (above 1 raises, below 1 lowers), rounded."""
     if ctx.current is None:
@@ -354,6 +383,7 @@ BUILTINS: dict[str, Callable[[Context], Result]] = {
     "kv_holds_at_observed_length": kv_holds_at_observed_length,
     "observed_plus_margin": observed_plus_margin,
     "observed_p99_plus_margin": observed_p99_plus_margin,
+    "timeout_for_output_cap": timeout_for_output_cap,
     "latency_ms_plus_margin": latency_ms_plus_margin,
     "scale_current": scale_current,
     "engine_figure": engine_figure,

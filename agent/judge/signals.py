@@ -25,7 +25,7 @@ from agent.judge.together import TogetherTest
 from agent.records import HISTOGRAM_SIGNALS, Event, HistogramWindow, Server, ServerStats
 from agent.sinks.queries import Queries, percentile
 
-_STATS_FIELDS = ("running", "waiting", "swapped", "kv_usage_ratio", "preemptions")
+_STATS_FIELDS = ("running", "waiting", "swapped", "kv_usage_ratio", "preemptions", "gen_tps")
 
 
 def _number(event: Event, name: str) -> float | None:
@@ -178,6 +178,7 @@ class Window:
     _stats: list[ServerStats] | None = None
     _events: dict[str, list[Event]] = field(default_factory=dict)
     _gpu: list[float] | None = None
+    _durations: list[float] | None = None
     _histograms: dict[str, list[HistogramWindow]] = field(default_factory=dict)
 
     @property
@@ -206,6 +207,10 @@ class Window:
             return [float(v) for s in self.stats() if (v := getattr(s, signal)) is not None]
         if signal == "request_tokens":
             return self._request_tokens()
+        if signal == "request_duration_seconds":
+            if self._durations is None:
+                self._durations = self.queries.window_durations(self.since, self.until, self.engine)
+            return self._durations
         if signal == "gpu_memory_used_ratio":
             if self._gpu is None:
                 self._gpu = [ratio for _, ratio in self.queries.window_gpu_memory(self.since, self.until)]

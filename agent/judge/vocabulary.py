@@ -18,6 +18,9 @@ SIGNALS: dict[str, str] = {
     "preemptions": "preemptions an engine stats sample reports for its interval (vLLM V1 0.12+)",
     "request_tokens": "KV tokens held per running request (kv_used_tokens, or kv_usage_ratio × the engine's "
                       "KV-cache tokens, ÷ running): the observed request length",
+    "gen_tps": "tokens generated per second by all running requests together (engine stats)",
+    "request_duration_seconds": "how long each finished request took, from access lines (nginx rt=/urt=, Envoy, "
+                                "Ollama's GIN) and per-request lines (TGI total_time, llama.cpp total time)",
     "gpu_memory_used_ratio": "NVML: the fullest GPU's used ÷ total memory, per sample",
     "ttft_seconds": "time to first token of the requests that finished (scraped histogram)",
     "queue_time_seconds": "time requests waited before they were scheduled (scraped histogram)",

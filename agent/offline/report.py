@@ -384,7 +384,7 @@ def gather(queries: Queries, config: Config | None, window: Window, *, source: s
     from agent.judge.replay import rule_categories
 
     judged = verdict(timeline, loads, capacity, window, empty, found,
-                     rule_categories(config))
+                     rule_categories(config), queries.kind_counts(since, until) if found else {})
     return Report(source, window, empty, judged, timeline, loads, memory,
                   capacity, findings, [MessageLine(*m) for m in top.rows], top.sampled, load_steps, blind,
                   {"memory": memory_chart, "kv": kv, "load": load, "events": events},

@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from agent.errors import AgentError
 from agent.offline import plain_lane
-from agent.records import Event, Record, Server, ServerStats, event_with
+from agent.records import Event, Record, RequestSample, Server, ServerStats, event_with
 from agent.sources.bounded import MAX_LINE_BYTES
 from agent.sources.framing import PartialJoiner, unwrap
 from parsers import Parser, make_parser
@@ -161,11 +161,11 @@ def stamp(records: list[Record], pos: int, before: int, newlines: Newlines) -> l
     out: list[Record] = []
     for r in records:
         cls = r.__class__
-        if (cls is ServerStats or cls is Event) and r.offset is not None:  # type: ignore[union-attr]
+        if (cls is ServerStats or cls is Event or cls is RequestSample) and r.offset is not None:  # type: ignore[union-attr]
             at: int = r.offset  # type: ignore[union-attr]
             back = 0 if at == pos else newlines(at, pos)
             line = None if back is None else before + 1 - back
-            r = r._replace(line=line) if cls is ServerStats else event_with(r, line=line)  # type: ignore[union-attr, arg-type]
+            r = event_with(r, line=line) if cls is Event else r._replace(line=line)  # type: ignore[union-attr, arg-type]
         out.append(r)
     return out
 
@@ -179,14 +179,15 @@ def located(records: list[Record], offsets: list[int], first_line: int, newlines
     out: list[Record] = []
     for r in records:
         cls = r.__class__
-        if (cls is ServerStats or cls is Event) and r.offset is not None and r.line is None:  # type: ignore[union-attr]
+        if (cls is ServerStats or cls is Event or cls is RequestSample) and (
+                r.offset is not None and r.line is None):  # type: ignore[union-attr]
             at: int = r.offset  # type: ignore[union-attr]
             if at >= start:
                 line: int | None = first_line + bisect.bisect_right(offsets, at) - 1
             else:
                 back = newlines(at, start)
                 line = None if back is None else first_line - back
-            r = r._replace(line=line) if cls is ServerStats else event_with(r, line=line)  # type: ignore[union-attr, arg-type]
+            r = event_with(r, line=line) if cls is Event else r._replace(line=line)  # type: ignore[union-attr, arg-type]
         out.append(r)
     return out
 

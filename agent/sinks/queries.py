@@ -193,6 +193,13 @@ class Queries:
         return [HistogramWindow(float(r[0]), r[1], Server(r[2]), r[3], (*json.loads(r[4]), math.inf),
                                 tuple(float(c) for c in json.loads(r[5])), float(r[6])) for r in rows]
 
+    def window_durations(self, since: float, until: float, source: str) -> list[float]:
+        """One engine's per-request durations (seconds) with `since <= at < until`, oldest first: the
+        requests its access lines and per-request lines saw finish."""
+        rows = self._store.query("SELECT duration_s FROM request_samples WHERE source = ? AND at >= ? AND at < ? "
+                                 "ORDER BY at, rowid", (source, since, until))
+        return [float(r[0]) for r in rows]
+
     def window_gpu_memory(self, since: float, until: float) -> list[tuple[float, float]]:
         """(ts, the fullest GPU's used ÷ total memory) per NVML poll in the window, oldest first."""
         rows = self._store.query("SELECT ts, max(CAST(memory_used_bytes AS REAL) / memory_total_bytes) FROM "
@@ -203,7 +210,7 @@ class Queries:
     def engines(self) -> list[str]:
         """Sources that are inference engines (load samples, capacity facts, or events of a server that is
         not the kernel or NVML): what the advisor judges, one by one."""
-        names = set(self._distinct("server_stats", "source"))
+        names = set(self._distinct("server_stats", "source")) | set(self._distinct("request_samples", "source"))
         names |= {str(r[0]) for r in self._store.query("SELECT DISTINCT source FROM facts_latest")}
         for source in self._distinct("events", "source"):  # an index seek per source, not a scan of events
             if source not in names and self._store.query(
@@ -212,9 +219,10 @@ class Queries:
         return sorted(names)
 
     def time_span(self) -> tuple[float, float] | None:
-        """The first and last record time in the store (events and load samples), or None when empty."""
+        """The first and last record time in the store (events, load samples, request durations), or None."""
         rows = self._store.query("SELECT min(a), max(b) FROM (SELECT min(at) a, max(at) b FROM events UNION ALL "
-                                 "SELECT min(at), max(at) FROM server_stats)")
+                                 "SELECT min(at), max(at) FROM server_stats UNION ALL "
+                                 "SELECT min(at), max(at) FROM request_samples)")
         if not rows or rows[0][0] is None:
             return None
         return float(rows[0][0]), float(rows[0][1])
@@ -286,6 +294,12 @@ class Queries:
         rows = self._store.query(f"SELECT sum({OCCURRENCES}) FROM events WHERE kind = ? AND at >= ? AND at < ?",
                                  (kind, since, until))
         return int(rows[0][0] or 0)
+
+    def kind_counts(self, since: float, until: float) -> dict[tuple[str, str], tuple[int, int]]:
+        """(source, kind) → (events, occurrences) in the window: what each witness saw, apart."""
+        rows = self._store.query(f"SELECT source, kind, count(*), sum({OCCURRENCES}) FROM events WHERE at >= ? AND "
+                                 "at < ? GROUP BY source, kind", (since, until))
+        return {(str(r[0]), str(r[1])): (int(r[2]), int(r[3])) for r in rows}
 
     def last_event_time(self, kind: str, since: float, until: float) -> float | None:
         rows = self._store.query("SELECT max(at) FROM events WHERE kind = ? AND at >= ? AND at < ?",

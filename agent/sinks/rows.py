@@ -13,7 +13,15 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from agent.records import CapacityFact, Event, GpuProcessSample, GpuSample, HistogramWindow, ServerStats
+from agent.records import (
+    CapacityFact,
+    Event,
+    GpuProcessSample,
+    GpuSample,
+    HistogramWindow,
+    RequestSample,
+    ServerStats,
+)
 from agent.verdicts import Finding, LoadStep
 
 
@@ -32,6 +40,10 @@ def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
     return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, s.running, s.waiting, s.swapped,
             s.kv_usage_ratio, s.prompt_tps, s.gen_tps, s.prefix_hit_ratio, s.preemptions, s.kv_used_tokens, s.path,
             s.offset, s.file_key)  # not `line`: the daemon's rows have none
+
+
+def _request_row(r: RequestSample, now: float) -> tuple[Any, ...]:
+    return (now if r.ts is None else r.ts, r.ts, r.source, r.server.value, *r[3:8])  # not `line`
 
 
 def _fact_row(f: CapacityFact, now: float) -> tuple[Any, ...]:
@@ -88,6 +100,8 @@ TABLES: dict[type, Table] = {
                         "kv_usage_ratio, prompt_tps, gen_tps, prefix_hit_ratio, preemptions, kv_used_tokens, "
                         "path, offset, file_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         _stats_row),
+    RequestSample: Table("INSERT OR IGNORE INTO request_samples (at, ts, source, server, duration_s, status, path, "
+                          "offset, file_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", _request_row),
     CapacityFact: Table(
         "INSERT OR IGNORE INTO capacity_facts (at, ts, source, name, value) VALUES (?, ?, ?, ?, ?)", _fact_row,
         # The newest by time wins, so a replay of old lines never turns the latest value back.

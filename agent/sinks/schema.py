@@ -118,7 +118,23 @@ CREATE INDEX histogram_windows_ts ON histogram_windows (ts);
 """),
 )
 
+MIGRATIONS += (
+    # Per-request durations from access lines and the engines' per-request lines (agent/records.py
+    # `RequestSample`): what the timeout rules read without a scrape. Keyed like server_stats, by where the
+    # line was, so a replay stores nothing twice.
+    ("0006_request_samples", """
+CREATE TABLE request_samples (
+    at REAL NOT NULL, ts REAL, source TEXT NOT NULL, server TEXT NOT NULL, duration_s REAL NOT NULL,
+    status INTEGER, path TEXT, offset INTEGER, file_key TEXT);
+CREATE UNIQUE INDEX request_samples_key ON request_samples (source, coalesce(file_key, ''),
+    CASE WHEN file_key IS NULL THEN coalesce(path, '') ELSE '' END, coalesce(offset, -1),
+    CASE WHEN file_key IS NULL THEN coalesce(ts, -1) ELSE 0 END);
+CREATE INDEX request_samples_source_at ON request_samples (source, at);
+"""),
+)
+
 # Time-series tables retention prunes, with their time column. Cursors, totals and facts_latest are
 # never pruned (they are small and bounded by the number of files, metrics and facts).
 PRUNED = (("events", "at"), ("server_stats", "at"), ("capacity_facts", "at"), ("gpu_samples", "ts"),
-          ("gpu_process_samples", "ts"), ("findings", "ts"), ("load_steps", "started"), ("histogram_windows", "ts"))
+          ("gpu_process_samples", "ts"), ("findings", "ts"), ("load_steps", "started"), ("histogram_windows", "ts"),
+          ("request_samples", "at"))

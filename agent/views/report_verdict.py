@@ -13,7 +13,7 @@ with its id for `--around`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +58,7 @@ def clock(ts: float) -> str:
 
 
 def _counted(k: KindLine) -> str:
-    n = k.occurrences or k.count
+    n = k.occurrences if k.occurrences is not None else k.count  # 0: status lines counted as their refusal's
     text = f"{n:,} {ONE.get(k.kind, NAMES[k.kind]) if n == 1 else NAMES[k.kind]}"
     return text + (f" ({k.count:,} log lines)" if n != k.count else "")
 
@@ -103,9 +103,10 @@ def _num(x: float | str | None) -> str:
 
 
 def _judged(timeline: Sequence[KindLine], findings: Sequence[Finding], categories: Mapping[str, str],
-            window: Window) -> Verdict | None:
+            window: Window, per_source: Mapping[tuple[str, str], tuple[int, int]]) -> Verdict | None:
     """The headline the findings give, or None (no finding of a known rule; or a GPU fault or engine death
-    outranks them)."""
+    outranks them). Its counts are the governing finding's engine's (`per_source`, when given): a proxy's or a
+    client's log beside it is another witness of the same requests, not more of them."""
     judged = [f for f in findings if categories.get(f.rule) not in (None, "config")]  # active or cleared in it
     head = headline(judged, categories)
     if head is None or head.finding is None:
@@ -115,7 +116,10 @@ def _judged(timeline: Sequence[KindLine], findings: Sequence[Finding], categorie
     if order.index(head.category) > order.index(_EVENT_ONLY_AFTER) and any(
             k in by_kind for _, _, kinds in CATEGORIES[1:3] for k in kinds):
         return None  # a GPU fault or an engine death: the events' headline
-    lines = [by_kind[k] for k in CATEGORY_KINDS.get(head.category, ()) if k in by_kind]
+    engine = head.finding.engine
+    lines = [replace(by_kind[k], count=per_source[engine, k][0], occurrences=per_source[engine, k][1])
+             if per_source else by_kind[k] for k in CATEGORY_KINDS.get(head.category, ())
+             if k in by_kind and (not per_source or per_source.get((engine, k), (0, 0))[1] > 0)]
     counts = ", ".join(_counted(k) for k in lines)
     at = min((k.first for k in lines), default=head.finding.since)
     first = min(lines, key=lambda k: k.first) if lines else None
@@ -129,12 +133,13 @@ def _judged(timeline: Sequence[KindLine], findings: Sequence[Finding], categorie
 
 def verdict(timeline: Sequence[KindLine], loads: Sequence[EngineLoad], capacity: Sequence[CapacityLine],
             window: Window, empty: bool, findings: Sequence[Finding] = (),
-            categories: Mapping[str, str] | None = None) -> Verdict:
+            categories: Mapping[str, str] | None = None,
+            per_source: Mapping[tuple[str, str], tuple[int, int]] | None = None) -> Verdict:
     """The headline for the window (see the module doc for the order)."""
     if empty:
         return Verdict(f"Nothing recorded between {clock(window.since)} and {clock(window.until)}: no events, "
                        "load samples, GPU samples, findings or load tests in this range.", "empty", "none")
-    judged = _judged(timeline, findings, categories or {}, window)
+    judged = _judged(timeline, findings, categories or {}, window, per_source or {})
     if judged is not None:
         return judged
     by_kind = {k.kind: k for k in timeline}

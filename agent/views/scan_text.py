@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from agent.inert import inert, printable
 from agent.offline.saved import FileScan
-from agent.records import CapacityFact, Event, Record, Server, ServerStats
+from agent.records import CapacityFact, Event, Record, RequestSample, Server, ServerStats
 from agent.views.summary import Summary, summarize
 from agent.views.units import fact, when
 from agent.visibility import BlindSpot, log_blind_spots
@@ -98,12 +98,19 @@ def _inert_value(value: Any) -> Any:
 
 
 def record_json(record: Record, server: Server) -> str:
-    """One record as a JSON object: `type` event (with `kind`), stats, or fact (with `name`, `value`);
+    """One record as a JSON object: `type` event (with `kind`), stats, request (with `duration_s`), or fact
+    (with `name`, `value`);
     stats and facts carry the server the stream was read as when they do not name one. Every string passes
     through `inert` (terminal controls shown as text); values are read without `as_dict`'s deep copy (records
     hold only scalars and a `fields` mapping of scalars, so JSON cannot tell the difference)."""
     if isinstance(record, ServerStats):
         return _encode(_stats_body(record))
+    if isinstance(record, RequestSample):
+        request = {"type": "request"}
+        request.update((name, _inert_value(value)) for name, value in record._asdict().items())
+        request["line"] = request.pop("line")  # after `offset` come `line`, then `file_key`, as for a sample
+        request["file_key"] = request.pop("file_key")
+        return _encode(request)
     kind = "event" if isinstance(record, Event) else "fact"
     body = {"type": kind}
     body.update((f.name, _inert_value(getattr(record, f.name))) for f in fields(record))

@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.records import Event, Record, ServerStats, Severity, occurrences
+from agent.records import CapacityFact, Event, Record, ServerStats, Severity, occurrences
 
 NOTABLE_LIMIT = 20
 _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.ERROR: 1, Severity.WARNING: 2, Severity.INFO: 3}
@@ -75,7 +75,7 @@ class SummaryBuilder:
                     heapq.heappush(self._notable, entry)
                 elif entry[:3] > self._notable[0][:3]:
                     heapq.heapreplace(self._notable, entry)
-            else:
+            elif isinstance(r, CapacityFact):  # a request's duration is for the judge, not the summary
                 self.facts[r.name] = r.value
 
     def merge(self, later: SummaryBuilder) -> None:

@@ -23,7 +23,7 @@ from agent.cli import app
 from agent.judge.advisor import Advisor, engine_config
 from agent.judge.precedence import Recommendation, headline, reconcile
 from agent.judge.rules import load_rules
-from agent.records import CapacityFact, Event, EventKind, Knob, Phase, Server, ServerStats, Severity
+from agent.records import CapacityFact, Event, EventKind, Knob, Phase, RequestSample, Server, ServerStats, Severity
 from agent.sinks.queries import Queries
 from agent.sinks.store import Store
 from agent.verdicts import Direction, Finding
@@ -35,15 +35,22 @@ E = "engine-0"
 GIB = 2**30
 MIB = 2**20
 
-Record = ServerStats | Event | CapacityFact
+Record = ServerStats | Event | CapacityFact | RequestSample
 
 
 def stats(rows: Sequence[tuple[int, int, float | None]], *, server: Server = Server.VLLM, step: float = 10.0,
-          preemptions: int | None = None, used: Sequence[int] | None = None) -> list[ServerStats]:
+          preemptions: int | None = None, used: Sequence[int] | None = None,
+          gen_tps: float | None = None) -> list[ServerStats]:
     """One stats sample per (running, waiting, KV ratio), `step` seconds apart, the last just before NOW."""
     return [ServerStats(NOW - (len(rows) - i) * step, E, server, running=r, waiting=w, kv_usage_ratio=kv,
-                        preemptions=preemptions, kv_used_tokens=used[i] if used is not None else None)
+                        gen_tps=gen_tps, preemptions=preemptions, kv_used_tokens=used[i] if used is not None else None)
             for i, (r, w, kv) in enumerate(rows)]
+
+
+def durations(seconds: Sequence[float], *, status: int = 200) -> list[RequestSample]:
+    """One finished request per duration (an access line's `rt=`), 5 s apart, the last just before NOW."""
+    return [RequestSample(NOW - (len(seconds) - i) * 5.0, E, Server.VLLM, d, status, f"/logs/{E}.log", next(_offset))
+            for i, d in enumerate(seconds)]
 
 
 _offset = iter(range(1, 10**9))
@@ -320,6 +327,50 @@ CASES: list[Case] = [
          # the queue formed with all 8 slots running at KV 40 %: floor(8 × 0.9 ÷ 0.40) = 18, capped at 13
          Knob.MAX_NUM_SEQS, Direction.RAISE, 13, "queueing", absent=("timeouts_unplaced", "deadline_during_generation"),
          no_knob=((Knob.REQUEST_TIMEOUT_MS, Direction.RAISE),), twin=True),
+    # ---- timeouts from the requests' durations (access lines; no scrape) -------------------------------------
+    Case("durations_ride_the_deadline", "timeouts",
+         [*stats([(24, 0, 0.5)] * 24, gen_tps=600.0), *durations([10.0] * 36 + [29.0] * 4)],
+         {"request_timeout_ms": 30_000, "max_output_tokens": 1024, "max_num_seqs": 32}, CAP13,
+         # 40 requests, p99 at rank 0.99 × 39 = 38.61 between the 39th and 40th (both 29 s) = 29 s ≥ 0.9 × 30 s
+         # = 27 s: the deadline is tight. 600 tokens/s ÷ 24 running = 25 tokens/s per request; a request at
+         # the 1,024-token cap needs 1,024 ÷ 25 = 40.96 s (> 29 s); × 1.2 = 49,152 ms; or cap outputs at
+         # 30 s × 0.9 × 25 = 675 tokens
+         Knob.REQUEST_TIMEOUT_MS, Direction.RAISE, 49_152, "timeouts", governed_by="request_timeout_tight",
+         absent=("request_timeout_above_durations",), words=("29",), extra={"arithmetic": "675 tokens"}),
+    Case("durations_ride_the_deadline_without_throughput", "timeouts",
+         [*durations([10.0] * 36 + [29.0] * 4)],
+         {"request_timeout_ms": 30_000, "max_num_seqs": 32}, CAP13,
+         # a proxy's log alone: no generation rate, no output cap — p99 29 s × 1.2 = 34.8 s = 34,800 ms
+         Knob.REQUEST_TIMEOUT_MS, Direction.RAISE, 34_800, "timeouts", governed_by="request_timeout_tight"),
+    Case("durations_well_inside_the_deadline_twin", "timeouts",
+         [*stats([(24, 0, 0.5)] * 24, gen_tps=600.0), *durations([10.0] * 38 + [18.0] * 2)],
+         {"request_timeout_ms": 30_000, "max_output_tokens": 1024, "max_num_seqs": 32}, CAP13,
+         # p99 = 18 s (ranks 38 and 39 are both 18 s) < 27 s: not tight; 18 s ≥ 0.5 × 30 s = 15 s and no one
+         # gave up early: not loose either — nothing to say about the deadline
+         absent=("request_timeout_tight", "request_timeout_above_durations"),
+         no_knob=((Knob.REQUEST_TIMEOUT_MS, Direction.RAISE), (Knob.REQUEST_TIMEOUT_MS, Direction.LOWER)),
+         twin=True),
+    Case("too_few_durations_twin", "timeouts",
+         [*durations([29.5] * 19)],
+         {"request_timeout_ms": 30_000, "max_num_seqs": 32}, CAP13,
+         # 19 requests < the rules' 20: a handful of slow requests is not a distribution
+         absent=("request_timeout_tight",), twin=True),
+    Case("server_deadline_far_above_durations_while_the_proxy_gives_up", "timeouts",
+         [*stats([(6, 0, 0.4)] * 6), *durations([12.0] * 40),
+          *events(EventKind.DEADLINE_EXCEEDED, 3, scope="request", timeout_by="proxy", status=504)],
+         {"request_timeout_ms": 600_000, "max_num_seqs": 8}, CAP13,
+         # p99 of 40 requests at 12 s = 12 s < 0.5 × 600 s = 300 s, and the proxy gave up 3 times: the server's
+         # 600 s protects nothing — lower to 12 s × 1.5 = 18,000 ms. The 3 504s without a queue are not
+         # "generation outlasts the deadline" (timeouts_unplaced): the requests finish in 12 s, so no raise
+         Knob.REQUEST_TIMEOUT_MS, Direction.LOWER, 18_000, "timeouts",
+         governed_by="request_timeout_above_durations", words=("600",), absent=("timeouts_unplaced",),
+         no_knob=((Knob.REQUEST_TIMEOUT_MS, Direction.RAISE),)),
+    Case("server_deadline_far_above_durations_nobody_gives_up_twin", "timeouts",
+         [*stats([(6, 0, 0.4)] * 6), *durations([12.0] * 40)],
+         {"request_timeout_ms": 600_000, "max_num_seqs": 8}, CAP13,
+         # the same durations, no proxy or client timeout: a generous deadline that cuts nobody and that nobody
+         # in front undercuts is not a finding
+         absent=("request_timeout_above_durations", "request_timeout_tight"), twin=True),
     # ---- start-up ---------------------------------------------------------------------------------------------
     Case("vllm_max_seq_len_larger_than_kv", "startup",
          events(EventKind.OOM, 1, phase=Phase.STARTUP, max_model_len=32768, kv_cache_tokens=20_010),

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from agent.records import CapacityFact, Event, EventKind, Record, Server, ServerStats, Severity
+from agent.records import CapacityFact, Event, EventKind, Record, RequestSample, Server, ServerStats, Severity
 from parsers import REGISTRY, AutoParser, detect, make_parser
 from parsers.redact import _REQUEST_MARKERS, is_request_log, redact
 from parsers.vllm import VllmParser, startup_facts
@@ -18,7 +18,7 @@ from .conftest import LOGS, REF_TIME, run
 
 
 def _untimed(record: Record) -> Record:
-    return record._replace(ts=None) if isinstance(record, ServerStats) else replace(record, ts=None)
+    return record._replace(ts=None) if isinstance(record, ServerStats | RequestSample) else replace(record, ts=None)
 
 
 @pytest.mark.parametrize(("fixture", "server"), [

@@ -188,6 +188,9 @@ ADVERSARIAL = [
     "Decode batch, " + "#running-req: 1, " * 20000,
     "NVRM: Xid (" + ":" * 50000,
     '[GIN] 2024/08/19 - 14:12:00 | 503 |' + " |" * 30000,
+    '[GIN] 2024/08/19 - 14:12:00 | 200 | ' + "9h1.5" * 12000,
+    '"POST / HTTP/1.1" 200 - ' + "1 " * 30000,
+    "rt=" + "1" * 60000,
     "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=X" + ", a=1" * 30000,
     "time=" + "x" * 60000,
     "CUDA out of memory. Tried to allocate 1" + "1" * 60000,
@@ -210,6 +213,8 @@ def _all_patterns() -> dict[str, re.Pattern[str]]:
                         found[f"{module.__name__}.{name}[{i}]"] = item.pattern
                         if item.unless is not None:
                             found[f"{module.__name__}.{name}[{i}].unless"] = item.unless
+                    elif isinstance(item, re.Pattern):
+                        found[f"{module.__name__}.{name}[{i}]"] = item
                     elif isinstance(item, tuple):
                         found.update({f"{module.__name__}.{name}[{i}]": x for x in item if isinstance(x, re.Pattern)})
             elif isinstance(value, dict):
