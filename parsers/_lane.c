@@ -179,7 +179,7 @@ static int maybe_pasted(const unsigned char *p, const unsigned char *end) {
 /* Whether [p, end) may be an access line with Envoy's columns after its status (`" 200 - 0 612 3 2`): a
  * request's duration, which `feed` reads though the line holds none of its literals (parsers/http_access.py's
  * `carries_duration`, whose test this is, without its final pattern: a line it passes goes to the parser). */
-static const unsigned char *find(const unsigned char *p, const unsigned char *end, const char *w, size_t n) {
+static const unsigned char *find_bytes(const unsigned char *p, const unsigned char *end, const char *w, size_t n) {
     for (; end - p >= (Py_ssize_t)n; p++) {
         p = memchr(p, w[0], (size_t)(end - p) - n + 1);
         if (p == NULL)
@@ -191,8 +191,8 @@ static const unsigned char *find(const unsigned char *p, const unsigned char *en
 }
 
 static int envoy_timed(const unsigned char *p, const unsigned char *end) {
-    const unsigned char *i = find(p, end, " HTTP/", 6);
-    const unsigned char *j = i == NULL ? NULL : find(i, end, "\" ", 2);
+    const unsigned char *i = find_bytes(p, end, " HTTP/", 6);
+    const unsigned char *j = i == NULL ? NULL : find_bytes(i, end, "\" ", 2);
     if (j == NULL || end - j <= 6)
         return 0;
     const unsigned char *k = memchr(j + 6, ' ', (size_t)(end - (j + 6)));
