@@ -71,12 +71,12 @@ def test_refusals_untimed_lines_and_quoted_text_give_no_duration() -> None:
 
 
 def test_the_batch_lane_gives_what_feed_gives() -> None:
-    """The daemon's lane (`feed_texts`) settles plain access lines without `feed`; a timed one must not be."""
+    """The batch entry point (`feed_batch`) settles plain access lines without `feed`; a timed one must not be."""
     lines = [NGINX.format(s=s, status=200, rt=f"{s}.5", urt=f"{s}.4") for s in range(1, 6)]
     lines.insert(2, 'INFO:     10.0.0.1:5000 - "POST /v1/completions HTTP/1.1" 200 OK')
     one_by_one = make_parser(Server.VLLM, "e")
     fed = [r for i, line in enumerate(lines) for r in one_by_one.feed(line, None, "p", i * 300)]
-    batched = make_parser(Server.VLLM, "e").feed_texts(lines, [i * 300 for i in range(len(lines))], "p")
+    batched = make_parser(Server.VLLM, "e").feed_batch(lines, [i * 300 for i in range(len(lines))], "p")
     assert batched == fed and [r.duration_s for r in fed if isinstance(r, RequestSample)] == [1.5, 2.5, 3.5, 4.5, 5.5]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from agent.offline.parallel import chunks, scan_path
 from agent.offline.saved import FileScan, scan_stream
-from agent.records import Event, Record, Server, ServerStats
+from agent.records import Event, Record, RequestSample, Server, ServerStats
 from agent.views.scan_text import JsonlWriter, render_text
 from agent.views.summary import NOTABLE_LIMIT, SummaryBuilder, summarize
 from parsers.vllm import VllmParser
@@ -39,7 +39,8 @@ def test_the_jsonl_writer_writes_one_line_per_record_whatever_its_batch() -> Non
         lines = out.getvalue().splitlines()
         assert len(lines) == len(scan.records), path
         assert [json.loads(line)["type"] for line in lines] == [
-            "event" if isinstance(r, Event) else "stats" if isinstance(r, ServerStats) else "fact"
+            "event" if isinstance(r, Event) else "stats" if isinstance(r, ServerStats)
+            else "request" if isinstance(r, RequestSample) else "fact"
             for r in scan.records], path
 
 
