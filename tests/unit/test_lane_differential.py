@@ -113,7 +113,7 @@ SHAPES = [
     '10.0.0.{0} - - [28/Nov/2026:00:00:01 +0000] "GET /health HTTP/1.1" 200 2',
     # lines that print a request's duration (RequestSample), quiet to the pre-filter but not to `feed`
     '10.0.0.{0} - - [28/Nov/2026:00:00:01 +0000] "POST /v1/completions HTTP/1.1" 200 612 "-" "c" rt=1.{0} urt=1.0',
-    '[2026-11-28T00:00:01.000Z] "POST /v1/completions HTTP/1.1" 200 - 0 612 3{0} 30 "-" "curl" "id" "h" "10.0.0.1:8000"',
+    '[2026-11-28T00:00:01.000Z] "POST /v1/completions HTTP/1.1" 200 - 0 612 3{0} 30 "-" "c" "id" "h" "10.0.0.1:80"',
     '[GIN] 2026/11/28 - 00:00:01 | 200 |  1.2{0}s |  127.0.0.1 | POST     "/api/chat"',
     # the stats line near its shape: every test the lane makes, just passed and just failed
     "(APIServer pid=3646) INFO " + STAMP + " [loggers.py:123] " + STATS.replace("Engine 000: ", ""),
