@@ -57,8 +57,11 @@ SGLANG_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.DEADLINE_EXCEEDED, r"Request running timeout reached", Severity.WARNING, Phase.GENERATION,
          lambda m: {"reason": "running_timeout", "scope": "request", "timeout_by": "engine",
                     "timeout_on": "generation"}),
-    signature(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController) hit an "
-         r"exception|Received sigquit from a child process|SIGQUIT received"
+    # TpModelWorkerClient: the overlap scheduler's forward thread (managers/tp_worker_overlap_thread.py,
+    # forward_thread_func, 0.3.5 on) logs its traceback and sends SIGQUIT to the scheduler's process
+    signature(EventKind.ENGINE_DEAD, r"(?:Scheduler|TokenizerManager|DetokenizerManager|DataParallelController"
+         r"|TpModelWorkerClient) hit an exception"
+         r"|Received sigquit from a child process|SIGQUIT received"
          r"|[Ww]atchdog timeout \((?![^\n)]{0,80}soft=True)|Health check failed"
          r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
     *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms

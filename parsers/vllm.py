@@ -126,7 +126,13 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
          r"|vllm/v1/engine/core\.py\", line \d+, in run_engine_core\b"
          # V0's AsyncLLMEngine: the background task's traceback (logged by _log_task_completion, "Engine
          # background task failed") runs through run_engine_loop; no request's own traceback does
-         r"|vllm/engine/async_llm_engine\.py\", line \d+, in run_engine_loop\b",
+         r"|vllm/engine/async_llm_engine\.py\", line \d+, in run_engine_loop\b"
+         # V0's MQLLMEngine (0.6–0.10, engine/multiprocessing/engine.py): `start` runs run_engine_loop under
+         # `except Exception: logger.exception(repr(e))` and the process ends; engine_step re-raises whatever
+         # step raised (an input error of one request is answered, never re-raised): either frame is the end
+         r"|vllm/engine/multiprocessing/engine\.py\", line \d+, in (?:run_engine_loop|engine_step)\b"
+         # V1's busy loop (v1/engine/core.py): nothing between it and run_engine_core catches an exception
+         r"|vllm/v1/engine/core\.py\", line \d+, in (?:run_busy_loop|_process_engine_step)\b",
          Severity.CRITICAL, extract=_died, incident=True),
     *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
@@ -147,6 +153,19 @@ _PREFIX = re.compile(
     r"|((\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d))(?:[.,]\d{1,6})? (DEBUG|INFO|WARNING|ERROR|CRITICAL) \d{1,9} "
     r"\[([^\]\s]{1,200}:\d{1,6})\] )?"
 )
+
+# A record's own file names the statement when a paste kept only its traceback's tail. V0's
+# async_llm_engine.py logs a traceback in one place, _log_task_completion ("Engine background task failed",
+# exc_info=e, 0.4–0.10): its ERROR record with a frame is the background loop's end. V1's core.py logs one
+# that runs through the model's forward only from run_engine_core ("EngineCore encountered a fatal error."):
+# execute_model's errors are re-raised (execute_model_with_error_logging dumps the batch and raises); the
+# other tracebacks of core.py (a failed utility call, a request that fails pre-processing) never reach the
+# model, and a line naming them keeps the record what it is.
+_BACKGROUND_RECORD = re.compile(r"async_llm_engine\.py:\d+$")
+_CORE_RECORD = re.compile(r"(?<![A-Za-z_])core\.py:\d+$")  # the key runs the stamp into the file
+_FRAME = re.compile(r"\s*File \"")
+_FORWARD_FRAME = re.compile(r"\s*File \"[^\"]*/vllm/(?:v1/attention|v1/worker|v1/sample|model_executor|attention)/")
+_NOT_FATAL = re.compile(r"_handle_client_request|Invocation of \w+ method failed|pre-?processing request")
 
 _PREEMPT_WORD = "is preempted "  # "by" until 0.6.0, "in" from 0.6.1
 
@@ -169,7 +188,8 @@ class VllmParser(StreamParser):
               "vLLM API server version", "vLLM server version", "LLM engine", "startup complete",
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
               "ERROR",  # an ERROR record opens a block whatever it says (a traceback's first frame says nothing)
-              "warmup run", "init engine", "run_engine_core", "run_engine_loop")
+              "warmup run", "init engine", "run_engine_core", "run_engine_loop", "engine_step", "run_busy_loop",
+              "_process_engine_step", "Preempted request")
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
@@ -242,6 +262,28 @@ class VllmParser(StreamParser):
         return out
 
     # ---- the rest -----------------------------------------------------------------------------------------
+    def events_for(self, split: Split, lines: Iterable[str], path: str | None, offset: int | None) -> list[Record]:
+        """The signatures' events, and an engine death that only the record's file tells (see
+        _BACKGROUND_RECORD): a traceback pasted from its middle has no wording and no loop frame left."""
+        lines = list(lines)
+        out = super().events_for(split, lines, path, offset)
+        if split.level != "ERROR" or split.key is None or self._engine_dead:
+            return out
+        key = split.key.rstrip()
+        if _BACKGROUND_RECORD.search(key) is not None:
+            dead = any(_FRAME.match(line) for line in lines)
+        elif _CORE_RECORD.search(key) is not None:
+            dead = (any(_FORWARD_FRAME.match(line) for line in lines)
+                    and not any(_NOT_FATAL.search(line) for line in lines))
+        else:
+            return out
+        if dead:
+            self._engine_dead = True
+            if not self._repeat(EventKind.ENGINE_DEAD, split.ts):
+                said = next((line for line in reversed(lines) if line[:1].strip()), lines[0])  # the exception
+                out.append(self.event(split, EventKind.ENGINE_DEAD, Severity.CRITICAL, None, {}, path, offset, said))
+        return out
+
     def split(self, text: str) -> Split:
         if text.startswith("{"):
             return self._split_json(text)

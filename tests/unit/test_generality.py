@@ -164,9 +164,12 @@ def test_fresh5_split_holds_its_score() -> None:
 
 
 # `fresh6` was collected and labelled after the sixth round (fresh5's misses fixed), committed with its labels, and
-# scored once as it came: macro-F1 0.872, no false alarm, no field mismatch (tests/data/real/README.md). These
-# floors are that first score; a fix for a miss raises them.
-FRESH6_MACRO_F1_FLOOR = 0.871
+# scored once as it came: macro-F1 0.872, no false alarm, no field mismatch (tests/data/real/README.md). Its
+# misses were then fixed from the engines' source (vLLM's V0 and V1 main-loop frames and the records that log
+# them, SGLang's TpModelWorkerClient, LMCache's patched scheduler's preemption): macro-F1 0.908, no false alarm,
+# no field mismatch; what is left is the `gpu_lost`/`xid` call on one excerpt, scored as labelled. The floor is
+# that after-fix score.
+FRESH6_MACRO_F1_FLOOR = 0.907
 
 
 def test_fresh6_split_holds_its_score() -> None:
