@@ -39,6 +39,9 @@ FRESH3 = DATA / "fresh3.txt"  # collected after the third round, scored once as 
 FRESH4 = DATA / "fresh4.txt"  # collected after the fourth round, scored once as they came
 FRESH5 = DATA / "fresh5.txt"  # collected after the fifth round, scored once as they came
 FRESH6 = DATA / "fresh6.txt"  # collected after the sixth round, scored once as they came
+# Every split collected after tuning began, by name: each scored once as it came, then tuned on like the rest
+FRESH_SPLITS = {"fresh": FRESH, "fresh2": FRESH2, "fresh3": FRESH3, "fresh4": FRESH4, "fresh5": FRESH5,
+                "fresh6": FRESH6}
 SPLIT_KEY = 20261201  # the fixed key of the one random draw that made validation.txt
 
 KIND_CLASS = {
@@ -125,26 +128,16 @@ def validation_ids() -> frozenset[str]:
 
 def split(excerpts: Iterable[Excerpt], which: str) -> list[Excerpt]:
     """`tune`, `validation` (drawn before tuning), `fresh` … `fresh6` (collected after it) or `all`."""
-    held, fresh, fresh2, fresh3 = held_ids(VALIDATION), held_ids(FRESH), held_ids(FRESH2), held_ids(FRESH3)
-    fresh4, fresh5, fresh6 = held_ids(FRESH4), held_ids(FRESH5), held_ids(FRESH6)
     if which == "all":
         return list(excerpts)
     if which == "validation":
+        held = held_ids(VALIDATION)
         return [ex for ex in excerpts if ex.id in held]
-    if which == "fresh":
-        return [ex for ex in excerpts if ex.id in fresh]
-    if which == "fresh2":
-        return [ex for ex in excerpts if ex.id in fresh2]
-    if which == "fresh3":
-        return [ex for ex in excerpts if ex.id in fresh3]
-    if which == "fresh4":
-        return [ex for ex in excerpts if ex.id in fresh4]
-    if which == "fresh5":
-        return [ex for ex in excerpts if ex.id in fresh5]
-    if which == "fresh6":
-        return [ex for ex in excerpts if ex.id in fresh6]
-    later = fresh | fresh2 | fresh3 | fresh4 | fresh5 | fresh6
-    return [ex for ex in excerpts if ex.id not in held and ex.id not in later]
+    if which in FRESH_SPLITS:
+        ids = held_ids(FRESH_SPLITS[which])
+        return [ex for ex in excerpts if ex.id in ids]
+    later = held_ids(VALIDATION).union(*(held_ids(path) for path in FRESH_SPLITS.values()))
+    return [ex for ex in excerpts if ex.id not in later]
 
 
 def classify(ex: Excerpt) -> list[Record]:
@@ -258,17 +251,16 @@ def render(name: str, report: Report) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     ap.add_argument("--split", default="all",
-                    choices=["tune", "validation", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6", "all"])
+                    choices=["tune", "validation", *FRESH_SPLITS, "all"])
     ap.add_argument("--show-misses", action="store_true")
     ap.add_argument("--draw", action="store_true", help="print a fresh validation draw (done once, committed)")
     args = ap.parse_args(argv)
     excerpts = load()
     if args.draw:
-        fresh = held_ids(FRESH) | held_ids(FRESH2) | held_ids(FRESH3) | held_ids(FRESH4) | held_ids(FRESH5)
-        fresh |= held_ids(FRESH6)
+        fresh = frozenset().union(*(held_ids(path) for path in FRESH_SPLITS.values()))
         print("\n".join(draw_validation([ex for ex in excerpts if ex.id not in fresh])))
         return 0
-    every = ["tune", "validation", "fresh", "fresh2", "fresh3", "fresh4", "fresh5", "fresh6"]
+    every = ["tune", "validation", *FRESH_SPLITS]
     names = every if args.split == "all" else [args.split]
     for name in names:
         report = score(split(excerpts, name))
