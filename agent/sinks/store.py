@@ -138,10 +138,12 @@ class Store:
             else:
                 create_store_file(Path(name))
                 db = Database(name)
+                # first: switching to WAL takes a lock, and a second process creating the store at the same
+                # moment must wait for it, not fail with "database is locked" (the default timeout is 0)
+                db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA journal_size_limit=16777216")  # keep a checkpointed WAL from staying huge
             db.execute("PRAGMA synchronous=NORMAL")
-            db.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
             if hard_max_bytes is not None:
                 page_size = int(db.execute("PRAGMA page_size").fetchone()[0])
                 db.execute(f"PRAGMA max_page_count={max(1, hard_max_bytes // page_size)}")
