@@ -32,7 +32,7 @@ from pydantic import (
 
 from agent.errors import AgentError
 from agent.judge.builtins import BUILTINS
-from agent.judge.together import TogetherTest, known_where
+from agent.judge.together import TogetherTest, known_ref, known_where
 from agent.judge.vocabulary import REFERENCES, SAMPLE_SIGNALS, SIGNALS, ref_key, seconds
 from agent.records import Knob, Severity
 from agent.verdicts import Direction
@@ -97,9 +97,7 @@ class _Comparison(_Model):
     @field_validator("ref")
     @classmethod
     def _known_ref(cls, v: str | None) -> str | None:
-        if v is not None and v not in REFERENCES:
-            raise ValueError(f"unknown reference {v!r} (expected one of: {', '.join(REFERENCES)})")
-        return v
+        return known_ref(v)
 
     @model_validator(mode="after")
     def _one_rhs(self) -> _Comparison:

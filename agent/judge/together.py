@@ -25,6 +25,13 @@ def known_where(v: dict[str, str]) -> dict[str, str]:
     return v
 
 
+def known_ref(v: str | None) -> str | None:
+    """A reference names a capacity or config value the vocabulary has."""
+    if v is not None and v not in REFERENCES:
+        raise ValueError(f"unknown reference {v!r} (expected one of: {', '.join(REFERENCES)})")
+    return v
+
+
 class TogetherTest(BaseModel):
     """One test inside a `together` group, checked point by point: a per-sample signal (or NVML's
     `gpu_memory_used_ratio`) compared with a number or `factor` × a reference, or events (`events.<kind>`,
@@ -62,9 +69,7 @@ class TogetherTest(BaseModel):
     @field_validator("ref")
     @classmethod
     def _known_ref(cls, v: str | None) -> str | None:
-        if v is not None and v not in REFERENCES:
-            raise ValueError(f"unknown reference {v!r} (expected one of: {', '.join(REFERENCES)})")
-        return v
+        return known_ref(v)
 
     @model_validator(mode="after")
     def _shape(self) -> TogetherTest:
