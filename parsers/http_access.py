@@ -174,7 +174,8 @@ def carries_duration(text: str) -> bool:
     """Whether a line may print a request's duration: a cheap test, run on every access line, before
     `request_duration`. One of the timed formats' words (`rt=`, `urt=`, `…_time=`, GIN's, llama.cpp's), or an
     access line whose status is followed by Envoy's flags and a byte count."""
-    if any(word in text for word in TIMED_WORDS):
+    # TIMED_WORDS spelled out: a generator over the tuple costs five times these `in`s on every access line
+    if "rt=" in text or "_time=" in text or "[GIN]" in text or "total time =" in text:
         return True
     i = text.find(" HTTP/")
     if i < 0 or (j := text.find('" ', i)) < 0 or (k := text.find(" ", j + 6)) < 0 or not text[k + 1:k + 2].isdigit():

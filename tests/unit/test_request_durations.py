@@ -128,3 +128,12 @@ def test_a_0005_store_gains_the_request_table(tmp_path: Path) -> None:
         assert store.query("SELECT count(*) FROM events") == [(1,)]
         store.commit([RequestSample(5.0, "vllm", Server.VLLM, 2.5, 200, "/logs/v.log", 0, "k")], now=6.0)
         assert Queries(store).window_durations(0.0, 10.0, "vllm") == [2.5]
+
+
+def test_every_timed_word_marks_a_line_that_may_carry_a_duration() -> None:
+    """`carries_duration` spells TIMED_WORDS out (the compiled lane reads the tuple): the two must agree."""
+    from parsers.http_access import TIMED_WORDS, carries_duration
+
+    for word in TIMED_WORDS:
+        assert carries_duration(f"plain words {word} more words"), word
+    assert not carries_duration("plain words, none of them timed")
