@@ -216,9 +216,12 @@ def test_a_real_prometheus_scrapes_the_agent(node: dict[str, Any], flood: bool) 
     agent = node["agent"]()
     append(node["log"], STATS, OOM, REJECT)
     with contextlib.ExitStack() as stack:
+        # Prometheus listens before the flood starts: the flood's hundreds of reconnections a second take
+        # ephemeral ports, and one of them could take the port Prometheus was about to bind.
+        prometheus = stack.enter_context(Prometheus(node["tmp"], agent.port, binary))
         if flood:
             _flood(stack, agent.port)
-        _prometheus_scrapes(node, agent, binary)
+        _scraped(prometheus)
         if flood:
             cut = sum(agent.value("deepinfer_exporter_connections_total", outcome=o) or 0
                       for o in ("timed_out", "evicted"))
@@ -234,43 +237,71 @@ def _flood(stack: contextlib.ExitStack, port: int) -> None:
     stack.callback(Flood(port, idle=1000, slow=40).close)
 
 
-def _prometheus_scrapes(node: dict[str, Any], agent: Agent, binary: str) -> None:
-    tmp = node["tmp"]
-    (tmp / "prom.yml").write_text(f"""
+class Prometheus:
+    """A real Prometheus scraping `target_port` every second, started and ready (or the test fails with
+    why: its exit and its own log) before the test goes on."""
+
+    def __init__(self, tmp: Path, target_port: int, binary: str) -> None:
+        (tmp / "prom.yml").write_text(f"""
 global: {{scrape_interval: 1s, evaluation_interval: 1s}}
 scrape_configs:
   - job_name: deepinfer
-    static_configs: [{{targets: ["127.0.0.1:{agent.port}"]}}]
+    static_configs: [{{targets: ["127.0.0.1:{target_port}"]}}]
 """)
-    prom_port = free_port()
-    prom = subprocess.Popen([binary, f"--config.file={tmp / 'prom.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{prom_port}"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        def query(expr: str) -> list[dict[str, Any]]:
-            url = f"http://127.0.0.1:{prom_port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    body = json.load(response)
-            except OSError:
-                return []
-            return list(body["data"]["result"])
+        self.port = free_port()
+        self.log = tmp / "prometheus.log"
+        self.argv = [binary, f"--config.file={tmp / 'prom.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+                     f"--web.listen-address=127.0.0.1:{self.port}"]
+        self.proc: subprocess.Popen[bytes] | None = None
 
-        # Prometheus applies new targets on a 5 s tick and starts its TSDB first (slow on a loaded machine):
-        # poll with a generous deadline, never a fixed sleep. The zero series exists before the OOM is
-        # counted, so wait for the value, not for the series.
-        expr = 'deepinfer_events_total{kind="oom",source="vllm/vllm"} == 1'
-        result = wait_for("Prometheus to have scraped the OOM counter", lambda: query(expr), timeout=90)
-        assert float(result[0]["value"][1]) == 1
-        assert query('deepinfer_events_total{kind="http_429"}')[0]["value"][1] == "1"
-        assert query("deepinfer_gpu_memory_total_bytes")[0]["value"][1] == "85899345920"
-        assert query("up")[0]["value"][1] == "1"
-        # Ten scrapes in a row succeeded (while flooded, for the flooded run): none timed out.
-        wait_for("ten good scrapes", lambda: query("sum_over_time(up[1m]) >= 10 and count_over_time(up[1m]) == "
-                                                   "sum_over_time(up[1m])"), timeout=60)
-    finally:
-        prom.terminate()
-        prom.wait(10)
+    def __enter__(self) -> Prometheus:
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT)
+        # It opens its TSDB before it listens (slow on a loaded machine): poll, never a fixed sleep.
+        self.wait("Prometheus to be ready", lambda: self._get("/-/ready") is not None, timeout=90)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proc is not None
+        self.proc.terminate()
+        self.proc.wait(10)
+
+    def _get(self, path: str) -> bytes | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as response:
+                return bytes(response.read())
+        except OSError:
+            return None
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        body = self._get("/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        return [] if body is None else list(json.loads(body)["data"]["result"])
+
+    def wait(self, what: str, check: Callable[[], Any], timeout: float) -> Any:
+        """`wait_for`, failing with what Prometheus said: whether it exited, its target's last error."""
+        deadline = time.monotonic() + timeout
+        while not (result := check()):
+            assert self.proc is not None
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                targets = self._get("/api/v1/targets") or b"(no answer)"
+                pytest.fail(f"timed out waiting for {what}; Prometheus exit code {self.proc.poll()}; "
+                            f"targets: {targets[:2000]!r}; its log ends: {self.log.read_text()[-2000:]}")
+            time.sleep(0.05)
+        return result
+
+
+def _scraped(prometheus: Prometheus) -> None:
+    # Prometheus applies new targets on a 5 s tick. The zero series exists before the OOM is counted, so
+    # wait for the value, not for the series.
+    expr = 'deepinfer_events_total{kind="oom",source="vllm/vllm"} == 1'
+    result = prometheus.wait("Prometheus to have scraped the OOM counter", lambda: prometheus.query(expr), 90)
+    assert float(result[0]["value"][1]) == 1
+    assert prometheus.query('deepinfer_events_total{kind="http_429"}')[0]["value"][1] == "1"
+    assert prometheus.query("deepinfer_gpu_memory_total_bytes")[0]["value"][1] == "85899345920"
+    assert prometheus.query("up")[0]["value"][1] == "1"
+    # Ten scrapes in a row succeeded (while flooded, for the flooded run): none timed out.
+    prometheus.wait("ten good scrapes", lambda: prometheus.query(
+        "sum_over_time(up[1m]) >= 10 and count_over_time(up[1m]) == sum_over_time(up[1m])"), 60)
 
 
 def free_port() -> int:
