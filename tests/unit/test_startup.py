@@ -1,4 +1,5 @@
-"""What `scan` costs before it reads a line: the modules it imports and the catalogue's cached copy.
+"""What `scan` costs before it reads a line: the modules it imports, the one-command app the console script
+runs, and the catalogue's cached copy.
 
 Start-up was most of a small `scan`'s time (bench/README.md, "Start-up"): every engine's parser compiled its
 signatures, PyYAML parsed the catalogue, and the store, the exporter and the judge came along. These tests
@@ -14,7 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from agent.app import app_for
+from agent.cli import app
 from parsers import catalogue
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,6 +38,29 @@ def _imported(args: list[str], cache: Path, log: Path) -> tuple[set[str], str]:
                           env=env, cwd=ROOT, timeout=120, check=True)
     modules = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     return modules, done.stdout
+
+
+COMMANDS = [c.name or c.callback.__name__ for c in app.registered_commands if c.callback is not None]
+# each command's help and a usage mistake, the app's own options after the command, and what needs the whole app
+ARGS = [[command, "--help"] for command in COMMANDS] + [
+    ["scan"], ["scan", "--bogus", "x"], ["scan", "--jobs", "0", "x"], ["scan", "--version"], ["models"],
+    ["--help"], [], ["--version"], ["rules"], ["rules", "check", "--help"], ["sacn", "x"]]
+
+
+@pytest.mark.parametrize("args", ARGS, ids=" ".join)
+def test_the_app_run_for_a_command_answers_as_the_whole_app(args: list[str]) -> None:
+    runner = CliRunner()
+    whole = runner.invoke(app, args, prog_name="deepinfer-agent", env={"COLUMNS": "100"})
+    for_args = runner.invoke(app_for(app, args), args, prog_name="deepinfer-agent", env={"COLUMNS": "100"})
+    assert (for_args.exit_code, for_args.output) == (whole.exit_code, whole.output)
+    assert whole.output.strip()
+
+
+def test_only_a_command_gets_an_app_of_its_own() -> None:
+    assert app_for(app, ["--help"]) is app and app_for(app, ["rules", "check"]) is app and app_for(app, []) is app
+    one = app_for(app, ["scan", "x"])
+    assert [c.callback.__name__ for c in one.registered_commands if c.callback is not None] == ["scan"]
+    assert len(COMMANDS) >= 10 and "scan" in COMMANDS  # the parametrization above covers them all
 
 
 @pytest.fixture
