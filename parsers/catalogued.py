@@ -15,7 +15,6 @@ from collections.abc import Callable, Mapping
 
 from agent.records import EventKind, FieldValue, Phase, Severity
 from parsers.catalogue import Statement, load
-from parsers.needles import required_literals
 from parsers.signature import Signature, signature
 
 _SEVERITY = {
@@ -89,7 +88,7 @@ def hot_words(parser: str) -> tuple[str, ...]:
     on an ordinary line); `UT ` is as necessary as ` UT `."""
     words: list[str] = []
     for sig in signatures(parser):
-        literals = required_literals(sig.pattern)
+        literals = sig.needles  # the pattern's required literals, derived once, when its signature was built
         if literals is None:
             raise ValueError(f"a catalogued pattern without a literal cannot be pre-filtered: {sig.pattern.pattern}")
         words.extend(w.lstrip(_LEADING) or w for w in literals)
