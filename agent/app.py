@@ -33,9 +33,10 @@ app = _new_app()
 
 def app_for(whole: typer.Typer, args: list[str]) -> typer.Typer:
     """The app to run `deepinfer-agent ARGS` with: for `COMMAND …`, one that holds only that command of the
-    `whole` app (and its own options), because typer builds every registered command's click command, inspecting each
-    function's signature, before it parses anything; anything else (no arguments, an option first, a group
-    such as `rules`, a misspelt name) gets the whole app. Either way typer parses and renders the help."""
+    `whole` app (and the app's own options), because typer builds every registered command's click command,
+    inspecting each function's signature, before it parses anything; anything else (no arguments, an option
+    first, a group such as `rules`, a misspelt name) gets the whole app. Either way typer parses and renders
+    the help."""
     for info in whole.registered_commands:
         if info.callback is not None and args[:1] == [info.name or typer.main.get_command_name(info.callback.__name__)]:
             one = _new_app()
