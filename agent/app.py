@@ -14,15 +14,36 @@ import typer
 
 from agent import __version__
 
-app = typer.Typer(
-    name="deepinfer-agent",
-    help="Watch GPU inference nodes; size the KV-cache budget; explain OOM, queueing, timeouts and 429/503.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,  # click's plain help: rendering it with rich would import rich (most of `--help`'s time)
-)
+
+def _new_app() -> typer.Typer:
+    """The app's settings in one place: the whole app and the one-command apps of `app_for` are alike."""
+    return typer.Typer(
+        name="deepinfer-agent",
+        help="Watch GPU inference nodes; size the KV-cache budget; explain OOM, queueing, timeouts and 429/503.",
+        no_args_is_help=True,
+        add_completion=True,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+        rich_markup_mode=None,  # click's plain help: rendering it with rich would import rich (most of `--help`'s time)
+    )
+
+
+app = _new_app()
+
+
+def app_for(whole: typer.Typer, args: list[str]) -> typer.Typer:
+    """The app to run `deepinfer-agent ARGS` with: for `COMMAND …`, one that holds only that command of the
+    `whole` app (and the app's own options), because typer builds every registered command's click command,
+    inspecting each function's signature, before it parses anything; anything else (no arguments, an option
+    first, a group such as `rules`, a misspelt name) gets the whole app. Either way typer parses and renders
+    the help."""
+    for info in whole.registered_commands:
+        if info.callback is not None and args[:1] == [info.name or typer.main.get_command_name(info.callback.__name__)]:
+            one = _new_app()
+            one.registered_callback = whole.registered_callback
+            one.registered_commands.append(info)
+            return one
+    return whole
 
 NOT_RUNNING = 3  # `status` when nothing answers on the metrics port (as `systemctl is-active` says inactive)
 

@@ -25,10 +25,11 @@ def guarded(prog_name: str = PROG) -> int:
     commands did not foresee exits 1 with its type and message, Ctrl-C 130, a closed stdout quietly."""
     import typer
 
+    from agent.app import app_for
     from agent.cli import app
 
     try:
-        code = app(prog_name=prog_name, standalone_mode=False)
+        code = app_for(app, sys.argv[1:])(prog_name=prog_name, standalone_mode=False)
         return code if isinstance(code, int) else 0
     except (typer.Abort, KeyboardInterrupt):
         return 130

@@ -18,21 +18,15 @@ The daemon and `scan` use three things from here:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timezone, tzinfo
 from typing import Protocol
 
 from agent.records import Record, Server
 from parsers.base import MAX_LINE_CHARS, StreamParser
-from parsers.generic import GenericParser
-from parsers.kernel import KernelParser
-from parsers.llamacpp import LlamaCppParser
 from parsers.paste import STARTS as PASTE_STARTS
 from parsers.paste import unpaste
 from parsers.prefix import COMPOSE, OUTER, earliest
-from parsers.sglang import SglangParser
-from parsers.tgi import TgiParser
-from parsers.vllm import VllmParser
 
 
 class Parser(Protocol):
@@ -63,13 +57,48 @@ class Parser(Protocol):
     def set_reference_time(self, ref_time: float) -> None: ...
 
 
-REGISTRY: dict[Server, type[StreamParser]] = {
-    Server.VLLM: VllmParser,
-    Server.SGLANG: SglangParser,
-    Server.TGI: TgiParser,
-    Server.LLAMACPP: LlamaCppParser,
-    Server.KERNEL: KernelParser,
-}
+def parser_class(server: Server) -> type[StreamParser]:
+    """The parser class of a server (`Server.AUTO`: the generic one), its module imported on first use: each
+    engine's module compiles its signatures and its pre-filter at import, and a stream needs one engine's, so
+    importing them all cost every `scan` of one engine's log several times the start-up it needs."""
+    if server is Server.VLLM:
+        from parsers.vllm import VllmParser
+        return VllmParser
+    if server is Server.SGLANG:
+        from parsers.sglang import SglangParser
+        return SglangParser
+    if server is Server.TGI:
+        from parsers.tgi import TgiParser
+        return TgiParser
+    if server is Server.LLAMACPP:
+        from parsers.llamacpp import LlamaCppParser
+        return LlamaCppParser
+    if server is Server.KERNEL:
+        from parsers.kernel import KernelParser
+        return KernelParser
+    from parsers.generic import GenericParser
+    return GenericParser
+
+
+class _Registry(Mapping[Server, type[StreamParser]]):
+    """Server → its parser class, for every server with a parser of its own (not `auto`), each looked up
+    through `parser_class`, so only the engines asked for are imported."""
+
+    _SERVERS = (Server.VLLM, Server.SGLANG, Server.TGI, Server.LLAMACPP, Server.KERNEL)
+
+    def __getitem__(self, server: Server) -> type[StreamParser]:
+        if server not in self._SERVERS:
+            raise KeyError(server)
+        return parser_class(server)
+
+    def __iter__(self) -> Iterator[Server]:
+        return iter(self._SERVERS)
+
+    def __len__(self) -> int:
+        return len(self._SERVERS)
+
+
+REGISTRY: Mapping[Server, type[StreamParser]] = _Registry()
 
 # Evidence per server: (pattern, weight). Weight 3 = unmistakable on its own; a negative weight is evidence
 # against (another engine that shares the prefix).
@@ -226,7 +255,7 @@ class AutoParser:
     def _settle(self) -> list[Record]:
         server = detect([held[0] for held in self._held])
         self.server = server or Server.AUTO
-        self._inner = (REGISTRY[server] if server else GenericParser)(self.source, self.ref_time, self.tz)
+        self._inner = parser_class(self.server)(self.source, self.ref_time, self.tz)
         out: list[Record] = []
         for text, ts, path, offset in self._held:
             out.extend(self._inner.feed(text, ts, path, offset))
@@ -242,4 +271,4 @@ def make_parser(server: Server, source: str = "-", ref_time: float | None = None
     return REGISTRY[server](source, ref_time, tz)
 
 
-__all__ = ["DETECT_LINES", "REGISTRY", "AutoParser", "Parser", "detect", "make_parser"]
+__all__ = ["DETECT_LINES", "REGISTRY", "AutoParser", "Parser", "detect", "make_parser", "parser_class"]

@@ -9,12 +9,12 @@ and go through the same needle index as every other signature, so the hot path p
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Mapping
 
 from agent.records import EventKind, FieldValue, Phase, Severity
 from parsers.catalogue import Statement, load
-from parsers.needles import required_literals
 from parsers.signature import Signature, signature
 
 _SEVERITY = {
@@ -65,9 +65,11 @@ def _signature(s: Statement) -> Signature | None:
                      incident=kind in INCIDENTS)
 
 
+@functools.cache
 def signatures(parser: str) -> tuple[Signature, ...]:
     """The catalogue's signatures for one parser (`vllm`, …; `auto` for clients and proxies, which every
-    parser reads)."""
+    parser reads). Built once per parser: every engine's parser takes `auto`'s, and each pattern's compiling
+    and literal derivation was most of the parsers' import time when done again for each."""
     out = []
     for source in load():
         if source.parser.value != parser:
@@ -78,6 +80,7 @@ def signatures(parser: str) -> tuple[Signature, ...]:
     return tuple(out)
 
 
+@functools.cache
 def hot_words(parser: str) -> tuple[str, ...]:
     """Literals one of which every catalogued line of the parser holds (for its pre-filter), each without
     the spaces and punctuation it may start with: the pre-filter is searched at every position of every
@@ -85,7 +88,7 @@ def hot_words(parser: str) -> tuple[str, ...]:
     on an ordinary line); `UT ` is as necessary as ` UT `."""
     words: list[str] = []
     for sig in signatures(parser):
-        literals = required_literals(sig.pattern)
+        literals = sig.needles  # the pattern's required literals, derived once, when its signature was built
         if literals is None:
             raise ValueError(f"a catalogued pattern without a literal cannot be pre-filtered: {sig.pattern.pattern}")
         words.extend(w.lstrip(_LEADING) or w for w in literals)

@@ -40,10 +40,9 @@ from agent.sources.bounded import open_saved
 from agent.views.scan_progress import Progress, counted
 from agent.views.scan_text import JsonlWriter
 from agent.views.summary import SummaryBuilder
-from parsers import REGISTRY, AutoParser, make_parser
+from parsers import REGISTRY, AutoParser, make_parser, parser_class
 from parsers.base import DEDUP_WINDOW_LINES, DEDUP_WINDOW_S, StreamParser
 from parsers.checkpoint import Checkpoint
-from parsers.generic import GenericParser
 
 MIN_CHUNK_BYTES = 8 << 20  # smaller files are not worth the processes
 PROBE_LINES = 2000  # lines each later chunk reads to warm up before its records count
@@ -206,7 +205,7 @@ def _settled_class(path: str, source: str, server: Server, ref_time: float | Non
             if probe.inner is not None:
                 break
     probe.flush()
-    return type(probe.inner) if probe.inner is not None else GenericParser
+    return type(probe.inner) if probe.inner is not None else parser_class(Server.AUTO)
 
 
 def _adopt(true: Any, done: _Done, at: _Checkpoint) -> StreamParser | None:

@@ -14,11 +14,20 @@ recognise yet carries `gap`, the reason; the coverage report lists those (bench/
 
 Loading validates everything (`CatalogueError` names the file and entry); nothing here is on a parser's hot
 path: `parsers.catalogued` builds signatures from the entries that carry a `pattern`, once, at import.
+
+Every start of every command that parses reads the catalogue, and importing PyYAML and parsing the files took
+most of that, so the files' data is also kept as JSON in the user's cache directory, named by the hash of the
+files' bytes: a changed file is a new name, so the copy cannot be stale, and it is validated exactly as the
+YAML's data is. A copy that cannot be read or written is only slower.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import json
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,9 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.records import EventKind, Phase, Server
-from agent.yamldoc import YamlReadError, read_data, read_yaml
 
 HERE = Path(__file__).resolve().parent
+CACHE_FORMAT = "1"  # part of the copy's name: raise it when what the copy holds changes
 FIELD_VALUE = (str, int, float, bool)
 SIGNALS = frozenset({k.value for k in EventKind} | {"request_failed", "fact", "stats", "benign"})
 NOT_INCIDENTS = frozenset({"fact", "stats", "benign"})
@@ -224,9 +233,14 @@ def _statement(engine: str, raw: Any, where: str, prefix_names: set[str]) -> Sta
     return statement
 
 
-def load_file(path: Path) -> Source:
-    """One catalogue file, validated. Read by libyaml at every start; only a file with a problem is read
-    again with its node tree, so that the error names the line."""
+def load_file(path: Path, data: Any = None) -> Source:
+    """One catalogue file, validated: its data read by libyaml (or given, as read before from the same
+    bytes); only a file with a problem is read again with its node tree, so that the error names the line."""
+    if data is not None:
+        with contextlib.suppress(CatalogueError):  # the problem is found again below, with its line
+            return _validate(path, data, lambda i: "")
+    from agent.yamldoc import YamlReadError, read_data, read_yaml  # here: a start from the cached copy needs no YAML
+
     try:
         return _validate(path, read_data(path), lambda i: "")
     except (CatalogueError, YamlReadError):
@@ -269,9 +283,72 @@ def _validate(path: Path, raw: Any, line: Callable[[int], str]) -> Source:
 
 
 @functools.lru_cache(maxsize=1)
-def load(directory: Path = HERE) -> tuple[Source, ...]:
-    """Every catalogue file, in name order."""
-    return tuple(load_file(p) for p in sorted(directory.glob("*.yaml")))
+def load(directory: Path = HERE, cache_dir: Path | None = None) -> tuple[Source, ...]:
+    """Every catalogue file, in name order; the files' data from the JSON copy in `cache_dir` (default: the
+    user's cache directory) when there is one for these bytes, else from the YAML, and then copied there."""
+    paths = sorted(directory.glob("*.yaml"))
+    cache_dir = cache_dir if cache_dir is not None else _user_cache_dir()
+    copy = _copy_path(paths, cache_dir) if cache_dir is not None else None
+    cached = _read_copy(copy, len(paths)) if copy is not None else None
+    if cached is not None:
+        return tuple(load_file(p, data) for p, data in zip(paths, cached, strict=True))
+    from agent.yamldoc import read_data
+
+    data = [read_data(p) for p in paths]
+    sources = tuple(load_file(p, d) for p, d in zip(paths, data, strict=True))
+    if copy is not None:
+        _write_copy(copy, data)
+    return sources
+
+
+def _user_cache_dir() -> Path | None:
+    """$XDG_CACHE_HOME/deepinfer-agent, else ~/.cache/deepinfer-agent; None for a user without a home."""
+    try:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "deepinfer-agent"
+    except RuntimeError:
+        return None
+
+
+def _copy_path(paths: list[Path], cache_dir: Path) -> Path:
+    """The copy's name: the hash of every file's name and bytes, so an edit, a new or a removed file is a new
+    copy."""
+    digest = hashlib.sha256(CACHE_FORMAT.encode())
+    for path in paths:
+        body = path.read_bytes()
+        digest.update(f"\0{path.name}\0{len(body)}\0".encode())
+        digest.update(body)
+    return cache_dir / f"catalogue-{digest.hexdigest()[:32]}.json"
+
+
+def _read_copy(copy: Path, files: int) -> list[Any] | None:
+    """The files' data from the copy; None when it is missing, unreadable or not one entry per file."""
+    try:
+        data = json.loads(copy.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, list) and len(data) == files else None
+
+
+def _write_copy(copy: Path, data: list[Any]) -> None:
+    """Keep the data as JSON, written whole or not at all (a temporary file renamed), and only when JSON
+    gives back exactly the same data (YAML has types JSON lacks); older copies are removed."""
+    try:
+        text = json.dumps(data, ensure_ascii=False)
+        if json.loads(text) != data:
+            return
+    except (TypeError, ValueError):
+        return
+    temporary = copy.with_name(f".{copy.name}.{os.getpid()}.tmp")
+    try:
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(text, encoding="utf-8")
+        temporary.replace(copy)
+        for old in copy.parent.glob("catalogue-*.json"):
+            if old != copy:
+                old.unlink(missing_ok=True)
+    except OSError:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
 
 
 def statements(directory: Path = HERE) -> Iterator[tuple[Source, Statement]]:

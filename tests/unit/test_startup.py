@@ -1,0 +1,138 @@
+"""What `scan` costs before it reads a line: the modules it imports, the one-command app the console script
+runs, and the catalogue's cached copy.
+
+Start-up was most of a small `scan`'s time (bench/README.md, "Start-up"): every engine's parser compiled its
+signatures, PyYAML parsed the catalogue, and the store, the exporter and the judge came along. These tests
+hold the import structure, not a time: a heavy module that `scan` of a plain vLLM file does not use must not
+be imported, and the catalogue read from its copy must be the catalogue read from the YAML.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.app import app_for
+from agent.cli import app
+from parsers import catalogue
+
+ROOT = Path(__file__).resolve().parents[2]
+STATS_LINE = ("INFO 11-29 09:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation "
+              "throughput: 10.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, Prefix cache "
+              "hit rate: 0.0%\n")
+# What `scan` of a plain vLLM log in text mode has no use for: the store, the exporter, the judge, typer's
+# rich rendering, the other engines' parsers, and (from the catalogue's copy) PyYAML.
+NOT_FOR_SCAN = ("sqlite_utils", "sqlite3", "prometheus_client", "rich", "agent.judge", "agent.sinks", "agent.daemon",
+                "agent.tools", "parsers.sglang", "parsers.tgi", "parsers.llamacpp", "parsers.generic", "yaml")
+
+
+def _imported(args: list[str], cache: Path, log: Path) -> tuple[set[str], str]:
+    """The modules a run of `python -X importtime ARGS` imported (its stderr's report), and its stdout."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache), "DEEPINFER_DEBUG": "1"}
+    done = subprocess.run([sys.executable, "-X", "importtime", *args, str(log)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120, check=True)
+    modules = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    return modules, done.stdout
+
+
+COMMANDS = [c.name or c.callback.__name__ for c in app.registered_commands if c.callback is not None]
+# each command's help and a usage mistake, the app's own options after the command, and what needs the whole app
+ARGS = [[command, "--help"] for command in COMMANDS] + [
+    ["scan"], ["scan", "--bogus", "x"], ["scan", "--jobs", "0", "x"], ["scan", "--version"], ["models"],
+    ["--help"], [], ["--version"], ["rules"], ["rules", "check", "--help"], ["sacn", "x"]]
+
+
+@pytest.mark.parametrize("args", ARGS, ids=" ".join)
+def test_the_app_run_for_a_command_answers_as_the_whole_app(args: list[str]) -> None:
+    runner = CliRunner()
+    whole = runner.invoke(app, args, prog_name="deepinfer-agent", env={"COLUMNS": "100"})
+    for_args = runner.invoke(app_for(app, args), args, prog_name="deepinfer-agent", env={"COLUMNS": "100"})
+    assert (for_args.exit_code, for_args.output) == (whole.exit_code, whole.output)
+    assert whole.output.strip()
+
+
+def test_only_a_command_gets_an_app_of_its_own() -> None:
+    assert app_for(app, ["--help"]) is app and app_for(app, ["rules", "check"]) is app and app_for(app, []) is app
+    one = app_for(app, ["scan", "x"])
+    assert [c.callback.__name__ for c in one.registered_commands if c.callback is not None] == ["scan"]
+    assert len(COMMANDS) >= 10 and "scan" in COMMANDS  # the parametrization above covers them all
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    path = tmp_path / "one.log"
+    path.write_text(STATS_LINE)
+    return path
+
+
+def test_scan_of_a_plain_vllm_file_imports_none_of_what_it_does_not_use(tmp_path: Path, log: Path) -> None:
+    cache = tmp_path / "cache"
+    first, out = _imported(["-m", "agent", "scan", "--jobs", "1"], cache, log)
+    assert "read as vllm" in out and "peak KV usage  1.0%" in out
+    assert "yaml" in first  # no copy yet: the catalogue is read from its YAML, and the copy written
+    assert list((cache / "deepinfer-agent").glob("catalogue-*.json"))
+    second, again = _imported(["-m", "agent", "scan", "--jobs", "1"], cache, log)
+    assert again == out
+    assert "parsers.vllm" in second and "agent.offline.saved" in second  # the report is really there
+    heavy = sorted(m for m in second if m in NOT_FOR_SCAN or any(m.startswith(f"{n}.") for n in NOT_FOR_SCAN))
+    assert heavy == []
+
+
+def test_the_check_above_sees_a_heavy_import(tmp_path: Path, log: Path) -> None:
+    """The same report for a command that does use the store and the judge (`advise --log`): the check above
+    can fail."""
+    modules, out = _imported(["-m", "agent", "advise", "--log"], tmp_path / "cache", log)
+    assert "Judged 1 engine(s)" in out
+    assert {"sqlite_utils", "agent.judge", "yaml"} <= modules
+
+
+def test_the_catalogue_from_its_copy_is_the_catalogue_from_the_yaml(tmp_path: Path) -> None:
+    catalogue.load.cache_clear()
+    try:
+        from_yaml = catalogue.load(catalogue.HERE, tmp_path)
+        (copy,) = tmp_path.glob("catalogue-*.json")
+        catalogue.load.cache_clear()
+        from_copy = catalogue.load(catalogue.HERE, tmp_path)
+        assert from_copy == from_yaml and len(from_yaml) == len(list(catalogue.HERE.glob("*.yaml")))
+        copy.write_text("[1, 2")  # cut short: read from the YAML again, and written whole again
+        catalogue.load.cache_clear()
+        assert catalogue.load(catalogue.HERE, tmp_path) == from_yaml
+        assert copy.read_text().startswith("[{")
+    finally:
+        catalogue.load.cache_clear()
+
+
+def test_an_edited_catalogue_file_is_read_from_its_yaml_not_from_the_old_copy(tmp_path: Path) -> None:
+    directory = tmp_path / "catalogue"
+    directory.mkdir()
+    source = (catalogue.HERE / "curl.yaml").read_text()
+    (directory / "curl.yaml").write_text(source)
+    cache = tmp_path / "cache"
+    catalogue.load.cache_clear()
+    try:
+        before = catalogue.load(directory, cache)
+        (old,) = cache.glob("catalogue-*.json")
+        (directory / "curl.yaml").write_text(source.replace("repo: ", "repo: edited-", 1))
+        catalogue.load.cache_clear()
+        after = catalogue.load(directory, cache)
+        (new,) = cache.glob("catalogue-*.json")  # the old copy removed
+        assert new != old and not old.exists()
+        assert after[0].repo.startswith("edited-") and not before[0].repo.startswith("edited-")
+    finally:
+        catalogue.load.cache_clear()
+
+
+def test_an_unwritable_cache_directory_only_costs_the_copy(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    catalogue.load.cache_clear()
+    try:
+        assert catalogue.load(catalogue.HERE, blocked / "cache") == catalogue.load.__wrapped__(catalogue.HERE,
+                                                                                                 tmp_path / "other")
+    finally:
+        catalogue.load.cache_clear()
