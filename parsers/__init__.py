@@ -88,7 +88,10 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"# (?:GPU|gpu|cuda|CUDA) blocks: \d+|Maximum concurrency for [\d,]+ tokens per request"
              r"|is preempted (?:by|in) PreemptionMode|No available memory for the cache blocks"
              r"|max seq len \(\d+\) is larger than|EngineCore"
-             r"|Memory profiling results|Loading model weights took|EngineDeadError", 3),
+             r"|Memory profiling results|Loading model weights took|EngineDeadError"
+             # its process names in the start-up and death lines a crash tail keeps
+             r"|\bWorkerProc (?:hit an exception|failed)|RPCServer process died|Engine process failed to start"
+             r"|Engine core initialization failed|\bMQLLMEngine\b|\bAsyncLLMEngine\b", 3),
         ),
         Server.SGLANG: (
             (r"server_args=ServerArgs\(|sglang", 3),
@@ -96,7 +99,10 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:TP|DP|PP|EP)\d+)*\] ", 1),
             (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens="
              r"|Exception in (?:ModelTpServer|ControllerSingle|ControllerMulti):"
-             r"|Initialization failed\. warmup error", 3),
+             r"|Initialization failed\. (?:warmup error|Please see the error messages above)"
+             r"|Rank \d+ scheduler is dead|Child process unexpectedly failed|Received sigquit from a child process"
+             r"|SIGQUIT received\. signum="
+             r"|\b(?:Scheduler|TokenizerManager|DetokenizerManager|TpModelWorkerClient) hit an exception", 3),
         ),
         Server.TGI: (
             (r"text_generation_(?:launcher|router|server)|text-generation-(?:launcher|router|server)", 3),
@@ -104,7 +110,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"Not enough memory to handle \d+ prefill tokens|--max-batch-prefill-tokens"
              r"|Error: (?:Shard|Webserver)[A-Z]\w+|Model is overloaded|shard-manager"
              r"|Setting max batch total tokens to \d+|Inferred max batch total tokens"
-             r"|Default `max_batch_prefill_tokens` to",
+             r"|Default `max_batch_prefill_tokens` to|Shard complete standard error output"
+             r"|Shard \d+ (?:crashed|failed to start)|Webserver Crashed|Shard status channel disconnected",
              3),
             # the same `tracing` prefix from vllm.rs, another Rust engine (parsers/vllm_rs.py): its words count
             # against TGI, so its stream stays with the generic path that reads it

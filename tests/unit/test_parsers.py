@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from agent.records import CapacityFact, Event, EventKind, Record, RequestSample, Server, ServerStats, Severity
-from parsers import REGISTRY, AutoParser, detect, make_parser
+from parsers import REGISTRY, AutoParser, catalogue, detect, make_parser
 from parsers.redact import _REQUEST_MARKERS, is_request_log, redact
 from parsers.vllm import VllmParser, startup_facts
 
@@ -29,6 +29,22 @@ def _untimed(record: Record) -> Record:
 def test_detects_the_server_from_the_first_lines(fixture: str, server: Server) -> None:
     lines = (LOGS / fixture).read_text(encoding="utf-8").splitlines()[:10]
     assert detect(lines) is server
+
+
+# death lines a crash tail keeps without any prefix: each names its engine through the process it speaks of
+BARE_DEATHS = ["vllm.v0-rpc-server-died", "vllm.v0-engine-process-failed", "vllm.v1-workerproc-failed-start",
+               "vllm.v1-workerproc-failed", "vllm.v1-workerproc-hit-exception", "vllm.v1-init-failed",
+               "sglang.rank-scheduler-dead", "sglang.init-failed", "sglang.child-failed-0.4", "sglang.child-failed",
+               "sglang.sigquit", "sglang.sigquit-0.5", "sglang.scheduler-exception", "sglang.detokenizer-exception",
+               "tgi.shard-stderr", "tgi.shard-channel-disconnected", "tgi.shard-crashed", "tgi.webserver-crashed"]
+
+
+@pytest.mark.parametrize("key", BARE_DEATHS)
+def test_a_bare_death_line_names_its_engine(key: str) -> None:
+    statement = next(s for source in catalogue.load() for s in source.statements if s.key == key)
+    assert detect([statement.message()]) is Server(statement.engine)
+    events = [r for r in run(make_parser(Server.AUTO, "t", REF_TIME), [statement.message()]) if isinstance(r, Event)]
+    assert [e.kind for e in events] == [EventKind.ENGINE_DEAD]
 
 
 def test_unrecognised_stream_falls_back_to_server_independent_rules() -> None:
