@@ -37,6 +37,7 @@ from agent.records import (
     ServerStats,
     Severity,
 )
+from parsers import families
 from parsers.checkpoint import Checkpoint, Incidents, NewKinds
 from parsers.http_access import carries_duration, timed
 from parsers.paste import ESCAPED_TRACEBACK, WRAP_WIDTHS, continues_wrap, escaped_lines, unpaste
@@ -482,7 +483,8 @@ class StreamParser:
         found: dict[EventKind, Event | None] = {}
         deferred: list[str] = []
         index = index_of(self.SIGNATURES)
-        for msg in source_last(lines, deferred):
+        block = list(lines)
+        for msg in source_last(block, deferred):
             if is_request_log(msg):
                 continue
             for r in index.candidates(msg):
@@ -495,6 +497,8 @@ class StreamParser:
                 if r.phase is Phase.STARTUP:
                     self._starting = True  # it never served: what fails next is part of the failed start
                 fields = r.extract(m) if r.extract else {}
+                if r is families.BARE_TIMEOUT and families.timeout_waiter(block) == "client":
+                    fields = families.CLIENT_TIMEOUT  # a client library's own deadline, not the engine's
                 if r.kind is EventKind.ENGINE_DEAD:
                     self._engine_dead = True
                 elif r.kind is EventKind.REQUEST_FAILED and self._engine_dead and fields["reason"] == "server_error":
