@@ -144,7 +144,7 @@ def _evidence(line: str) -> tuple[str, ...]:
     bare = line
     if (m := COMPOSE.match(bare)) is not None:
         bare = bare[m.end():]
-    if bare[:1].isdigit() or bare[:5] == "[pod/":
+    if bare[:1].isdigit() or bare[:1] == "[":
         bare = bare[OUTER.match(bare).end():]  # type: ignore[union-attr]  # everything in OUTER is optional
     return (line,) if bare == line else (line, bare)
 

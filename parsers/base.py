@@ -228,15 +228,17 @@ class StreamParser:
             syslog_ts = self.stamps.yearless(month, int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
-        elif (text[:5] == "[pod/" or (self.OUTER_STAMP and text[:1].isdigit())) and (
-                om := OUTER.match(text)) is not None:
-            # `docker logs --timestamps` / `kubectl logs --timestamps --prefix`: the runtime's own time
-            # (UTC, with a year) is the better one, as an envelope's would be
+        elif (text[:1] == "[" or (self.OUTER_STAMP and text[:1].isdigit())) and (
+                om := OUTER.match(text)) is not None and om.end():
+            # `docker logs --timestamps` / `kubectl logs --timestamps --prefix` / journald's ISO and epoch
+            # formats: the runtime's own time (with a year) is the better one, as an envelope's would be
             end = om.end()
-            if not self.OUTER_STAMP and not text[end:end + 1].isdigit():
+            if not self.OUTER_STAMP and om.group(1) and not text[end:end + 1].isdigit():
                 end = text.find("] ") + 2  # only the pod: the time after it is the line's own (TGI's)
             elif ts is None and om.group(1):
                 ts = self.stamps.rfc3339(om.group(1))
+            elif ts is None and om.group(2):
+                ts = float(om.group(2))  # `journalctl -o short-unix`
             text = text[end:]
         split = self.split(text)
         if self._request_lines and self._in_request(split):

@@ -83,11 +83,12 @@ class TgiParser(StreamParser):
             return self._split_json(text)
         m = _PREFIX.match(text)
         if m is None:
-            if text[:1].isdigit() and (o := OUTER.match(text)) is not None and o.group(1):
-                # a runtime's time before a line without TGI's prefix (a client's copy of the router's error
-                # body under `kubectl logs --timestamps`): the line after it, at that time when it has none
+            if text[:1].isdigit() and (o := OUTER.match(text)) is not None and (o.group(1) or o.group(2)):
+                # a runtime's or journald's time before a line (TGI's own, or a client's copy of the router's
+                # error body under `kubectl logs --timestamps`): the line after it, at that time when it has none
                 inner = self.split(text[o.end():])
-                inner.ts = inner.ts if inner.ts is not None else self.stamps.rfc3339(o.group(1))
+                if inner.ts is None:
+                    inner.ts = self.stamps.rfc3339(o.group(1)) if o.group(1) else float(o.group(2))
                 return inner
             return Split(text)
         fraction = float("0." + m.group(8)) if m.group(8) else 0.0
