@@ -180,7 +180,8 @@ QUEUE_SIGNATURES: tuple[Signature, ...] = (
 )
 
 ENGINE_DEATH_SIGNATURES: tuple[Signature, ...] = (
-    signature(EventKind.ENGINE_DEAD, r"llama-server process has terminated|(?:is already dead|has failed), terminating "
+    signature(EventKind.ENGINE_DEAD, r"llama-server process (?:has terminated|no longer running)"
+              r"|(?:is already dead|has failed), terminating "
               r"server process|Engine loop has died", Severity.CRITICAL, incident=True),
 )
 
@@ -193,4 +194,4 @@ HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchd
              "out of memory", "Out of memory", "allocate",
              "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
              "timeout reached",
-             "terminated", "terminating server", "Engine loop has died")
+             "terminated", "no longer running", "terminating server", "Engine loop has died")
