@@ -24,7 +24,7 @@ from typing import Protocol
 
 from agent.records import Record, Server
 from parsers.base import MAX_LINE_CHARS, StreamParser
-from parsers.generic import GenericParser
+from parsers.generic import GenericParser, LlamaBoxParser, TensorRtLlmParser, VllmRsParser
 from parsers.kernel import KernelParser
 from parsers.llamacpp import LlamaCppParser
 from parsers.paste import STARTS as PASTE_STARTS
@@ -69,6 +69,9 @@ REGISTRY: dict[Server, type[StreamParser]] = {
     Server.TGI: TgiParser,
     Server.LLAMACPP: LlamaCppParser,
     Server.KERNEL: KernelParser,
+    Server.TENSORRT_LLM: TensorRtLlmParser,
+    Server.VLLM_RS: VllmRsParser,
+    Server.LLAMA_BOX: LlamaBoxParser,
 }
 
 # Evidence per server: (pattern, weight). Weight 3 = unmistakable on its own; a negative weight is evidence
@@ -129,6 +132,14 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"\b(?:print_timings?|update_slots|launch_slot_|log_server_r)\b|prompt eval time +=", 3),
         ),
         Server.KERNEL: ((r"NVRM: ", 2), (r"kernel: \[ *\d+\.\d+\]", 1)),
+        # engines without a parser of their own, named by their own tags and statements (parsers/catalogue)
+        Server.TENSORRT_LLM: ((r"\[TensorRT-LLM\]\[|\[TRT-LLM\]|\btensorrt_llm\b|\btrtllm-serve\b"
+                               r"|\bin paged KV cache\b|KV cache primary pool|Max KV cache blocks per sequence"
+                               r"|Failed to initialize executor on rank|Executor creation failed due to insufficient"
+                               r"|\bkv_cache_free_gpu_mem_fraction\b|\bNumber of tokens per block: \d+\.", 3),),
+        Server.VLLM_RS: ((r"\bvllm_rs::|\bKVCacheSwap\b|\bGPU Kvcache: |KV cached blocks swapped (?:out to CPU|in GPU)"
+                          r"|Trying to swap out preempt Seq", 3),),
+        Server.LLAMA_BOX: ((r"\bllama-box\b|batching, waiting previous batch finished", 3),),
     }.items()
 }
 DETECT_LINES = 200  # how many lines `AutoParser` looks at before settling on the best guess

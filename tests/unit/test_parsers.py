@@ -47,6 +47,30 @@ def test_a_bare_death_line_names_its_engine(key: str) -> None:
     assert [e.kind for e in events] == [EventKind.ENGINE_DEAD]
 
 
+# engines without a parser of their own: a line of their own statements, behind each of their prefixes, names them
+NAMED_ONLY = [(source, s) for source in catalogue.load() if source.engine in {"tensorrt-llm", "vllm-rs", "llama-box"}
+              for s in source.statements if s.signals != "benign"]
+
+
+@pytest.mark.parametrize(("source", "statement"), NAMED_ONLY, ids=[s.key for _, s in NAMED_ONLY])
+def test_an_engine_without_a_parser_is_named_by_its_statements(source: catalogue.Source,
+                                                                statement: catalogue.Statement) -> None:
+    for prefix in source.prefixes_for(statement):
+        line = prefix.template.replace("{level}", statement.level).replace("{msg}", statement.message())
+        parser = make_parser(Server.AUTO, "t", REF_TIME)
+        run(parser, [line])
+        assert isinstance(parser, AutoParser) and parser.server is Server(source.engine), (prefix.name, line)
+
+
+def test_a_llama_box_log_full_of_libllama_lines_stays_llama_cpp() -> None:
+    lines = ["llama_model_loader: loaded meta data with 29 key-value pairs and 291 tensors from /m/q.gguf",
+             "llama_context: n_ctx_seq (8192) < n_ctx_train (131072) -- the full capacity of the model will not be "
+             "utilized",
+             "[2025-08-14 09:08:17.697176] D srv                 reconcile: rid 7 | batching, waiting previous batch "
+             "finished: not enough space to place all tokens"]
+    assert detect(lines) is Server.LLAMACPP
+
+
 def test_unrecognised_stream_falls_back_to_server_independent_rules() -> None:
     parser = make_parser(Server.AUTO, "t", REF_TIME)
     records = run(parser, ["hello", "RuntimeError: CUDA error: an illegal memory access was encountered"])
