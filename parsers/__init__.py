@@ -104,7 +104,7 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
              r"|Exception in (?:ModelTpServer|ControllerSingle|ControllerMulti):"
              r"|Initialization failed\. (?:warmup error|Please see the error messages above)"
              r"|Rank \d+ scheduler is dead|Child process unexpectedly failed|Received sigquit from a child process"
-             r"|SIGQUIT received\. signum="
+             r"|SIGQUIT received\. signum=|crashed with exit code -?\d+\. Triggering SIGQUIT"
              r"|\b(?:Scheduler|TokenizerManager|DetokenizerManager|TpModelWorkerClient) hit an exception", 3),
         ),
         Server.TGI: (

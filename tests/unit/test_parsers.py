@@ -35,7 +35,8 @@ def test_detects_the_server_from_the_first_lines(fixture: str, server: Server) -
 BARE_DEATHS = ["vllm.v0-rpc-server-died", "vllm.v0-engine-process-failed", "vllm.v1-workerproc-failed-start",
                "vllm.v1-workerproc-failed", "vllm.v1-workerproc-hit-exception", "vllm.v1-init-failed",
                "sglang.rank-scheduler-dead", "sglang.init-failed", "sglang.child-failed-0.4", "sglang.child-failed",
-               "sglang.sigquit", "sglang.sigquit-0.5", "sglang.scheduler-exception", "sglang.detokenizer-exception",
+               "sglang.sigquit", "sglang.sigquit-0.5", "sglang.subprocess-crashed", "sglang.scheduler-exception",
+               "sglang.detokenizer-exception",
                "tgi.shard-stderr", "tgi.shard-channel-disconnected", "tgi.shard-crashed", "tgi.webserver-crashed"]
 
 
