@@ -304,12 +304,12 @@ def test_timeouts_carry_scope_and_knob(server: Server, line: str, scope: str, kn
 
 
 # A bare TimeoutError names no waiter; the frames do. aiohttp's total `ClientTimeout` leaves its TimerContext
-# (aiohttp/helpers.py, __exit__) with `raise asyncio.TimeoutError`, the builtin since Python 3.11: the client gave
+# (`TimerContext.__exit__`) with `raise asyncio.TimeoutError`, the builtin since Python 3.11: the client gave
 # up. vLLM's shared-memory queue (shm_broadcast.py, MessageQueue.acquire_read) raises the same bare exception: the
 # engine waited on itself, and so does an engine that waited through aiohttp (a frame of vllm/ on the way).
 SITE = "/usr/local/lib/python3.12/site-packages"
-AIOHTTP_TOTAL = [f'  File "{SITE}/aiohttp/client.py", line 579, in _request', "    with timer:",
-                 f'  File "{SITE}/aiohttp/helpers.py", line 712, in __exit__',
+AIOHTTP_TOTAL = [f'  File "{SITE}/aiohttp/client.py", line 1359, in __aenter__', "    self._resp = await self._coro",
+                 f'  File "{SITE}/aiohttp/client.py", line 579, in _request', "    with timer:",
                  "    raise asyncio.TimeoutError from exc_val", "TimeoutError"]
 
 
