@@ -20,6 +20,11 @@ class Server(str, Enum):
     SGLANG = "sglang"
     TGI = "tgi"
     LLAMACPP = "llamacpp"
+    # engines with no parser of their own: named when auto-detection sees their own statements, read by the
+    # generic path (their catalogued statements and the server-independent signatures)
+    TENSORRT_LLM = "tensorrt-llm"
+    VLLM_RS = "vllm-rs"
+    LLAMA_BOX = "llama-box"
     KERNEL = "kernel"  # the kernel log (NVRM Xid lines), not an inference server
     NVML = "nvml"  # the NVIDIA driver library (GPU samples, Xid events), not an inference server
 

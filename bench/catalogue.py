@@ -42,8 +42,20 @@ REF_TIME = 1765584000.0  # 2025-12-13: yearless stamps land in 2025
 
 # journald's `short` format writes the month as the locale abbreviates it (strftime %b)
 DECEMBER = {"en": "Dec", "de": "Dez", "fr": "déc.", "es": "dic", "ru": "дек", "zh": "12月"}
+# journald's other output formats (`journalctl -o …`), and the runtimes' `--timestamps` without a pod prefix;
+# each at 2025-12-14 03:11:15 UTC but short-monotonic, which counts seconds since boot
+JOURNALD_FORMATS = {
+    "short-iso": "2025-12-14T03:11:15+0000 gpu7 engine[1234]: ",
+    "short-iso-precise": "2025-12-14T03:11:15.123456+0000 gpu7 engine[1234]: ",
+    "short-precise": "Dec 14 03:11:15.123456 gpu7 engine[1234]: ",
+    "short-unix": "1765681875.123456 gpu7 engine[1234]: ",
+    "short-monotonic": "[ 1234.567890] gpu7 engine[1234]: ",
+}
+TIMESTAMPS = "2025-12-14T03:11:15.123456789Z "  # `docker logs --timestamps`, `kubectl logs --timestamps`
 # the envelopes that carry a time of their own (a line's records must then have one)
-STAMPED = frozenset({"docker", "cri", "kubectl", "loki", "shipper"} | {f"journald-{k}" for k in DECEMBER})
+STAMPED = frozenset({"docker", "cri", "kubectl", "timestamps", "loki", "shipper"}
+                    | {f"journald-{k}" for k in DECEMBER}
+                    | {f"journald-{k}" for k in JOURNALD_FORMATS if k != "short-monotonic"})
 
 
 def envelopes(line: str) -> Iterator[tuple[str, str]]:
@@ -53,8 +65,11 @@ def envelopes(line: str) -> Iterator[tuple[str, str]]:
     yield "cri", f"2025-12-14T03:11:15.123456789Z stderr F {line}"
     yield "compose", f"engine-1  | {line}"  # `docker compose logs`
     yield "kubectl", f"[pod/engine-0/engine] 2025-12-14T03:11:15.123456789Z {line}"  # --prefix --timestamps
+    yield "timestamps", f"{TIMESTAMPS}{line}"
     for locale, month in DECEMBER.items():
         yield f"journald-{locale}", f"{month} 14 03:11:15 gpu7 engine[1234]: {line}"
+    for name, prefix in JOURNALD_FORMATS.items():
+        yield f"journald-{name}", f"{prefix}{line}"
     yield from pasted(line)
 
 

@@ -76,6 +76,10 @@ def parser_class(server: Server) -> type[StreamParser]:
     if server is Server.KERNEL:
         from parsers.kernel import KernelParser
         return KernelParser
+    if server in (Server.TENSORRT_LLM, Server.VLLM_RS, Server.LLAMA_BOX):
+        from parsers.generic import LlamaBoxParser, TensorRtLlmParser, VllmRsParser
+        return {Server.TENSORRT_LLM: TensorRtLlmParser, Server.VLLM_RS: VllmRsParser,
+                Server.LLAMA_BOX: LlamaBoxParser}[server]
     from parsers.generic import GenericParser
     return GenericParser
 
@@ -84,7 +88,8 @@ class _Registry(Mapping[Server, type[StreamParser]]):
     """Server → its parser class, for every server with a parser of its own (not `auto`), each looked up
     through `parser_class`, so only the engines asked for are imported."""
 
-    _SERVERS = (Server.VLLM, Server.SGLANG, Server.TGI, Server.LLAMACPP, Server.KERNEL)
+    _SERVERS = (Server.VLLM, Server.SGLANG, Server.TGI, Server.LLAMACPP, Server.KERNEL, Server.TENSORRT_LLM,
+                Server.VLLM_RS, Server.LLAMA_BOX)
 
     def __getitem__(self, server: Server) -> type[StreamParser]:
         if server not in self._SERVERS:
@@ -117,7 +122,10 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"# (?:GPU|gpu|cuda|CUDA) blocks: \d+|Maximum concurrency for [\d,]+ tokens per request"
              r"|is preempted (?:by|in) PreemptionMode|No available memory for the cache blocks"
              r"|max seq len \(\d+\) is larger than|EngineCore"
-             r"|Memory profiling results|Loading model weights took|EngineDeadError", 3),
+             r"|Memory profiling results|Loading model weights took|EngineDeadError"
+             # its process names in the start-up and death lines a crash tail keeps
+             r"|\bWorkerProc (?:hit an exception|failed)|RPCServer process died|Engine process failed to start"
+             r"|Engine core initialization failed|\bMQLLMEngine\b|\bAsyncLLMEngine\b", 3),
         ),
         Server.SGLANG: (
             (r"server_args=ServerArgs\(|sglang", 3),
@@ -125,7 +133,10 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:TP|DP|PP|EP)\d+)*\] ", 1),
             (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens="
              r"|Exception in (?:ModelTpServer|ControllerSingle|ControllerMulti):"
-             r"|Initialization failed\. warmup error", 3),
+             r"|Initialization failed\. (?:warmup error|Please see the error messages above)"
+             r"|Rank \d+ scheduler is dead|Child process unexpectedly failed|Received sigquit from a child process"
+             r"|SIGQUIT received\. signum=|crashed with exit code -?\d+\. Triggering SIGQUIT"
+             r"|\b(?:Scheduler|TokenizerManager|DetokenizerManager|TpModelWorkerClient) hit an exception", 3),
         ),
         Server.TGI: (
             (r"text_generation_(?:launcher|router|server)|text-generation-(?:launcher|router|server)", 3),
@@ -133,7 +144,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"Not enough memory to handle \d+ prefill tokens|--max-batch-prefill-tokens"
              r"|Error: (?:Shard|Webserver)[A-Z]\w+|Model is overloaded|shard-manager"
              r"|Setting max batch total tokens to \d+|Inferred max batch total tokens"
-             r"|Default `max_batch_prefill_tokens` to",
+             r"|Default `max_batch_prefill_tokens` to|Shard complete standard error output"
+             r"|Shard \d+ (?:crashed|failed to start)|Webserver Crashed|Shard status channel disconnected",
              3),
             # the same `tracing` prefix from vllm.rs, another Rust engine (parsers/vllm_rs.py): its words count
             # against TGI, so its stream stays with the generic path that reads it
@@ -151,6 +163,14 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"\b(?:print_timings?|update_slots|launch_slot_|log_server_r)\b|prompt eval time +=", 3),
         ),
         Server.KERNEL: ((r"NVRM: ", 2), (r"kernel: \[ *\d+\.\d+\]", 1)),
+        # engines without a parser of their own, named by their own tags and statements (parsers/catalogue)
+        Server.TENSORRT_LLM: ((r"\[TensorRT-LLM\]\[|\[TRT-LLM\]|\btensorrt_llm\b|\btrtllm-serve\b"
+                               r"|\bin paged KV cache\b|KV cache primary pool|Max KV cache blocks per sequence"
+                               r"|Failed to initialize executor on rank|Executor creation failed due to insufficient"
+                               r"|\bkv_cache_free_gpu_mem_fraction\b|\bNumber of tokens per block: \d+\.", 3),),
+        Server.VLLM_RS: ((r"\bvllm_rs::|\bKVCacheSwap\b|\bGPU Kvcache: |KV cached blocks swapped (?:out to CPU|in GPU)"
+                          r"|Trying to swap out preempt Seq", 3),),
+        Server.LLAMA_BOX: ((r"\bllama-box\b|batching, waiting previous batch finished", 3),),
     }.items()
 }
 DETECT_LINES = 200  # how many lines `AutoParser` looks at before settling on the best guess
@@ -166,7 +186,7 @@ def _evidence(line: str) -> tuple[str, ...]:
     bare = line
     if (m := COMPOSE.match(bare)) is not None:
         bare = bare[m.end():]
-    if bare[:1].isdigit() or bare[:5] == "[pod/":
+    if bare[:1].isdigit() or bare[:1] == "[":
         bare = bare[OUTER.match(bare).end():]  # type: ignore[union-attr]  # everything in OUTER is optional
     return (line,) if bare == line else (line, bare)
 

@@ -37,6 +37,7 @@ from agent.records import (
     ServerStats,
     Severity,
 )
+from parsers import families
 from parsers.checkpoint import Checkpoint, Incidents, NewKinds
 from parsers.http_access import carries_duration, timed
 from parsers.paste import ESCAPED_TRACEBACK, WRAP_WIDTHS, continues_wrap, escaped_lines, unpaste
@@ -227,15 +228,17 @@ class StreamParser:
             syslog_ts = self.stamps.yearless(month, int(sm.group(1)), int(sm.group(2)), int(sm.group(3)),
                                       int(sm.group(4)), sm.group(0))
             text = text[sm.end():]
-        elif (text[:5] == "[pod/" or (self.OUTER_STAMP and text[:1].isdigit())) and (
-                om := OUTER.match(text)) is not None:
-            # `docker logs --timestamps` / `kubectl logs --timestamps --prefix`: the runtime's own time
-            # (UTC, with a year) is the better one, as an envelope's would be
+        elif (text[:1] == "[" or (self.OUTER_STAMP and text[:1].isdigit())) and (
+                om := OUTER.match(text)) is not None and om.end():
+            # `docker logs --timestamps` / `kubectl logs --timestamps --prefix` / journald's ISO and epoch
+            # formats: the runtime's own time (with a year) is the better one, as an envelope's would be
             end = om.end()
-            if not self.OUTER_STAMP and not text[end:end + 1].isdigit():
+            if not self.OUTER_STAMP and om.group(1) and not text[end:end + 1].isdigit():
                 end = text.find("] ") + 2  # only the pod: the time after it is the line's own (TGI's)
             elif ts is None and om.group(1):
                 ts = self.stamps.rfc3339(om.group(1))
+            elif ts is None and om.group(2):
+                ts = float(om.group(2))  # `journalctl -o short-unix`
             text = text[end:]
         split = self.split(text)
         if self._request_lines and self._in_request(split):
@@ -482,7 +485,8 @@ class StreamParser:
         found: dict[EventKind, Event | None] = {}
         deferred: list[str] = []
         index = index_of(self.SIGNATURES)
-        for msg in source_last(lines, deferred):
+        block = list(lines)
+        for msg in source_last(block, deferred):
             if is_request_log(msg):
                 continue
             for r in index.candidates(msg):
@@ -495,6 +499,8 @@ class StreamParser:
                 if r.phase is Phase.STARTUP:
                     self._starting = True  # it never served: what fails next is part of the failed start
                 fields = r.extract(m) if r.extract else {}
+                if r is families.BARE_TIMEOUT and families.timeout_waiter(block) == "client":
+                    fields = families.CLIENT_TIMEOUT  # a client library's own deadline, not the engine's
                 if r.kind is EventKind.ENGINE_DEAD:
                     self._engine_dead = True
                 elif r.kind is EventKind.REQUEST_FAILED and self._engine_dead and fields["reason"] == "server_error":

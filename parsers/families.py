@@ -76,13 +76,33 @@ ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
               Severity.ERROR, Phase.RUNTIME, _timeout("engine", Knob.WATCHDOG_TIMEOUT, "generation"), incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"timed out waiting for llama(?: runner|-server) to start", Severity.ERROR,
               Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT, "connect"), incident=True),
-    # a traceback whose exception is a bare timeout (vLLM's shared-memory broadcast `acquire_read` raises one
-    # without a message): the engine waited on itself; which knob, the line does not say
-    signature(EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
-              _timeout("engine"), incident=True,
-              # a network wait (a model download, a remote store) is not the engine waiting on itself
-              unless=r"(?i:errno|connect|socket|https?pool|read timed out|huggingface|\burl\b)"),
+    BARE_TIMEOUT := signature(
+        EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
+        _timeout("engine"), incident=True,
+        # a network wait (a model download, a remote store) is not the engine waiting on itself
+        unless=r"(?i:errno|connect|socket|https?pool|read timed out|huggingface|\burl\b)"),
 )
+
+# Who raised a bare `TimeoutError`, read from the traceback's frames: an engine's package, or a client library
+# that raises the builtin for its own deadline (aiohttp's `ClientTimeout(total=…)` leaves TimerContext with
+# `raise asyncio.TimeoutError`, the builtin since Python 3.11; anyio's `fail_after` under httpx and the SDKs)
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"\n]{1,400})", line \d+, in ')
+_ENGINE_PACKAGE = re.compile(r"[/\\](?:vllm|sglang|text_generation_server|tensorrt_llm|lmdeploy)[/\\]")
+_CLIENT_PACKAGE = re.compile(r"[/\\](?:aiohttp|httpx|httpcore|openai|anthropic|requests|urllib3|litellm|langchain\w*"
+                             r"|llama_index|ollama)[/\\]")
+
+
+def timeout_waiter(lines: list[str]) -> str:
+    """Who waited for the bare `TimeoutError` a traceback ends in: `client` when its frames run through a client
+    library and through no engine's package, else `engine` (a frame of the engine anywhere means the engine was
+    waiting, whatever library it waited with; a traceback without frames is taken as the engine's, as before)."""
+    paths = [m.group("path") for line in lines if (m := _FRAME.match(line)) is not None]
+    if any(_ENGINE_PACKAGE.search(p) for p in paths) or not any(_CLIENT_PACKAGE.search(p) for p in paths):
+        return "engine"
+    return "client"
+
+
+CLIENT_TIMEOUT: dict[str, FieldValue] = {"scope": "request", "timeout_by": "client", "timeout_on": "unknown"}
 
 
 def _kv_pool(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -160,7 +180,8 @@ QUEUE_SIGNATURES: tuple[Signature, ...] = (
 )
 
 ENGINE_DEATH_SIGNATURES: tuple[Signature, ...] = (
-    signature(EventKind.ENGINE_DEAD, r"llama-server process has terminated|(?:is already dead|has failed), terminating "
+    signature(EventKind.ENGINE_DEAD, r"llama-server process (?:has terminated|no longer running)"
+              r"|(?:is already dead|has failed), terminating "
               r"server process|Engine loop has died", Severity.CRITICAL, incident=True),
 )
 
@@ -173,4 +194,4 @@ HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchd
              "out of memory", "Out of memory", "allocate",
              "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
              "timeout reached",
-             "terminated", "terminating server", "Engine loop has died")
+             "terminated", "no longer running", "terminating server", "Engine loop has died")

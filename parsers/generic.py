@@ -53,7 +53,7 @@ class GenericParser(StreamParser):
         ratio = vllm_rs.kv_usage(split.msg)
         if ratio is None:
             return None
-        return [ServerStats(split.ts, self.source, Server.AUTO, kv_usage_ratio=ratio, path=path, offset=offset)]
+        return [ServerStats(split.ts, self.source, self.server, kv_usage_ratio=ratio, path=path, offset=offset)]
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         """TensorRT-LLM's KV budget (parsers/trtllm.py): it has no parser of its own, so its stream is read here."""
@@ -61,3 +61,22 @@ class GenericParser(StreamParser):
             return []
         return [self.fact(split, name, value) for name, value in trtllm.facts(split.msg)]
 
+
+class TensorRtLlmParser(GenericParser):
+    """A stream auto-detection named TensorRT-LLM's (its `[TensorRT-LLM]` / `[TRT-LLM]` tags, its package):
+    read as any unclaimed stream is, which is all there is for it (its statements are catalogued for `auto`)."""
+
+    server = Server.TENSORRT_LLM
+
+
+class VllmRsParser(GenericParser):
+    """A stream auto-detection named vllm.rs's (its `vllm_rs::` targets, its KV usage and swap lines)."""
+
+    server = Server.VLLM_RS
+
+
+class LlamaBoxParser(GenericParser):
+    """A stream auto-detection named llama-box's (its batching loop's own statements, and its name), when it
+    shows more of those than of llama.cpp's: a whole llama-box log, full of libllama's lines, stays llama.cpp's."""
+
+    server = Server.LLAMA_BOX

@@ -87,10 +87,14 @@ def syslog_month(text: str) -> int | None:
     i = text.find(" ", 2, 7)
     return None if i < 0 else SYSLOG_MONTHS.get(text[:i].rstrip(".").lower())
 # `kubectl logs --prefix` / `docker logs --timestamps`: "[pod/name/container] 2025-09-14T03:11:15.5Z "
+_UNIT = r"[\w.-]{1,100} [\w./-]{1,100}\[\d{1,10}\]: "  # journald's and rsyslog's `host unit[pid]: `
 OUTER = re.compile(
-    r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)) "
-    # rsyslog's RFC 3339 file format (`RSYSLOG_FileFormat`): the host and the `unit[pid]: ` tag after the time
-    r"(?:[\w.-]{1,100} [\w./-]{1,100}\[\d{1,10}\]: )?)?"
+    r"(?:\[pod/[^\]\s]{1,250}\] )?(?:(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)) "
+    # rsyslog's RFC 3339 file format (`RSYSLOG_FileFormat`) and `journalctl -o short-iso[-precise]` (`+0000`,
+    # no colon): the host and the `unit[pid]: ` tag after the time
+    rf"(?:{_UNIT})?"
+    # `journalctl -o short-unix`: seconds since the epoch; `-o short-monotonic`: seconds since boot (no time)
+    rf"|(\d{{9,10}}\.\d{{1,9}}) {_UNIT}|\[ {{0,12}}\d{{1,12}}\.\d{{1,9}}\] {_UNIT})?"
 )
 # `docker compose logs`: "vllm-1  | " (service name, padding, bar) before whatever the container wrote
 COMPOSE = re.compile(r"[\w.-]{1,64} +\| ")

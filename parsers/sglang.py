@@ -63,7 +63,10 @@ SGLANG_SIGNATURES: tuple[Signature, ...] = (
          r"|TpModelWorkerClient) hit an exception"
          r"|Received sigquit from a child process|SIGQUIT received"
          r"|[Ww]atchdog timeout \((?![^\n)]{0,80}soft=True)|Health check failed"
-         r"|Rank \d+ scheduler is dead|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
+         r"|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
+    # the launcher waiting for its schedulers' ready message (entrypoints/engine.py _launch_subprocesses): a
+    # scheduler that closed its pipe died while loading the model
+    signature(EventKind.ENGINE_DEAD, r"Rank \d+ scheduler is dead", Severity.CRITICAL, Phase.STARTUP, incident=True),
     *catalogued.signatures("auto"),  # clients and proxies: more precise than the access-line forms
     *http_access.HTTP_SIGNATURES,
     *http_access.TIMEOUT_SIGNATURES,

@@ -17,7 +17,7 @@ import re
 from agent.records import EventKind, Phase, Record, Server, Severity
 from parsers import catalogued, families, gpu, http_access, kernel
 from parsers.base import StreamParser
-from parsers.prefix import Split
+from parsers.prefix import OUTER, Split
 from parsers.signature import ADVICE, Signature, hot, json_object, signature
 
 TGI_SIGNATURES: tuple[Signature, ...] = (
@@ -83,6 +83,13 @@ class TgiParser(StreamParser):
             return self._split_json(text)
         m = _PREFIX.match(text)
         if m is None:
+            if text[:1].isdigit() and (o := OUTER.match(text)) is not None and (o.group(1) or o.group(2)):
+                # a runtime's or journald's time before a line (TGI's own, or a client's copy of the router's
+                # error body under `kubectl logs --timestamps`): the line after it, at that time when it has none
+                inner = self.split(text[o.end():])
+                if inner.ts is None:
+                    inner.ts = self.stamps.rfc3339(o.group(1)) if o.group(1) else float(o.group(2))
+                return inner
             return Split(text)
         fraction = float("0." + m.group(8)) if m.group(8) else 0.0
         ts = self.stamps.local(int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)), int(m.group(6)),
@@ -95,8 +102,8 @@ class TgiParser(StreamParser):
 
     def _split_json(self, text: str) -> Split:
         record = json_object(text)
-        if record is None:
-            return Split(text)
+        if record is None or not ("fields" in record or "message" in record):
+            return Split(text)  # not a tracing record: the router's error body (`{"error": …, "error_type": …}`)
         # tracing's JSON puts the message under `fields`; with flattened events (TGI v3) it is top-level
         fields = record.get("fields")
         msg = fields.get("message") if isinstance(fields, dict) else record.get("message")

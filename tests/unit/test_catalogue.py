@@ -1,8 +1,9 @@
 """The catalogue of engine log statements: its schema, its renderer, and every statement held to the parsers.
 
 Each entry is rendered with its arguments behind every prefix era of its engine and inside every envelope
-(plain, Docker json-file, CRI, journald in six locales) and read by scan's own path; it must classify as the
-entry says, and a benign near miss must raise nothing (bench/catalogue.py does the rendering and the check)."""
+(plain, Docker json-file, CRI, journald in six locales and its other output formats) and read by scan's own
+path; it must classify as the entry says, and a benign near miss must raise nothing (bench/catalogue.py does the
+rendering and the check)."""
 
 from __future__ import annotations
 
@@ -168,6 +169,29 @@ def test_rendered_lines_cover_prefixes_and_envelopes() -> None:
             "tagged-0.10/journald-de"} <= labels
     line = dict(B.lines_of(vllm, stmt))["plain-0.4/journald-fr"]
     assert line.startswith("déc. 14 03:11:15 gpu7 engine[1234]: WARNING 09-14 03:11:15 scheduler.py:1141] Sequence")
+
+
+# 2025-12-14 03:11:15 UTC, as each prefix writes it; short-monotonic counts from boot and says no time at all.
+# The yearless syslog forms (short, short-precise, whose fraction the reader drops) fall after the reference
+# time the lines are read at (2025-12-13), so they are the year before's: 2024-12-14 03:11:15 UTC
+YEAR_BEFORE = 1734145875.0
+
+
+@pytest.mark.parametrize(("envelope", "expected"), [
+    ("journald-short-iso", 1765681875.0), ("journald-short-iso-precise", 1765681875.123456),
+    ("journald-short-precise", YEAR_BEFORE), ("journald-short-unix", 1765681875.123456),
+    ("journald-short-monotonic", None), ("journald-de", YEAR_BEFORE), ("journald-zh", YEAR_BEFORE),
+    ("timestamps", 1765681875.123456789), ("kubectl", 1765681875.123456789),
+])
+@pytest.mark.parametrize("key", ["process.go-cgo-signal", "sglang.rank-scheduler-dead", "vllm.v1-workerproc-failed"])
+def test_a_prefix_gives_its_time_to_a_line_without_one(envelope: str, expected: float | None, key: str) -> None:
+    """The engines' own times win where the line has one (vLLM's, SGLang's); these lines are taken without
+    theirs, as a crash tail or a bare stderr line arrives."""
+    statement = next(s for _, s in ENTRIES if s.key == key)
+    physical = dict(B.envelopes(statement.message()))[envelope]
+    (event,) = [r for r in B.classify(physical, Server.AUTO) if isinstance(r, Event)]
+    assert event.kind.value == statement.signals
+    assert event.ts == pytest.approx(expected) if expected is not None else event.ts is None
 
 
 # ---- the generated documents --------------------------------------------------------------------------

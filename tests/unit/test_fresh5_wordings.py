@@ -82,7 +82,7 @@ def test_vllm_rs_swap_out_and_usage_are_read_and_its_tracing_prefix_is_not_tgi()
     for line in lines:
         records += parser.feed(line)
     records += parser.flush()
-    assert parser.server is Server.AUTO  # type: ignore[union-attr]
+    assert parser.server is Server.VLLM_RS  # type: ignore[union-attr]  # named, never TGI's
     assert [r.kind.value for r in records if isinstance(r, Event)] == ["preemption"]
     assert [getattr(r, "kv_usage_ratio", None) for r in records if not isinstance(r, Event)] == [0.455]
     # swapping back in is the sequence resuming

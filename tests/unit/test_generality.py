@@ -303,6 +303,31 @@ def test_timeouts_carry_scope_and_knob(server: Server, line: str, scope: str, kn
     assert event.fields.get("knob") == (knob.value if knob else None)
 
 
+# A bare TimeoutError names no waiter; the frames do. aiohttp's total `ClientTimeout` leaves its TimerContext
+# (`TimerContext.__exit__`) with `raise asyncio.TimeoutError`, the builtin since Python 3.11: the client gave
+# up. vLLM's shared-memory queue (shm_broadcast.py, MessageQueue.acquire_read) raises the same bare exception: the
+# engine waited on itself, and so does an engine that waited through aiohttp (a frame of vllm/ on the way).
+SITE = "/usr/local/lib/python3.12/site-packages"
+AIOHTTP_TOTAL = [f'  File "{SITE}/aiohttp/client.py", line 1359, in __aenter__', "    self._resp = await self._coro",
+                 f'  File "{SITE}/aiohttp/client.py", line 579, in _request', "    with timer:",
+                 "    raise asyncio.TimeoutError from exc_val", "TimeoutError"]
+
+
+@pytest.mark.parametrize(("lines", "timeout_by"), [
+    (["Traceback (most recent call last):", '  File "/app/bench.py", line 41, in fetch',
+      "    async with session.post(url, json=body) as resp:", *AIOHTTP_TOTAL], "client"),
+    (["Traceback (most recent call last):", f'  File "{SITE}/vllm/multimodal/utils.py", line 88, in fetch_image',
+      "    async with session.get(url) as resp:", *AIOHTTP_TOTAL], "engine"),
+    (["Traceback (most recent call last):",
+      f'  File "{SITE}/vllm/distributed/device_communicators/shm_broadcast.py", line 466, in acquire_read',
+      "    raise TimeoutError", "TimeoutError"], "engine"),
+])
+def test_a_bare_timeout_is_scoped_by_its_frames(lines: list[str], timeout_by: str) -> None:
+    (event,) = _events(_records(Server.AUTO, lines), EventKind.DEADLINE_EXCEEDED)
+    assert (event.fields["timeout_by"], event.fields["scope"]) == (timeout_by,
+                                                                   "request" if timeout_by == "client" else "engine")
+
+
 def test_an_engine_that_dies_of_its_timeout_is_also_engine_dead() -> None:
     lines = ["ERROR 10-30 11:47:32 async_llm_engine.py:656] Engine iteration timed out. This should never happen!",
              "ERROR 10-30 11:47:32 async_llm_engine.py:56] Engine background task failed"]

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from agent.records import CapacityFact, Event, EventKind, Record, RequestSample, Server, ServerStats, Severity
-from parsers import REGISTRY, AutoParser, detect, make_parser
+from parsers import REGISTRY, AutoParser, catalogue, detect, make_parser
 from parsers.redact import _REQUEST_MARKERS, is_request_log, redact
 from parsers.vllm import VllmParser, startup_facts
 
@@ -29,6 +29,47 @@ def _untimed(record: Record) -> Record:
 def test_detects_the_server_from_the_first_lines(fixture: str, server: Server) -> None:
     lines = (LOGS / fixture).read_text(encoding="utf-8").splitlines()[:10]
     assert detect(lines) is server
+
+
+# death lines a crash tail keeps without any prefix: each names its engine through the process it speaks of
+BARE_DEATHS = ["vllm.v0-rpc-server-died", "vllm.v0-engine-process-failed", "vllm.v1-workerproc-failed-start",
+               "vllm.v1-workerproc-failed", "vllm.v1-workerproc-hit-exception", "vllm.v1-init-failed",
+               "sglang.rank-scheduler-dead", "sglang.init-failed", "sglang.child-failed-0.4", "sglang.child-failed",
+               "sglang.sigquit", "sglang.sigquit-0.5", "sglang.subprocess-crashed", "sglang.scheduler-exception",
+               "sglang.detokenizer-exception",
+               "tgi.shard-stderr", "tgi.shard-channel-disconnected", "tgi.shard-crashed", "tgi.webserver-crashed"]
+
+
+@pytest.mark.parametrize("key", BARE_DEATHS)
+def test_a_bare_death_line_names_its_engine(key: str) -> None:
+    statement = next(s for source in catalogue.load() for s in source.statements if s.key == key)
+    assert detect([statement.message()]) is Server(statement.engine)
+    events = [r for r in run(make_parser(Server.AUTO, "t", REF_TIME), [statement.message()]) if isinstance(r, Event)]
+    assert [e.kind for e in events] == [EventKind.ENGINE_DEAD]
+
+
+# engines without a parser of their own: a line of their own statements, behind each of their prefixes, names them
+NAMED_ONLY = [(source, s) for source in catalogue.load() if source.engine in {"tensorrt-llm", "vllm-rs", "llama-box"}
+              for s in source.statements if s.signals != "benign"]
+
+
+@pytest.mark.parametrize(("source", "statement"), NAMED_ONLY, ids=[s.key for _, s in NAMED_ONLY])
+def test_an_engine_without_a_parser_is_named_by_its_statements(source: catalogue.Source,
+                                                                statement: catalogue.Statement) -> None:
+    for prefix in source.prefixes_for(statement):
+        line = prefix.template.replace("{level}", statement.level).replace("{msg}", statement.message())
+        parser = make_parser(Server.AUTO, "t", REF_TIME)
+        run(parser, [line])
+        assert isinstance(parser, AutoParser) and parser.server is Server(source.engine), (prefix.name, line)
+
+
+def test_a_llama_box_log_full_of_libllama_lines_stays_llama_cpp() -> None:
+    lines = ["llama_model_loader: loaded meta data with 29 key-value pairs and 291 tensors from /m/q.gguf",
+             "llama_context: n_ctx_seq (8192) < n_ctx_train (131072) -- the full capacity of the model will not be "
+             "utilized",
+             "[2025-08-14 09:08:17.697176] D srv                 reconcile: rid 7 | batching, waiting previous batch "
+             "finished: not enough space to place all tokens"]
+    assert detect(lines) is Server.LLAMACPP
 
 
 def test_unrecognised_stream_falls_back_to_server_independent_rules() -> None:

@@ -33,6 +33,20 @@ def test_text_summary_names_counts_facts_peaks_and_notable_events(tmp_path: Path
     assert "Notable events:" in out and "CUDA out of memory" in out
 
 
+def test_an_engine_without_a_parser_is_named_and_still_read(tmp_path: Path) -> None:
+    # TensorRT-LLM's KV cache manager and its executor worker (parsers/catalogue/tensorrt-llm.yaml), pasted bare
+    log = tmp_path / "trtllm.log"
+    log.write_text("[TensorRT-LLM][INFO] [MemUsageChange] Allocated 26.91 GiB for max tokens in paged KV cache "
+                   "(220480).\n[07/08/2025-19:47:15] [TRT-LLM] [RANK 0] [E] Failed to initialize executor on rank 0: "
+                   "Executor creation failed due to insufficient GPU memory.\n", encoding="utf-8")
+    result = runner.invoke(app, ["scan", str(log)])
+    assert result.exit_code == 0
+    assert "2 lines, plain, read as tensorrt-llm" in result.output
+    assert "engine_dead" in result.output and "220,480" in result.output
+    result = runner.invoke(app, ["scan", "--format", "jsonl", str(log)])
+    assert {json.loads(line)["server"] for line in result.output.splitlines()} == {"tensorrt-llm"}
+
+
 def test_jsonl_has_one_typed_object_per_record() -> None:
     result = runner.invoke(app, ["scan", "--format", "jsonl", str(LOGS / "sglang/0.5.cri.log")])
     assert result.exit_code == 0
