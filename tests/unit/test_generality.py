@@ -60,8 +60,7 @@ def test_corpus_is_large_sourced_and_new() -> None:
 
 def test_validation_split_is_a_third_spread_over_engines_and_classes() -> None:
     held = G.validation_ids()
-    later = G.held_ids(G.FRESH) | G.held_ids(G.FRESH2) | G.held_ids(G.FRESH3) | G.held_ids(G.FRESH4)
-    later |= G.held_ids(G.FRESH5) | G.held_ids(G.FRESH6)
+    later = set().union(*(G.held_ids(path) for path in G.FRESH_SPLITS.values()))
     ids = {ex.id for ex in EXCERPTS} - later
     assert held <= ids
     assert 0.30 <= len(held) / len(ids) <= 0.40
