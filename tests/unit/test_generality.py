@@ -183,6 +183,26 @@ def test_fresh6_split_holds_its_score() -> None:
     assert report.field_misses == []
 
 
+# `fresh7` was collected and labelled after the seventh round (fresh6's misses fixed, 36 more catalogued
+# statements), committed with its labels, and scored once as it came: macro-F1 0.784, one false alarm (a
+# maintainer's advice quoting a cudaMalloc failure), no field mismatch (tests/data/real/README.md). The floor is
+# that first score until its misses are fixed.
+FRESH7_MACRO_F1_FLOOR = 0.783
+FRESH7_FALSE_ALARMS = 1
+
+
+def test_fresh7_split_holds_its_score() -> None:
+    fresh7 = G.split(EXCERPTS, "fresh7")
+    assert len(fresh7) == len(G.held_ids(G.FRESH7)) >= 60
+    earlier = set().union(*(G.held_ids(G.FRESH_SPLITS[name]) for name in G.FRESH_SPLITS if name != "fresh7"))
+    assert not {ex.id for ex in fresh7} & (earlier | G.validation_ids())
+    assert not {ex.id for ex in G.split(EXCERPTS, "tune")} & G.held_ids(G.FRESH7)
+    report = G.score(fresh7)
+    assert report.macro_f1 >= FRESH7_MACRO_F1_FLOOR, (round(report.macro_f1, 3), report.misses)
+    assert len(report.false_alarms) <= FRESH7_FALSE_ALARMS, report.false_alarms
+    assert report.field_misses == []
+
+
 # ---- stats lines in the shapes real logs take ------------------------------------------------------
 V1_STATS = ("Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation throughput: 80.1 tokens/s, "
             "Running: 7 reqs, Waiting: 3 reqs, GPU KV cache usage: 41.5%, Prefix cache hit rate: 12.0%")
