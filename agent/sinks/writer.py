@@ -14,12 +14,13 @@ surprise after a restart, and no later batch can write a cursor behind data it a
 the cursors back instead would re-read the dropped span only if the daemon happened to restart while
 the rotated file still existed, and would make every later cursor wait on it.
 
-Commits are spaced (`commit_seconds`, `commit_records`): a batch arriving at least `commit_seconds` after
-the last write is written at once (an append after a quiet spell reaches the store and the counters with no
-added delay); one arriving sooner is held, with its cursors, until that much time has passed or the held
-batches carry `commit_records` records, and then every held batch is written in **one** transaction,
-records and cursors together as before. What was read but not yet written has not moved a stored cursor, so
-a crash loses nothing: the restarted agent reads those bytes again. `flush` (shutdown, reload) writes at once.
+Commits are spaced (`commit_seconds`, `commit_records`): a batch arriving at least `commit_seconds` after the
+last write is written at once (an append after a quiet spell reaches the store and the counters with no added
+delay); one arriving sooner is held, with its cursors, until that much time has passed or the held batches
+carry `commit_records` records, and then the held batches are written together, records and cursors in **one**
+transaction as before (transactions of at most `commit_records` records, or one batch: so is a buffer that
+filled while the store was down). What was read but not yet written has not moved a stored cursor, so a crash
+loses nothing: the restarted agent reads those bytes again. `flush` (shutdown, reload) writes at once.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor, StoreStats
 from agent.errors import StoreError, StoreVersionError
-from agent.sinks.store import Store, TotalsKey
+from agent.sinks.store import Batch, Store, TotalsKey
 from agent.sinks.storefile import failure_hint
 from agent.verdicts import StoredRecord
 
@@ -208,18 +209,19 @@ class ResilientWriter:
         try:
             store = self._ensure_store()
             while self._pending or self._totals:
-                held = list(self._pending) or [_Batch([], (), (), now)]
+                held = self._front()
+                batches: list[Batch] = [(b.records, b.cursors, b.expired, b.now) for b in held] or [((), (), (), now)]
                 try:
-                    result = result + store.commit_batches([(b.records, b.cursors, b.expired, b.now) for b in held],
-                                                           totals=self._totals or None)
+                    result = result + store.commit_batches(batches, totals=self._totals or None)
                 except StoreError as exc:
                     if not isinstance(exc.__cause__, _BAD_BATCH) or not any(b.records for b in held):
                         raise
                     result = result + self._drain_one_by_one(store)  # find the batch that can never be written
                     continue
                 self._totals = {}
-                self._pending.clear()
-                self._buffered = 0
+                for batch in held:
+                    self._pending.popleft()
+                    self._buffered -= len(batch.records)
             self._db_bytes = store.db_bytes()
         except StoreVersionError:
             raise
@@ -229,6 +231,19 @@ class ResilientWriter:
         self._written_at = now
         self._recovered()
         return result
+
+    def _front(self) -> list[_Batch]:
+        """The oldest held batches that make one transaction: at most `commit_records` records (or the first
+        batch, whatever its size), so a buffer that filled during a failure lands in bounded transactions,
+        and a store with room for part of it takes that part."""
+        out: list[_Batch] = []
+        records = 0
+        for batch in self._pending:
+            if out and records + len(batch.records) > self._enough:
+                break
+            out.append(batch)
+            records += len(batch.records)
+        return out
 
     def _drain_one_by_one(self, store: Store) -> CommitResult:
         """The held batches one transaction each, so the one SQLite refuses as such is told apart and given

@@ -260,3 +260,18 @@ def test_held_batches_wait_out_a_locked_store_and_land_once(tmp_path: Path) -> N
     assert writer.commit(*batch(30, 10), now=1.6).inserted == 30
     writer.close()
     assert stored_offsets(db) == list(range(40)) and stored_cursor(db) == 40
+
+
+def test_a_held_batch_sqlite_cannot_bind_is_dropped_and_the_batches_around_it_land(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    writer = ResilientWriter(lambda: Store.open(db), commit_seconds=1.0)
+    writer.commit(*batch(0, 5), now=0.0)
+    writer.commit(*batch(5, 5), now=0.2)  # held
+    bad = CapacityFact(1.0, "vllm", "model", [1, 2])  # type: ignore[arg-type]  # a parser bug: not a value
+    writer.commit([event(10), bad], [cursor(11)], now=0.4)  # held
+    result = writer.commit(*batch(11, 5), now=1.0)  # due: the transaction fails on `bad`, then one by one
+    assert [e.offset for e in result.new_events] == [*range(5, 10), *range(11, 16)]
+    stats = writer.stats()
+    assert (stats.up, stats.dropped_records_total, stats.buffered_records) == (True, 2, 0)
+    writer.close()
+    assert stored_offsets(db) == [*range(10), *range(11, 16)] and stored_cursor(db) == 16
