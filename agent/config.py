@@ -200,6 +200,10 @@ class StoreSection(_Section):
     path: Path = Path("/var/lib/deepinfer-agent/agent.db")
     retention_days: float = Field(14.0, gt=0)
     max_bytes: int | None = Field(None, gt=0)
+    commit_seconds: float = Field(0.0, ge=0, le=5, description="the least time between two writes under load; "
+                                  "what arrives sooner is held and written with the next (docs/store.md)")
+    commit_records: int = Field(10_000, ge=1, le=100_000, description="held records that are written at once, "
+                                "however soon after the last write")
 
 
 class RulesSection(_Section):

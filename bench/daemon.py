@@ -1,11 +1,12 @@
 """The daemon's own cost and latency, side by side with mtail following the same file. By hand:
 
     .venv/bin/python bench/daemon.py [--idle-seconds 30] [--appends 100] [--storm-rate 5000] [--storm-seconds 20]
-                                     [--store-apart]
+                                     [--store-apart] [--commit-seconds S]
 
 `deepinfer-agent run` (no GPU: NVML reported down) and `mtail` (bench/mtail/vllm.mtail) both follow one
 vLLM log in a temporary folder; the agent's store is kept in that same folder unless `--store-apart`
-(its own writes must not wake it). Three phases, each measured for both from /proc (CPU time, RSS):
+(its own writes must not wake it); `--commit-seconds` sets `store.commit_seconds` (default: the agent's).
+Three phases, each measured for both from /proc (CPU time, RSS):
 
 1. idle: nothing is written for `--idle-seconds`;
 2. append → metric: a 429 line is appended, then /metrics is polled until the counter moved
@@ -73,6 +74,7 @@ def main() -> None:
     ap.add_argument("--storm-rate", type=int, default=5000)
     ap.add_argument("--storm-seconds", type=float, default=20)
     ap.add_argument("--store-apart", action="store_true", help="keep the agent's store out of the log folder")
+    ap.add_argument("--commit-seconds", type=float, help="the agent's store.commit_seconds (default: its own)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="deepinfer-bench-"))
     logs = work / "logs"
@@ -84,8 +86,9 @@ def main() -> None:
     mix = mix_file.read_text(encoding="utf-8").splitlines(keepends=True)
     store = (work if args.store_apart else logs) / "agent.db"
     config = work / "config.yaml"
+    spacing = "" if args.commit_seconds is None else f", commit_seconds: {args.commit_seconds}"
     config.write_text(f"sources: [{{path: {log}, server: vllm, name: vllm}}]\n"
-                      f"metrics: {{listen: 127.0.0.1, port: 0}}\nstore: {{path: {store}}}\n")
+                      f"metrics: {{listen: 127.0.0.1, port: 0}}\nstore: {{path: {store}{spacing}}}\n")
     err = (work / "agent.stderr").open("w")
     agent = subprocess.Popen([sys.executable, "-m", "agent", "run", "--config", str(config)],
                              stderr=err, stdout=subprocess.DEVNULL, cwd=ROOT)
@@ -101,7 +104,8 @@ def main() -> None:
             time.sleep(0.05)
         time.sleep(2)  # let start-up settle
         procs = {"agent": agent.pid, **({"mtail": mtail.pid} if mtail else {})}
-        print(f"store: {'apart from' if args.store_apart else 'in'} the log folder")
+        print(f"store: {'apart from' if args.store_apart else 'in'} the log folder"
+              + ("" if args.commit_seconds is None else f", commit_seconds {args.commit_seconds:g}"))
 
         before = {name: cpu_seconds(pid) for name, pid in procs.items()}
         start = time.monotonic()

@@ -73,7 +73,8 @@ class Daemon:
         self.config = config
         self._load_config = load_config
         self._nvml_library = nvml_library
-        self._writer = ResilientWriter(self._open_store)
+        self._writer = ResilientWriter(self._open_store, commit_seconds=config.store.commit_seconds,
+                                       commit_records=config.store.commit_records)
         self._sources: list[LogStream] | None = None  # built once the store (and its cursors) is readable
         self._scrapers: list[Scraper] = []
         self._nvml: GpuPoller | None = None
@@ -343,7 +344,16 @@ class Daemon:
             records.extend(src.flush())
             cursors.extend(src.persistable(fresh))  # nothing is held any more: the true cursors
         self._commit(records, cursors, (), now)
+        # Written now, not when the spacing has passed: the sources built next resume from the stored cursors.
+        self._flush(now)
         self._sources = None
+
+    def _flush(self, now: float) -> None:
+        """Write what the writer holds at once (shutdown, reload), its new events counted as `_commit` does."""
+        for event in self._writer.flush(now).new_events:
+            for key, n in event_counters(event):
+                self.totals.absorb(key, float(n))
+        self._observe_store()
 
     def close(self, now: float) -> None:
         """Flush and commit everything held, then release NVML, the waker and the store."""
@@ -351,6 +361,7 @@ class Daemon:
         if self._nvml is not None:
             self._nvml.close()
         self._writer.commit([], totals=self.totals.take_dirty(), now=now)
+        self._flush(now)
         self._writer.close()
         self.waker.close()
 
@@ -360,6 +371,9 @@ class Daemon:
         intervals += [t.interval_seconds for t in self.config.scrape]
         if self._nvml is not None:
             intervals.append(self.config.nvml.interval_seconds)
+        held = self._writer.held_for(time.time())  # (the loop's clock is the wall clock)
+        if held is not None:
+            intervals.append(held)
         return min([*intervals, 5.0])
 
     def watch_dirs(self) -> set[str]:

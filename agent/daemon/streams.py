@@ -174,8 +174,10 @@ class NewestSamples:
                     # Two witnesses of one engine (its log and its /metrics) each report what the other may
                     # not (a V0 log has swapped requests, a scrape may not): the newer sample wins, and a
                     # gauge it lacks keeps the value the older one gave.
+                    # (Only gauges the older one has: a V1 log's samples all lack `swapped`, and a copy of a
+                    # sample per sample to fill None with None was most of this loop's cost under a storm.)
                     new, old = (r, held) if (r.ts or 0) >= (held.ts or 0) else (held, r)
-                    missing = {f: getattr(old, f) for f in _GAUGES if getattr(new, f) is None}
+                    missing = {f: v for f in _GAUGES if getattr(new, f) is None and (v := getattr(old, f)) is not None}
                     self.servers[r.source] = new._replace(**missing) if missing else new
             elif isinstance(r, CapacityFact):
                 self.facts.setdefault(r.source, {})[r.name] = r.value

@@ -64,6 +64,8 @@ SCHEMA_VERSION = len(KNOWN_MIGRATIONS)
 
 
 TotalsKey = tuple[str, tuple[str, ...]]
+# One commit's worth: records, cursors, cursor expiries, and the `now` stored as `at` for records without a time.
+Batch = tuple[Iterable[StoredRecord], Iterable[Cursor | JournalCursor], Iterable[Cursor], float]
 
 
 def occurrences(event: Event) -> int:
@@ -241,44 +243,68 @@ class Store:
         A record type with no table raises StoreError before anything is written.
         """
         at = time.time() if now is None else now
+        return self.commit_batches([(records, cursors, expired, at)], totals=totals)
+
+    def commit_batches(self, batches: Sequence[Batch], *, totals: Mapping[TotalsKey, float] | None = None,
+                       ) -> CommitResult:
+        """Several batches (records, cursors, expiries, the `now` of their `at`) in one transaction, as if
+        committed one after the other: the writer's held steps land together, paying one commit.
+
+        Each batch keeps its own `at` for records without a time; cursor writes apply in batch order.
+        """
+        prepared = [(self._rows(records, at), tuple(cursors), tuple(expired)) for records, cursors, expired, at
+                    in batches]
+        try:
+            with self._db.atomic():
+                conn = self._db.conn
+                inserted = 0
+                new_events: list[Event] = []
+                for grouped, cursors, expired in prepared:
+                    inserted += self._insert(conn, grouped, new_events)
+                    # Expiries first: a cursor both expired and refreshed in one batch stays.
+                    conn.executemany("DELETE FROM cursors WHERE source = ? AND file_key = ?",
+                                     [(c.source, c.file_key) for c in expired])
+                    for cursor in cursors:
+                        self._put_cursor(conn, cursor)
+                counts = _counted(new_events)
+                conn.executemany(_ADD_TOTAL, [(m, _labels(labels), n) for (m, labels), n in counts.items()])
+                if totals:
+                    conn.executemany(_SET_TOTAL, [(m, _labels(labels), float(v))
+                                                  for (m, labels), v in totals.items()])
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self._name}: cannot write: {exc}") from exc
+        return CommitResult(inserted, tuple(new_events))
+
+    def _rows(self, records: Iterable[StoredRecord], at: float) -> dict[type, list[tuple[Any, tuple[Any, ...]]]]:
+        """Records grouped by type with their rows; a record type with no table raises StoreError."""
         grouped: dict[type, list[tuple[Any, tuple[Any, ...]]]] = {}
         for record in records:
             entry = TABLES.get(type(record))
             if entry is None:
                 raise StoreError(f"{self._name}: no table for record type {type(record).__name__}")
             grouped.setdefault(type(record), []).append((record, entry.row(record, at)))
-        try:
-            with self._db.atomic():
-                conn = self._db.conn
-                inserted = 0
-                new_events: list[Event] = []
-                for kind, pairs in grouped.items():
-                    table = TABLES[kind]
-                    if kind is Event:  # row by row: the caller needs to know which events were new
-                        for event, row in pairs:
-                            if conn.execute(table.insert, row).rowcount > 0:
-                                new_events.append(event)
-                        inserted += len(new_events)
-                        continue
-                    rows = [row for _, row in pairs]
-                    before = conn.total_changes
-                    conn.executemany(table.insert, rows)
-                    inserted += conn.total_changes - before
-                    if table.then is not None:
-                        conn.executemany(table.then, rows)
-                counts = _counted(new_events)
-                conn.executemany(_ADD_TOTAL, [(m, _labels(labels), n) for (m, labels), n in counts.items()])
-                if totals:
-                    conn.executemany(_SET_TOTAL, [(m, _labels(labels), float(v))
-                                                  for (m, labels), v in totals.items()])
-                # Expiries first: a cursor both expired and refreshed in one batch stays.
-                conn.executemany("DELETE FROM cursors WHERE source = ? AND file_key = ?",
-                                 [(c.source, c.file_key) for c in expired])
-                for cursor in cursors:
-                    self._put_cursor(conn, cursor)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self._name}: cannot write: {exc}") from exc
-        return CommitResult(inserted, tuple(new_events))
+        return grouped
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, grouped: Mapping[type, list[tuple[Any, tuple[Any, ...]]]],
+                new_events: list[Event]) -> int:
+        """Insert one batch's rows; append the events that were new to `new_events`; return rows inserted."""
+        inserted = 0
+        for kind, pairs in grouped.items():
+            table = TABLES[kind]
+            if kind is Event:  # row by row: the caller needs to know which events were new
+                for event, row in pairs:
+                    if conn.execute(table.insert, row).rowcount > 0:
+                        new_events.append(event)
+                        inserted += 1
+                continue
+            rows = [row for _, row in pairs]
+            before = conn.total_changes
+            conn.executemany(table.insert, rows)
+            inserted += conn.total_changes - before
+            if table.then is not None:
+                conn.executemany(table.then, rows)
+        return inserted
 
     @staticmethod
     def _put_cursor(conn: sqlite3.Connection, cursor: Cursor | JournalCursor) -> None:

@@ -13,6 +13,14 @@ still moves forward with the tailer: the dropped lines are lost (counted, logged
 surprise after a restart, and no later batch can write a cursor behind data it already stored. Holding
 the cursors back instead would re-read the dropped span only if the daemon happened to restart while
 the rotated file still existed, and would make every later cursor wait on it.
+
+Commits are spaced (`commit_seconds`, `commit_records`): a batch arriving at least `commit_seconds` after the
+last write is written at once (an append after a quiet spell reaches the store and the counters with no added
+delay); one arriving sooner is held, with its cursors, until that much time has passed or the held batches
+carry `commit_records` records, and then the held batches are written together, records and cursors in **one**
+transaction as before (transactions of at most `commit_records` records, or one batch: so is a buffer that
+filled while the store was down). What was read but not yet written has not moved a stored cursor, so a crash
+loses nothing: the restarted agent reads those bytes again. `flush` (shutdown, reload) writes at once.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from dataclasses import dataclass
 
 from agent.bookkeeping import CommitResult, Cursor, JournalCursor, StoreStats
 from agent.errors import StoreError, StoreVersionError
-from agent.sinks.store import Store, TotalsKey
+from agent.sinks.store import Batch, Store, TotalsKey
 from agent.sinks.storefile import failure_hint
 from agent.verdicts import StoredRecord
 
@@ -77,9 +85,13 @@ class ResilientWriter:
     """
 
     def __init__(self, opener: Callable[[], Store], max_buffered_records: int = 100_000, *,
-                 retry_seconds: tuple[float, float] = (1.0, 30.0)) -> None:
+                 retry_seconds: tuple[float, float] = (1.0, 30.0), commit_seconds: float = 0.0,
+                 commit_records: int = 10_000) -> None:
         self._opener = opener
         self._max = max_buffered_records
+        self._spacing = commit_seconds
+        self._enough = commit_records
+        self._written_at = float("-inf")  # the last successful write (the spacing runs from it)
         self._first_delay, self._max_delay = retry_seconds
         self._store: Store | None = None
         self._pending: deque[_Batch] = deque()
@@ -120,7 +132,8 @@ class ResilientWriter:
 
         Never raises for a store failure: the batch is kept and retried on a later call once the back-off
         has passed. A record type with no table is a bug and raises StoreError at once, unbuffered.
-        `totals` are kept until written (a later value of a key replaces an earlier one).
+        `totals` are kept until written (a later value of a key replaces an earlier one). Within
+        `commit_seconds` of the last write the batch is held (see the module's docstring) and nothing lands.
         """
         batch = _Batch(list(records), tuple(cursors), tuple(expired), now)
         Store.check(batch.records)
@@ -133,9 +146,19 @@ class ResilientWriter:
             self._buffered += len(batch.records)
         if totals:
             self._totals.update(totals)
-        result = self._drain(now) if now >= self._retry_at else CommitResult()
+        result = self._drain(now) if now >= self._retry_at and self._due(now) else CommitResult()
         self._bound()
         return result
+
+    def _due(self, now: float) -> bool:
+        return now - self._written_at >= self._spacing or self._buffered >= self._enough
+
+    def held_for(self, now: float) -> float | None:
+        """Seconds until the held batches are due to be written (0: now), None when nothing is held: the loop
+        must not sleep past it, or a quiet log would leave its last lines unwritten."""
+        if not self._pending and not self._totals:
+            return None
+        return max(0.0, self._retry_at - now, self._written_at + self._spacing - now)
 
     def flush(self, now: float) -> CommitResult:
         """Try to write everything buffered now, ignoring the back-off (at shutdown)."""
@@ -186,17 +209,17 @@ class ResilientWriter:
         try:
             store = self._ensure_store()
             while self._pending or self._totals:
-                batch = self._pending[0] if self._pending else _Batch([], (), (), now)
+                held = self._front()
+                batches: list[Batch] = [(b.records, b.cursors, b.expired, b.now) for b in held] or [((), (), (), now)]
                 try:
-                    result = result + store.commit(batch.records, batch.cursors, batch.expired,
-                                                   totals=self._totals or None, now=batch.now)
+                    result = result + store.commit_batches(batches, totals=self._totals or None)
                 except StoreError as exc:
-                    if not isinstance(exc.__cause__, _BAD_BATCH) or not batch.records:
+                    if not isinstance(exc.__cause__, _BAD_BATCH) or not any(b.records for b in held):
                         raise
-                    self._reject(batch, exc)  # this batch can never be written: retrying would block the rest
+                    result = result + self._drain_one_by_one(store)  # find the batch that can never be written
                     continue
                 self._totals = {}
-                if self._pending:
+                for batch in held:
                     self._pending.popleft()
                     self._buffered -= len(batch.records)
             self._db_bytes = store.db_bytes()
@@ -205,7 +228,40 @@ class ResilientWriter:
         except StoreError as exc:
             self._fail(exc, now)
             return result
+        self._written_at = now
         self._recovered()
+        return result
+
+    def _front(self) -> list[_Batch]:
+        """The oldest held batches that make one transaction: at most `commit_records` records (or the first
+        batch, whatever its size), so a buffer that filled during a failure lands in bounded transactions,
+        and a store with room for part of it takes that part."""
+        out: list[_Batch] = []
+        records = 0
+        for batch in self._pending:
+            if out and records + len(batch.records) > self._enough:
+                break
+            out.append(batch)
+            records += len(batch.records)
+        return out
+
+    def _drain_one_by_one(self, store: Store) -> CommitResult:
+        """The held batches one transaction each, so the one SQLite refuses as such is told apart and given
+        up (`_reject`) instead of holding up everything behind it; raises on any other failure."""
+        result = CommitResult()
+        while self._pending:
+            batch = self._pending[0]
+            try:
+                result = result + store.commit(batch.records, batch.cursors, batch.expired,
+                                               totals=self._totals or None, now=batch.now)
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, _BAD_BATCH) or not batch.records:
+                    raise
+                self._reject(batch, exc)  # this batch can never be written: retrying would block the rest
+                continue
+            self._totals = {}
+            self._pending.popleft()
+            self._buffered -= len(batch.records)
         return result
 
     def _reject(self, batch: _Batch, exc: StoreError) -> None:

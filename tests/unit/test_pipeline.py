@@ -7,6 +7,8 @@ from pathlib import Path
 from agent.config import load_config
 from agent.daemon.loop import Daemon
 from agent.daemon.totals import Totals
+from agent.sinks.queries import Queries
+from agent.sinks.store import Store
 
 OOM = ("ERROR 11-29 09:00:01 [core.py:710] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
        "2.00 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.20 GiB is free.")
@@ -131,3 +133,44 @@ def test_a_reload_with_an_empty_config_keeps_the_running_one(tmp_path: Path) -> 
     snap = daemon.snapshot()
     assert snap.totals[("config_reload_errors_total", ())] == 1 and snap.config_last_reload_ok is False
     daemon.close(1002.0)
+
+
+REFUSAL = '(APIServer pid=3646) INFO:     10.0.0.9:40000 - "POST /v1/chat/completions HTTP/1.1" 429 Too Many Requests'
+
+
+def stored_refusals(db: Path) -> list[int]:
+    with Store.open_readonly(db) as store:
+        return sorted(e.offset or 0 for e in Queries(store).recent_events(1000) if e.kind.value == "http_429")
+
+
+def test_steps_sooner_than_the_commit_spacing_are_held_and_a_crash_loses_nothing(tmp_path: Path) -> None:
+    """Held steps have moved no stored cursor: after a kill -9 their lines are read again, stored once."""
+    log = tmp_path / "vllm.log"
+    line = REFUSAL + "\n"
+    log.write_text(line)
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text("sources: [{path: vllm.log, server: vllm, name: vllm, start_at: beginning}]\n"
+                           "nvml: {enabled: false}\nstore: {path: agent.db, commit_seconds: 1}\n")
+    first = Daemon(load_config(config_path))
+    first.start(1000.0)
+    first.run_once(1000.0)  # the first write goes out at once
+    assert stored_refusals(tmp_path / "agent.db") == [0]
+    with log.open("a") as handle:
+        handle.write(line * 2)
+    first.run_once(1000.2)  # within a second of that write: held
+    assert stored_refusals(tmp_path / "agent.db") == [0]
+    assert first.snapshot().totals[("events_total", ("vllm", "vllm", "http_429"))] == 1, "counters follow the store"
+    # kill -9 now: nothing held is written, and the stored cursor is still after the first line.
+    again = Daemon(load_config(config_path))
+    again.start(1001.0)
+    again.run_once(1001.0)
+    offsets = [0, len(line), 2 * len(line)]
+    assert stored_refusals(tmp_path / "agent.db") == offsets
+    with log.open("a") as handle:
+        handle.write(line)
+    again.run_once(1001.1)  # held again; a stop (SIGTERM) writes it before the store closes
+    assert stored_refusals(tmp_path / "agent.db") == offsets
+    again.close(1001.2)
+    assert stored_refusals(tmp_path / "agent.db") == [*offsets, 3 * len(line)]
+    with Store.open_readonly(tmp_path / "agent.db") as store:
+        assert store.load_totals()[("events_total", ("vllm", "vllm", "http_429"))] == 4

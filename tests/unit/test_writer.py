@@ -213,3 +213,65 @@ def test_stats_are_a_snapshot_with_the_file_size(tmp_path: Path) -> None:
     writer.commit(*batch(0, 100), now=0.0)
     assert (writer.stats().db_bytes or 0) >= (tmp_path / "agent.db").stat().st_size > 0
     writer.close()
+
+
+def test_batches_sooner_than_the_spacing_are_held_and_land_together_with_their_cursors(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    writer = ResilientWriter(lambda: Store.open(db), commit_seconds=1.0, commit_records=1000)
+    assert writer.commit(*batch(0, 10), now=0.0).inserted == 10  # after a quiet spell: at once
+    assert writer.held_for(0.0) is None
+    assert writer.commit(*batch(10, 10), now=0.3).inserted == 0  # 0.3 s after the last write: held
+    assert writer.commit(*batch(20, 10), now=0.6).inserted == 0
+    assert writer.held_for(0.6) == pytest.approx(0.4)  # the loop wakes then even if nothing is written
+    assert writer.stats().buffered_records == 20
+    # A crash now loses nothing acknowledged: the stored cursor is still where the stored records end.
+    assert stored_offsets(db) == list(range(10)) and stored_cursor(db) == 10
+    result = writer.commit(*batch(30, 10), now=1.0)  # the spacing has passed: everything held lands
+    assert [e.offset for e in result.new_events] == list(range(10, 40))
+    assert stored_offsets(db) == list(range(40)) and stored_cursor(db) == 40
+    assert writer.held_for(1.0) is None and writer.stats().buffered_records == 0
+    writer.close()
+
+
+def test_enough_held_records_are_written_at_once_and_flush_writes_the_rest(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    writer = ResilientWriter(lambda: Store.open(db), commit_seconds=5.0, commit_records=25)
+    writer.commit(*batch(0, 10), now=0.0)
+    assert writer.commit(*batch(10, 10), now=0.1).inserted == 0
+    assert writer.commit(*batch(20, 15), now=0.2).inserted == 25  # 10 + 15 held ≥ 25: written, spacing or not
+    assert writer.commit(*batch(35, 5), now=0.3).inserted == 0
+    assert writer.flush(0.4).inserted == 5  # shutdown: at once
+    writer.close()
+    assert stored_offsets(db) == list(range(40)) and stored_cursor(db) == 40
+
+
+def test_held_batches_wait_out_a_locked_store_and_land_once(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    writer = ResilientWriter(lambda: Store.open(db, busy_timeout_ms=0), retry_seconds=(1.0, 1.0),
+                             commit_seconds=0.5)
+    writer.commit(*batch(0, 10), now=0.0)
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    writer.commit(*batch(10, 10), now=0.6)  # due, but locked: kept, retried after the back-off
+    writer.commit(*batch(20, 10), now=0.9)
+    assert writer.held_for(0.9) == pytest.approx(0.7) and not writer.stats().up
+    other.execute("COMMIT")
+    other.close()
+    assert writer.commit(*batch(30, 10), now=1.6).inserted == 30
+    writer.close()
+    assert stored_offsets(db) == list(range(40)) and stored_cursor(db) == 40
+
+
+def test_a_held_batch_sqlite_cannot_bind_is_dropped_and_the_batches_around_it_land(tmp_path: Path) -> None:
+    db = tmp_path / "agent.db"
+    writer = ResilientWriter(lambda: Store.open(db), commit_seconds=1.0)
+    writer.commit(*batch(0, 5), now=0.0)
+    writer.commit(*batch(5, 5), now=0.2)  # held
+    bad = CapacityFact(1.0, "vllm", "model", [1, 2])  # type: ignore[arg-type]  # a parser bug: not a value
+    writer.commit([event(10), bad], [cursor(11)], now=0.4)  # held
+    result = writer.commit(*batch(11, 5), now=1.0)  # due: the transaction fails on `bad`, then one by one
+    assert [e.offset for e in result.new_events] == [*range(5, 10), *range(11, 16)]
+    stats = writer.stats()
+    assert (stats.up, stats.dropped_records_total, stats.buffered_records) == (True, 2, 0)
+    writer.close()
+    assert stored_offsets(db) == [*range(10), *range(11, 16)] and stored_cursor(db) == 16
