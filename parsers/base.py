@@ -60,7 +60,7 @@ from parsers.prefix import (
 )
 from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
 from parsers.refusals import OneRefusal
-from parsers.signature import Signature, index_of, quoted_in_prose
+from parsers.signature import Signature, index_of
 from parsers.stamps import Stamps
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
@@ -102,6 +102,14 @@ class StreamParser:
     STATS_WORD = "\x00"  # a literal only the server's periodic stats line contains (fast path)
     STATS_WORD2 = "\x00"  # a second form of it (llama.cpp: per-slot `t/s` lines and `tokens per second` timings)
     OUTER_STAMP = True  # strip a leading runtime time stamp (`docker logs --timestamps`); TGI's own prefix is one
+    ERROR_STATUS_HOT = False  # whether `HOT` passes every access line with an error status (set per class)
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        """Note whether `HOT` matches inside an error status's opening (`" 4`, `" 5`): then a line holding one
+        passes the pre-filter, which `_hot` tells with two `in`s instead of the search (~7 µs on a refusal's
+        access line, whose match lies near its end)."""
+        super().__init_subclass__(**kwargs)
+        cls.ERROR_STATUS_HOT = cls.HOT.search('" 4') is not None and cls.HOT.search('" 5') is not None
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         self.source = source
@@ -393,7 +401,8 @@ class StreamParser:
     # ---- helpers for subclasses ---------------------------------------------------------------
     def _hot(self, text: str) -> bool:
         """The pre-filter: the stats line, or one of the literal keywords the signatures and facts need."""
-        return self.STATS_WORD in text or self.STATS_WORD2 in text or self.HOT.search(text) is not None
+        return self.STATS_WORD in text or self.STATS_WORD2 in text or (
+            self.ERROR_STATUS_HOT and ('" 5' in text or '" 4' in text)) or self.HOT.search(text) is not None
 
     def phase(self) -> Phase:
         """The phase of an event whose line does not say: start-up until the server said it is serving."""
@@ -489,16 +498,11 @@ class StreamParser:
         for msg in source_last(block, deferred):
             if is_request_log(msg):
                 continue
-            for r in index.candidates(msg):
+            for r, fields in index.matches(msg):
                 if r.kind in found:
-                    continue
-                m = r.pattern.search(msg)
-                if m is None or (r.unless is not None and r.unless.search(msg) is not None) or (
-                        "`" in msg and quoted_in_prose(msg, m)):
                     continue
                 if r.phase is Phase.STARTUP:
                     self._starting = True  # it never served: what fails next is part of the failed start
-                fields = r.extract(m) if r.extract else {}
                 if r is families.BARE_TIMEOUT and families.timeout_waiter(block) == "client":
                     fields = families.CLIENT_TIMEOUT  # a client library's own deadline, not the engine's
                 if r.kind is EventKind.ENGINE_DEAD:

@@ -126,13 +126,27 @@ def redact(text: str) -> str:
     Two passes, as the parsers' events always had (the second catches what the first exposes: a credential
     word left before an inserted `<redacted>`, a string the length cut left open); the second runs only
     where it can change something — a credential word, non-ASCII text or a cut — which
-    tests/unit/test_properties.py holds to two full passes."""
+    tests/unit/test_properties.py holds to two full passes. The answer depends on the text alone: the last
+    `REDACT_CACHE` are kept, since a storm repeats one message (a refusal's access line) thousands of times
+    and its redaction was a third of that line's cost."""
+    hit = _REDACTED.get(text)
+    if hit is not None:
+        return hit
     if _PLAIN_WORD.fullmatch(text) is not None and not _may_hold_secret(text):
-        return text  # nothing any pass would change
-    once = _redact_once(text)
-    if len(once) == MAX_MESSAGE_CHARS or _may_hold_secret(once):
-        return _redact_once(once)
-    return once
+        out = text  # nothing any pass would change
+    else:
+        out = _redact_once(text)
+        if len(out) == MAX_MESSAGE_CHARS or _may_hold_secret(out):
+            out = _redact_once(out)
+    if len(text) <= MAX_INPUT_CHARS:
+        if len(_REDACTED) >= REDACT_CACHE:
+            _REDACTED.clear()
+        _REDACTED[text] = out
+    return out
+
+
+REDACT_CACHE = 1024  # texts of at most MAX_INPUT_CHARS whose redaction is kept (under ~1.6 M characters)
+_REDACTED: dict[str, str] = {}
 
 
 def _empty(m: re.Match[str]) -> str:

@@ -71,6 +71,7 @@ class SignatureIndex:
                                           for i in them) for needle in owners}
         self._scan = re.compile(f"(?=({_trie_pattern(_trie(owners), longest=True)}))") if owners else None
         self._cache: dict[frozenset[int], tuple[Signature, ...]] = {}
+        self._matched: dict[str, tuple[Matched, ...]] = {}
 
     def candidates(self, text: str) -> tuple[Signature, ...]:
         found = set(self._always)
@@ -86,6 +87,41 @@ class SignatureIndex:
             hit = self._cache[key] = tuple(self.signatures[i] for i in sorted(found))
         return hit
 
+
+    def matches(self, msg: str) -> tuple[Matched, ...]:
+        """The signatures `msg` matches, in order, the first of each kind only, each with the fields it reads:
+        the part of `StreamParser.events_for` that depends on the message alone (the candidates, each pattern and
+        its `unless`, the prose test, `extract`). The parser's state (what it found on earlier lines of the
+        occurrence, a death seen, the de-duplication) is applied by the caller.
+
+        The last `MATCH_CACHE` answers are kept, for messages of at most `MATCH_CACHE_CHARS`: a storm repeats one
+        message thousands of times (a refusal's access line), and matching it (a needle scan, a dozen searches,
+        the route's redaction) was most of that line's cost. The fields are shared: callers copy them."""
+        hit = self._matched.get(msg)
+        if hit is not None:
+            return hit
+        kinds: set[EventKind] = set()
+        found: list[Matched] = []
+        for r in self.candidates(msg):
+            if r.kind in kinds:
+                continue
+            m = r.pattern.search(msg)
+            if m is None or (r.unless is not None and r.unless.search(msg) is not None) or (
+                    "`" in msg and quoted_in_prose(msg, m)):
+                continue
+            kinds.add(r.kind)
+            found.append((r, r.extract(m) if r.extract else {}))
+        answer = tuple(found)
+        if len(msg) <= MATCH_CACHE_CHARS:
+            if len(self._matched) >= MATCH_CACHE:
+                self._matched.clear()
+            self._matched[msg] = answer
+        return answer
+
+
+Matched = tuple[Signature, dict[str, FieldValue]]  # a signature a message matches, and the fields it read
+MATCH_CACHE = 256  # messages whose matches an index keeps
+MATCH_CACHE_CHARS = 4096  # a longer message is matched every time (the cache stays under ~1 M characters)
 
 _INDEXES: dict[int, SignatureIndex] = {}
 

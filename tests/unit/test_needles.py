@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agent.records import Event, EventKind
 from parsers import REGISTRY
 from parsers.generic import GenericParser
 from parsers.needles import required_literals
-from parsers.signature import index_of
+from parsers.signature import Signature, index_of, quoted_in_prose
+from parsers.vllm import VllmParser
 
 from .conftest import LOGS
 
@@ -92,3 +94,40 @@ def test_the_index_agrees_on_lines_made_of_needles(line: str) -> None:
     """Needles that overlap, nest or share a start (`CUDA` in `CUDA out of memory`) are all reported."""
     for cls in PARSER_CLASSES:
         assert index_of(cls.SIGNATURES).candidates(line) == tuple(r for r in cls.SIGNATURES if r.could_match(line))
+
+
+def _matched_one_by_one(cls: type, msg: str) -> list[tuple[Signature, dict[str, object]]]:
+    """What `SignatureIndex.matches` answers, read signature by signature: the first match of each kind."""
+    kinds: set[object] = set()
+    out: list[tuple[Signature, dict[str, object]]] = []
+    for r in cls.SIGNATURES:
+        m = r.pattern.search(msg)
+        if r.kind in kinds or m is None or (r.unless is not None and r.unless.search(msg)) or (
+                "`" in msg and quoted_in_prose(msg, m)):
+            continue
+        kinds.add(r.kind)
+        out.append((r, dict(r.extract(m)) if r.extract else {}))
+    return out
+
+
+@pytest.mark.parametrize("cls", PARSER_CLASSES, ids=lambda c: c.__name__)
+def test_the_index_matches_as_its_signatures_do_asked_once_or_again(cls: type) -> None:
+    """The second answer for a message is the one kept from the first: both are what the signatures say."""
+    index = index_of(cls.SIGNATURES)
+    for line in [*FIXTURE_LINES, *REAL_LINES]:
+        expected = _matched_one_by_one(cls, line)
+        assert [(r, dict(f)) for r, f in index.matches(line)] == expected, line
+        assert [(r, dict(f)) for r, f in index.matches(line)] == expected, line
+
+
+def test_a_kept_match_leaves_the_state_to_the_parser() -> None:
+    """The same 500 line before and after an engine death: its matches are kept, its reason follows the death
+    (the API server answering for a dead engine), and no event's fields are shared with another's."""
+    failed = 'INFO:     10.0.0.9:40000 - "POST /v1/completions HTTP/1.1" 500 Internal Server Error'
+    death = "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above)."
+    parser = VllmParser("e")
+    events = [r for line in (failed, failed, death, failed) for r in parser.feed(line) if isinstance(r, Event)]
+    assert [(e.kind, e.fields.get("reason")) for e in events] == [
+        (EventKind.REQUEST_FAILED, "server_error"), (EventKind.REQUEST_FAILED, "server_error"),
+        (EventKind.ENGINE_DEAD, None), (EventKind.REQUEST_FAILED, "engine_dead")]
+    assert events[0].fields is not events[1].fields

@@ -10,11 +10,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from agent.inert import inert
 from agent.offline.parallel import chunks, scan_path
 from agent.offline.saved import FileScan, scan_stream
 from agent.records import Event, Record, RequestSample, Server, ServerStats
-from agent.views.scan_text import JsonlWriter, render_text
+from agent.views.scan_text import JsonlWriter, record_json, render_text
 from agent.views.summary import NOTABLE_LIMIT, SummaryBuilder, summarize
 from parsers.vllm import VllmParser
 
@@ -191,3 +194,25 @@ def test_a_samples_json_has_every_field_of_the_record() -> None:
     names = [n for n in ServerStats._fields if n != "line"]
     names.insert(names.index("file_key"), "line")
     assert list(json.loads(out.getvalue())) == ["type", *names]
+
+
+_NUMBERS = st.one_of(st.none(), st.integers(-10**30, 10**30), st.floats(), st.booleans())
+_TEXTS = st.text(alphabet=st.characters(codec="utf-8"), max_size=8)
+
+
+@given(numbers=st.lists(_NUMBERS, min_size=12, max_size=12), source=_TEXTS,
+       texts=st.lists(st.one_of(st.none(), _TEXTS), min_size=2, max_size=2), server=st.sampled_from(list(Server)))
+def test_a_sample_is_written_as_the_json_encoder_writes_it(numbers: list[object], source: str,
+                                                             texts: list[str | None], server: Server) -> None:
+    """A sample's JSON line (written from a template) is `json.dumps` of its fields in their documented order:
+    numbers of every kind (NaN, infinities, bools, big ints), texts with terminal controls made inert."""
+    ts, running, waiting, swapped, kv, pt, gt, hit, preempted, kv_tokens, offset, line = numbers
+    path, key = texts
+    sample = ServerStats(ts, source, server, running, waiting, swapped, kv, pt, gt, hit,  # type: ignore[arg-type]
+                         preempted, kv_tokens, path, offset, key, line)  # type: ignore[arg-type]
+    expected = {"type": "stats", "ts": ts, "source": inert(source), "server": server.value, "running": running,
+                "waiting": waiting, "swapped": swapped, "kv_usage_ratio": kv, "prompt_tps": pt, "gen_tps": gt,
+                "prefix_hit_ratio": hit, "preemptions": preempted, "kv_used_tokens": kv_tokens,
+                "path": inert(path), "offset": offset, "line": line, "file_key": inert(key)}
+    assert record_json(sample, Server.VLLM) == json.dumps(expected, ensure_ascii=False)
+    assert record_json(sample, Server.VLLM) == json.dumps(expected, ensure_ascii=False)  # the texts kept
