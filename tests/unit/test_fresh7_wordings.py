@@ -1,0 +1,130 @@
+"""Shapes the fresh7 batch showed the parsers missing (or reading as an incident that was not one), each rendered
+from its engine's or client's source format and beside its near miss (the same words, no incident). The
+catalogued statements themselves are rendered by test_catalogue behind every prefix of their source."""
+
+from __future__ import annotations
+
+from agent.records import CapacityFact, Event, Record, Server
+from parsers import make_parser
+
+
+def _records(lines: list[str]) -> list[Record]:
+    parser = make_parser(Server.AUTO)
+    out: list[Record] = []
+    for line in lines:
+        out += parser.feed(line)
+    return out + parser.flush()
+
+
+def _kinds(lines: list[str]) -> list[str]:
+    return sorted({r.kind.value for r in _records(lines) if isinstance(r, Event)})
+
+
+def _facts(lines: list[str]) -> dict[str, float]:
+    return {r.name: r.value for r in _records(lines) if isinstance(r, CapacityFact)}
+
+
+# ggml-cuda.cu ggml_backend_cuda_buffer_type_alloc_buffer: "allocating %.2f MiB on device %d: cudaMalloc failed: %s"
+_GGML_OOM = ("ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc failed: "
+             "out of memory")
+
+
+def test_a_sentence_naming_a_quoted_call_and_its_error_is_advice() -> None:
+    # the call in a code span and its error after it, in a sentence that speaks to the reader
+    assert _kinds(["The error means a call to `cudaMalloc` failed with an out of memory error; if you see it, "
+                   "free some memory first."]) == []
+    assert _kinds(["A call to `cudaMalloc` failed with out of memory, something you can fix with more RAM."]) == []
+
+
+def test_the_allocation_failure_as_logged_stays_an_oom() -> None:
+    assert _kinds([_GGML_OOM]) == ["oom"]
+    # backticks of a log line's own that address no reader (a path in a code span) keep it a log line
+    assert _kinds(["error: loading `model.gguf` failed: out of memory"]) == ["oom"]
+
+
+# torch_npu (Ascend/pytorch, torch_npu/csrc/core/npu/NPUCachingAllocator.cpp, DeviceCachingAllocator::malloc):
+# AT_ERROR("NPU out of memory. Tried to allocate ", size, " (NPU ", device, "; ", total, " total capacity; ",
+# allocated, " already allocated; ", active, " current active; ", free, " free; ", …, " reserved in total by
+# PyTorch)", " If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
+_NPU_OOM = ("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 3; 32.00 GiB total capacity; 29.50 GiB "
+            "already allocated; 29.50 GiB current active; 512.00 MiB free; 30.00 GiB reserved in total by PyTorch) If "
+            "reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
+
+
+def test_torch_npu_out_of_memory_is_an_oom_with_its_sizes() -> None:
+    events = [r for r in _records([_NPU_OOM]) if isinstance(r, Event)]
+    assert [e.kind.value for e in events] == ["oom"]
+    assert events[0].fields == {"requested_bytes": 2 * 2**30, "gpu": 3, "total_bytes": 32 * 2**30,
+                                "free_bytes": 512 * 2**20}
+    # its older allocator had no "current active" field
+    assert _kinds(["NPU out of memory. Tried to allocate 20.00 MiB (NPU 0; 15.00 GiB total capacity; 14.90 GiB "
+                   "already allocated; 10.00 MiB free; 0 bytes cached)"]) == ["oom"]
+
+
+def test_torch_npu_memory_settings_are_no_oom() -> None:
+    assert _kinds(["export PYTORCH_NPU_ALLOC_CONF=max_split_size_mb:256"]) == []
+
+
+# vLLM V0 engine/multiprocessing/__init__.py ENGINE_DEAD_ERROR: the 500 body of every request after the death
+_MQ_DEAD = "Engine loop is not running. Inspect the stacktrace to find the original error: {}."
+
+
+def test_a_client_relaying_v0_engine_dead_body_is_a_death() -> None:
+    assert _kinds([_MQ_DEAD.format("RuntimeError('Engine process (pid 402) died.')")]) == ["engine_dead"]
+    # 0.6.0's constant wording, and AsyncLLMEngine.generate's
+    assert _kinds(["Engine loop is not running. Inspect the output to find the stacktrace of the error that caused "
+                   "the engine loop to stop (MQEngineDeadError)."]) == ["engine_dead"]
+    assert _kinds(["openai.InternalServerError: Background loop has errored already."]) == ["engine_dead"]
+
+
+def test_a_relayed_death_keeps_the_oom_it_names() -> None:
+    line = _MQ_DEAD.format("OutOfMemoryError('HIP out of memory. Tried to allocate 512.00 MiB. GPU 1 has a total "
+                           "capacity of 63.98 GiB of which 100.00 MiB is free.')")
+    assert _kinds([line]) == ["engine_dead", "oom"]
+
+
+def test_the_engine_loop_quoted_in_advice_is_no_death() -> None:
+    assert _kinds(["If you see `Engine loop is not running. Inspect the stacktrace to find the original error`, "
+                   "restart the server."]) == []
+
+
+_V05 = "2024-06-10 13:26:25 "
+
+
+def test_v0_engine_step_calling_the_step_is_the_loop_ending() -> None:
+    # async_llm_engine.py AsyncLLMEngine.engine_step, called by run_engine_loop, which catches nothing of it
+    frames = [f'{_V05}  File "/opt/venv/lib/python3.10/site-packages/vllm/engine/async_llm_engine.py", line 510, in '
+              "engine_step",
+              f"{_V05}    request_outputs = await self.engine.step_async(virtual_engine)",
+              f'{_V05}  File "/opt/venv/lib/python3.10/site-packages/vllm/engine/async_llm_engine.py", line 210, in '
+              "step_async"]
+    assert _kinds(frames) == ["engine_dead"]
+    assert _kinds([f'{_V05}  File "/opt/vllm/vllm/engine/async_llm_engine.py", line 393, in engine_step',
+                   f"{_V05}    request_outputs = await self.engine.step.remote()"]) == ["engine_dead"]
+
+
+def test_v0_engine_step_adding_a_request_is_no_death() -> None:
+    # the same frame over add_request_async: a ValueError caught there and handed to that request alone
+    assert _kinds([f'{_V05}  File "/opt/venv/lib/python3.10/site-packages/vllm/engine/async_llm_engine.py", line 480, '
+                   "in engine_step",
+                   f"{_V05}    await self.engine.add_request_async(**new_request)"]) == []
+
+
+_SGL = "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py"
+
+
+def test_a_traceback_out_of_run_scheduler_process_is_the_scheduler_dying() -> None:
+    lines = ["Traceback (most recent call last):",
+             f'  File "{_SGL}", line 2390, in run_scheduler_process',
+             "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)",
+             f'  File "{_SGL}", line 310, in __init__',
+             "    self.tp_worker = TpWorkerClass(",
+             "ValueError: The model's max seq len is larger than the KV cache"]
+    assert _kinds(lines) == ["engine_dead"]
+
+
+def test_a_py_spy_dump_naming_run_scheduler_process_is_no_death() -> None:
+    # py-spy dump prints a live thread's frames as `function (file:line)`
+    assert _kinds(['Thread 4711 (idle): "MainThread"',
+                   "    event_loop_normal (sglang/srt/managers/scheduler.py:1007)",
+                   "    run_scheduler_process (sglang/srt/managers/scheduler.py:2390)"]) == []
