@@ -128,3 +128,71 @@ def test_a_py_spy_dump_naming_run_scheduler_process_is_no_death() -> None:
     assert _kinds(['Thread 4711 (idle): "MainThread"',
                    "    event_loop_normal (sglang/srt/managers/scheduler.py:1007)",
                    "    run_scheduler_process (sglang/srt/managers/scheduler.py:2390)"]) == []
+
+
+def test_an_sdk_error_message_shown_alone_keeps_its_status() -> None:
+    # openai-node APIError.makeMessage: `${status} ${msg}`, or `${status} status code (no body)`
+    assert _kinds(["503 The server is overloaded, please try again later."]) == ["http_503"]
+    assert _kinds(["Error: 503 status code (no body)"]) == ["http_503"]
+    assert _kinds(["429 You exceeded your current quota, please check your plan."]) == ["http_429"]
+
+
+def test_a_count_of_503_at_a_line_start_is_no_status() -> None:
+    assert _kinds(["503 requests completed, 0 failed"]) == []
+
+
+def test_a_json_record_naming_its_status_field_error_code() -> None:
+    assert _kinds(['{"type":"ERROR_MESSAGE","error":"Resource exhausted","error_code": 429}']) == ["http_429"]
+    assert _kinds(['{"status_code":503,"detail":"upstream unavailable"}']) == ["http_503"]
+    # a number 429 under another key, and an error code of no status
+    assert _kinds(['{"step_index":429,"error_code":null}']) == []
+    assert _kinds(['{"error_code":"RESOURCE_EXHAUSTED","count":429}']) == []
+
+
+def test_revchatgpt_error_ends_with_the_status() -> None:
+    # revChatGPT V1 Error.__str__: f"{self.source}: {self.message} (code: {self.code})", code = status
+    assert _kinds(['OpenAI: {"detail":"Too many requests in 1 hour. Try again later."} (code: 429)']) == ["http_429"]
+    assert _kinds(['OpenAI: {"detail":"Unauthorized"} (code: 401)']) == []
+
+
+def test_memgpt_backoff_prints_only_rate_limit_errors() -> None:
+    # aretry_with_exponential_backoff catches openai.RateLimitError alone and prints it
+    assert _kinds(["acreate (backoff): caught error: You exceeded your current quota"]) == ["http_429"]
+    # the API's 429 message, under openai v0's class name
+    assert _kinds(["openai.error.RateLimitError: Rate limit reached for default-gpt-3.5-turbo in organization "
+                   "org-abc on requests per min. Limit: 3 / min. Please try again in 20s."]) == ["http_429"]
+    assert _kinds(["Exception: Maximum number of retries (20) exceeded."]) == []
+
+
+def test_the_inference_api_loading_body_is_its_503() -> None:
+    # huggingface_hub InferenceClient.post: a 503 is a model still loading, logged and retried
+    assert _kinds(['{"error":"Model gpt2 is currently loading","estimated_time":35.5}']) == ["http_503"]
+    assert _kinds(["INFO:huggingface_hub.inference._client:Waiting for model to be loaded on the server: 503 "
+                   "Server Error: Service Unavailable for url: https://api-inference.huggingface.co/models/gpt2"]) \
+        == ["http_503"]
+    assert _kinds(["{'error': 'Model gpt3 does not exist'}"]) == []
+
+
+def test_the_old_server_refusing_for_want_of_a_slot_is_a_queue_refusal() -> None:
+    # process_tasks: LOG_TEE("slot unavailable\n"); send_error(task, "slot unavailable")
+    assert _kinds(["slot unavailable"]) == ["queue_full"]
+    assert _kinds(['{"content":"slot unavailable","stop":true}']) == ["queue_full"]
+    assert _kinds(["all slots are idle and system prompt is empty, clear the KV cache"]) == []
+
+
+# TGI launcher main: `info!("{:?}", args)`, the Args struct's Debug form, model_id and revision first
+_ARGS = ('{ model_id: "bigscience/bloom", revision: None, validation_workers: 2, sharded: Some(true), num_shard: '
+         "Some(2), quantize: None, max_concurrent_requests: 64, max_best_of: 2, max_stop_sequences: 4, "
+         "max_input_length: 1000, max_total_tokens: 2048, waiting_served_ratio: 1.2, max_batch_prefill_tokens: 1024,")
+
+
+def test_tgi_args_dump_without_its_name_gives_the_limits() -> None:
+    facts = _facts([_ARGS])
+    assert {k: facts[k] for k in ("max_concurrent_requests", "max_model_len", "max_batch_prefill_tokens",
+                                  "tensor_parallel_size")} == {"max_concurrent_requests": 64, "max_model_len": 2048,
+                                                               "max_batch_prefill_tokens": 1024,
+                                                               "tensor_parallel_size": 2}
+
+
+def test_another_programs_struct_with_a_model_id_is_not_tgi() -> None:
+    assert _facts(['{ model_id: "x", max_concurrent_requests: 64, max_total_tokens: 4096 }']) == {}
