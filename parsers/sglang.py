@@ -113,6 +113,10 @@ _FACTS = (
     # total_gpu_memory), so the judge can size it when "Not enough memory" stops the start
     ("device_free_bytes", re.compile(r"Load weight begin\. avail mem=([\d.]+) GB"),
      lambda v: float(size_bytes(v, "GB"))),
+    # and what is left once the weights and the KV pool are in (init_memory_pool's last line): the room the CUDA
+    # graphs and the activations get, which a graph-capture OOM right after it ran out of
+    ("free_after_kv_bytes", re.compile(r"Memory pool end\. avail mem=([\d.]+) GB"),
+     lambda v: float(size_bytes(v, "GB"))),
 )
 _KV_SIZE = re.compile(
     r"KV Cache is allocated\.[^\n]{0,80}?(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
@@ -137,7 +141,7 @@ class SglangParser(StreamParser):
               "max_total_num_tokens", "server_args=", "KV Cache is allocated",
               "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
               "kv_cache_dtype=", "page_size=", "model_path=",
-              "Load weight", "Capture cuda graph end", "fired up", "startup complete",
+              "Load weight", "Memory pool end", "Capture cuda graph end", "fired up", "startup complete",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("sglang"),
               *catalogued.hot_words("auto"))
