@@ -196,3 +196,44 @@ def test_tgi_args_dump_without_its_name_gives_the_limits() -> None:
 
 def test_another_programs_struct_with_a_model_id_is_not_tgi() -> None:
     assert _facts(['{ model_id: "x", max_concurrent_requests: 64, max_total_tokens: 4096 }']) == {}
+
+
+# model_runner.py ModelRunner.init_memory_pool: f"Memory pool end. avail mem={…:.2f} GB", GiB as SGLang counts
+def test_sglang_memory_left_after_the_kv_pool_is_a_fact() -> None:
+    facts = _facts(["[2024-10-22 06:31:49 TP0] Memory pool end. avail mem=2.50 GB"])
+    assert facts == {"free_after_kv_bytes": 2.5 * 2**30}
+
+
+def test_sglang_memory_before_the_weights_stays_its_own_fact() -> None:
+    assert _facts(["[2024-10-22 06:30:01 TP0] Load weight begin. avail mem=78.00 GB"]) == {
+        "device_free_bytes": 78 * 2**30}
+
+
+# gpud newXIDErrorReason: "XID %d(%s) detected on %s", later "XID %d (%s) detected on GPU %s"
+def test_gpud_naming_an_xid_is_an_xid_event() -> None:
+    events = [r for r in _records(["XID 31 (MMU Fault) detected on GPU 0000:3b:00.0 UUID:GPU-ac896b35"])
+              if isinstance(r, Event)]
+    assert [(e.kind.value, e.fields["xid"], e.fields["pci_bus"]) for e in events] == [("xid", 31, "0000:3b:00.0")]
+    assert _kinds(["XID 13 detected on PCI:0000:ae:00"]) == ["xid"]
+
+
+def test_gpud_xid_79_is_an_xid_and_the_bus_loss_it_reports() -> None:
+    # the code is named (xid); its words are the driver's own for a lost GPU (gpu_lost, as the kernel line is)
+    assert _kinds(["XID 79(GPU has fallen off the bus) detected on PCI:0000:ae:00"]) == ["gpu_lost", "xid"]
+
+
+def test_gpud_healthy_states_are_no_xid() -> None:
+    assert _kinds(["XIDComponent is healthy"]) == []
+    assert _kinds(["No XID found"]) == []
+
+
+# Triton core: ModelLifeCycle::CreateModel and ModelRepositoryManager::CheckNode
+def test_triton_model_that_could_not_load_is_a_death_at_start_up() -> None:
+    assert _kinds(["E0103 08:11:15.842858 1 model_lifecycle.cc:626] failed to load 'llama' version 2: Internal: "
+                   "unexpected error when creating modelInstanceState"]) == ["engine_dead"]
+    assert _kinds(["ensemble 'ensemble' depends on 'llama' which has no loaded version. Model 'llama' loading "
+                   "failed with error: version 2 is at UNAVAILABLE state"]) == ["engine_dead"]
+
+
+def test_triton_model_that_loaded_is_no_death() -> None:
+    assert _kinds(["I0103 08:11:15.842858 1 model_lifecycle.cc:818] successfully loaded 'llama' version 2"]) == []
