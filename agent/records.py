@@ -79,8 +79,9 @@ FACT_NAMES = frozenset({
     "required_kv_bytes", "estimated_max_model_len", "max_concurrent_requests", "max_batch_prefill_tokens",
     "peak_torch_bytes", "cuda_graph_estimate_bytes", "hybrid_block_size", "dcp_world_size",
     "pipeline_parallel_size", "num_gpu_blocks_override", "engine_version", "engine_core",
-    # the device's free memory before the weights load (llama.cpp, SGLang); llama.cpp's failed start-up buffer
-    "device_free_bytes", "kv_buffer_failed_bytes", "compute_buffer_failed_bytes",
+    # the device's free memory before the weights load (llama.cpp, SGLang) and after the KV pool (SGLang);
+    # llama.cpp's failed start-up buffers
+    "device_free_bytes", "free_after_kv_bytes", "kv_buffer_failed_bytes", "compute_buffer_failed_bytes",
 })
 
 

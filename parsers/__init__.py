@@ -147,6 +147,9 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
              r"|Default `max_batch_prefill_tokens` to|Shard complete standard error output"
              r"|Shard \d+ (?:crashed|failed to start)|Webserver Crashed|Shard status channel disconnected",
              3),
+            # the launcher's `info!("{:?}", args)` (launcher/src/main.rs main): its Args struct opens with these two
+            # fields in every release, so the dump is TGI's even when a paste lost the `Args` before the brace
+            (r"\{ model_id: \"[^\"]{0,300}\", revision: (?:None|Some)", 3),
             # the same `tracing` prefix from vllm.rs, another Rust engine (parsers/vllm_rs.py): its words count
             # against TGI, so its stream stays with the generic path that reads it
             (r"\bvllm_rs::|\bKVCacheSwap\b|\bGPU Kvcache: ", -2),

@@ -25,7 +25,7 @@ Families and their guards against the known hard negatives:
 - **relayed refusals**: Ollama's "server busy … maximum pending requests exceeded" and "no slots available"
   as a client logs them (`queue_full`).
 - **engine death** in wordings no parser had (Ollama's newer `llama-server process has terminated`,
-  vLLM's API server noticing its engine is gone).
+  vLLM's API server noticing its engine is gone, V0's engine-dead 500 body as a client relays it).
 
 A bare `TimeoutError` exception line is an engine timeout without a knob, unless it names a network wait
 (errno, connection, socket, URL: a model download is not the engine waiting on itself).
@@ -183,6 +183,11 @@ ENGINE_DEATH_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.ENGINE_DEAD, r"llama-server process (?:has terminated|no longer running)"
               r"|(?:is already dead|has failed), terminating "
               r"server process|Engine loop has died", Severity.CRITICAL, incident=True),
+    # vLLM V0's engine-dead errors (engine/multiprocessing/__init__.py ENGINE_DEAD_ERROR, 0.6 on;
+    # engine/async_llm_engine.py AsyncLLMEngine.generate) are the 500 body every later request gets, so a
+    # client relays them without the exception's class name or vLLM's prefix
+    signature(EventKind.ENGINE_DEAD, r"Engine loop is not running\. Inspect the (?:stacktrace|output) to find"
+              r"|Background loop has errored already", Severity.CRITICAL, incident=True),
 )
 
 FAMILY_SIGNATURES: tuple[Signature, ...] = (
@@ -194,4 +199,5 @@ HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchd
              "out of memory", "Out of memory", "allocate",
              "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
              "timeout reached",
-             "terminated", "no longer running", "terminating server", "Engine loop has died")
+             "terminated", "no longer running", "terminating server", "Engine loop has died",
+             "Engine loop is not running", "Background loop has errored")

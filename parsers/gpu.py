@@ -33,11 +33,11 @@ def _oom_fields(m: re.Match[str]) -> dict[str, FieldValue]:
 
 
 _TORCH_OOM = (
-    r"(?:CUDA|HIP|XPU) out of memory\. Tried to allocate (?P<req>[\d.,]+) (?P<req_u>[KMGT]i?B)"
+    r"(?:CUDA|HIP|XPU|NPU) out of memory\. Tried to allocate (?P<req>[\d.,]+) (?P<req_u>[KMGT]i?B)"
     r"(?:\. GPU (?P<gpu>\d+) has a total capac(?:i)?ty of (?P<total>[\d.,]+) (?P<total_u>[KMGT]i?B) of which "
     r"(?P<free>[\d.,]+) (?P<free_u>[KMGT]i?B) is free"
-    r"| \(GPU (?P<gpu2>\d+); (?P<total2>[\d.,]+) (?P<total2_u>[KMGT]i?B) total capacity; [\d.,]+ [KMGT]i?B already "
-    r"allocated; (?P<free2>[\d.,]+) (?P<free2_u>[KMGT]i?B) free)?"
+    r"| \((?:GPU|NPU) (?P<gpu2>\d+); (?P<total2>[\d.,]+) (?P<total2_u>[KMGT]i?B) total capacity; [\d.,]+ [KMGT]i?B "
+    r"already allocated; (?:[\d.,]+ [KMGT]i?B current active; )?(?P<free2>[\d.,]+) (?P<free2_u>[KMGT]i?B) free)?"
 )
 
 

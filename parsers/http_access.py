@@ -87,8 +87,9 @@ FAILED_SIGNATURES: tuple[Signature, ...] = tuple(
 HTTP_SIGNATURES: tuple[Signature, ...] = (
     _signatures(EventKind.HTTP_429, "429", Phase.ADMISSION) + _signatures(EventKind.HTTP_503, "503", Phase.ADMISSION)
     # the family under the access-line forms: a 503 as a client or a proxy in front reports it (llama.cpp and
-    # its forks answer `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`)
-    + (signature(EventKind.HTTP_503, r"[\"']code\\?[\"']: ?503\b"
+    # its forks answer `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`); an
+    # agent's JSON record may name the field `error_code` or `status_code` (`"error_code":429`)
+    + (signature(EventKind.HTTP_503, r"[\"'](?:error_|status_)?code\\?[\"']: ?503\b"
                  r"(?:[^\n]{0,40}?[\"']message[\"']: ?[\"']"
                  r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?) 503\b"
@@ -98,7 +99,7 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
        # a client's `… failed with status: 429`
        signature(EventKind.HTTP_429, r"\b429 (?:Client Error: )?Too Many Requests\b"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?|failed with status:?) 429\b"
-                 r"|[\"']code\\?[\"']: ?429\b",
+                 r"|[\"'](?:error_|status_)?code\\?[\"']: ?429\b",
                  Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}, unless=ADVICE))
     + FAILED_SIGNATURES
 )

@@ -43,9 +43,16 @@ KERNEL_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.GPU_LOST, _LOST, Severity.CRITICAL, Phase.RUNTIME, _lost_fields, incident=True),
     signature(EventKind.XID, _XID, Severity.ERROR, Phase.RUNTIME, _xid_fields, severity_of=lambda f: xid_severity(
         int(f["xid"] or 0))),
+    # gpud's reason for an Xid it read from kmsg (components/accelerator/nvidia/xid, newXIDErrorReason):
+    # `XID %d(%s) detected on %s`, later `XID %d (%s) detected on GPU %s`, `XID %d detected on …` for a code its
+    # catalog lacks. It names the code, so it is an `xid` whatever the code; the kernel line it came from (and
+    # its own "GPU has fallen off the bus" for 79) is what makes a `gpu_lost`
+    signature(EventKind.XID, r"\bXID (?P<xid>\d{1,4}) ?(?:\([^()\n]{1,120}\) )?detected on (?:GPU )?(?:PCI:)?"
+              r"(?P<bus>[0-9a-fA-F:.]{4,20})", Severity.ERROR, Phase.RUNTIME, _xid_fields,
+              severity_of=lambda f: xid_severity(int(f["xid"] or 0))),
 )
 
-HOT_WORDS = ("NVRM", "fallen off the bus", "GPU is lost")
+HOT_WORDS = ("NVRM", "fallen off the bus", "GPU is lost", "XID ")
 
 
 class KernelParser(StreamParser):

@@ -63,7 +63,13 @@ SGLANG_SIGNATURES: tuple[Signature, ...] = (
          r"|TpModelWorkerClient) hit an exception"
          r"|Received sigquit from a child process|SIGQUIT received"
          r"|[Ww]atchdog timeout \((?![^\n)]{0,80}soft=True)|Health check failed"
-         r"|Child process unexpectedly failed", Severity.CRITICAL, incident=True),
+         r"|Child process unexpectedly failed"
+         # run_scheduler_process (managers/scheduler.py, 0.3 on) catches whatever ends the scheduler, start-up
+         # included, logs its traceback as "Scheduler hit an exception: …" and sends SIGQUIT to the parent: a
+         # traceback through that frame is the scheduler dying, even when the paste lost the record's first
+         # line (py-spy prints a live stack's frames as `run_scheduler_process (…/scheduler.py:N)`, no match)
+         r"|sglang/srt/managers/scheduler\.py\", line \d+, in run_scheduler_process\b",
+         Severity.CRITICAL, incident=True),
     # the launcher waiting for its schedulers' ready message (entrypoints/engine.py _launch_subprocesses): a
     # scheduler that closed its pipe died while loading the model
     signature(EventKind.ENGINE_DEAD, r"Rank \d+ scheduler is dead", Severity.CRITICAL, Phase.STARTUP, incident=True),
@@ -107,6 +113,10 @@ _FACTS = (
     # total_gpu_memory), so the judge can size it when "Not enough memory" stops the start
     ("device_free_bytes", re.compile(r"Load weight begin\. avail mem=([\d.]+) GB"),
      lambda v: float(size_bytes(v, "GB"))),
+    # and what is left once the weights and the KV pool are in (init_memory_pool's last line): the room the CUDA
+    # graphs and the activations get, which a graph-capture OOM right after it ran out of
+    ("free_after_kv_bytes", re.compile(r"Memory pool end\. avail mem=([\d.]+) GB"),
+     lambda v: float(size_bytes(v, "GB"))),
 )
 _KV_SIZE = re.compile(
     r"KV Cache is allocated\.[^\n]{0,80}?(?:K size: ([\d.]+) GB, V size: ([\d.]+) GB|KV size: ([\d.]+) GB)"
@@ -127,11 +137,11 @@ class SglangParser(StreamParser):
     HOT = hot("batch", "retract", "Retract", "out of memory", "Out of memory", "Not enough memory", "queue is full",
               "timeout reached",
               "hit an exception", "sigquit", "SIGQUIT", "atchdog timeout", "Health check failed", "is dead",
-              "unexpectedly failed", "No space left", "profiled value",
+              "unexpectedly failed", "in run_scheduler_process", "No space left", "profiled value",
               "max_total_num_tokens", "server_args=", "KV Cache is allocated",
               "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
               "kv_cache_dtype=", "page_size=", "model_path=",
-              "Load weight", "Capture cuda graph end", "fired up", "startup complete",
+              "Load weight", "Memory pool end", "Capture cuda graph end", "fired up", "startup complete",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("sglang"),
               *catalogued.hot_words("auto"))

@@ -190,18 +190,22 @@ ADVICE = (r"(?i:^\s*(?:if|when|whenever)\s|\b(?:if|when) you (?:get|see|hit|rece
 # requests.`, you can increase …"). A line pasted as a log has no backticks of its own (a code fence is a line
 # of its own, and the lines inside it are bare), so only a match that starts inside a span, on a line whose
 # text outside the spans addresses the reader or explains (`you`, `if`, `when`, `like`, `means`, `such as`), is
-# prose. Some clients put backticks in their own messages (Guzzle: "Server error: `POST …` resulted in a `504
-# Gateway Time-out` response"); they speak to no reader, so they stay log lines.
+# prose; so is a match that runs across a span or starts right after one (a sentence that names the call, then
+# its error: "a call to `cudaMalloc` failed with an "out of memory" error, … NVIDIA may be able to help you").
+# Some clients put backticks in their own messages (Guzzle: "Server error: `POST …` resulted in a `504 Gateway
+# Time-out` response"); they speak to no reader, so they stay log lines.
 _CODE_SPAN = re.compile(r"`[^`\n]{1,2000}`")
 _EXPLAINS = re.compile(r"(?i:\b(?:you|your|if|when|whenever|like|means|such as|e\.g\.)(?![\w.]))")
 
 
 def quoted_in_prose(msg: str, m: re.Match[str]) -> bool:
-    """Whether the match lies inside an inline code span of a sentence (a quoted statement, not a log line)."""
+    """Whether the match starts inside, runs across or directly follows an inline code span of a sentence (a
+    quoted statement, not a log line)."""
     if msg.count("`") < 2:
         return False
     spans = [(c.start(), c.end()) for c in _CODE_SPAN.finditer(msg)]
-    if not any(a < m.start() < b for a, b in spans):
+    if not any(a < m.start() < b or m.start() < a < m.end() or (b <= m.start() and not msg[b:m.start()].strip())
+               for a, b in spans):
         return False
     outside = _CODE_SPAN.sub(" ", msg)
     return _EXPLAINS.search(outside) is not None

@@ -127,6 +127,10 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
          # V0's AsyncLLMEngine: the background task's traceback (logged by _log_task_completion, "Engine
          # background task failed") runs through run_engine_loop; no request's own traceback does
          r"|vllm/engine/async_llm_engine\.py\", line \d+, in run_engine_loop\b"
+         # ... and its engine_step's call of the step (0.2–0.10): run_engine_loop catches nothing of it (only its
+         # iteration timeout, re-raised), so a traceback through that source line is the loop ending; the same
+         # frame over add_request_async is a request's ValueError, caught and handed to that request alone
+         r"|request_outputs = await self\.engine\.step(?:_async\(|\.remote\(\))"
          # V0's MQLLMEngine (0.6–0.10, engine/multiprocessing/engine.py): `start` runs run_engine_loop under
          # `except Exception: logger.exception(repr(e))` and the process ends; engine_step re-raises whatever
          # step raised (an input error of one request is answered, never re-raised): either frame is the end
@@ -189,7 +193,7 @@ class VllmParser(StreamParser):
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
               "ERROR",  # an ERROR record opens a block whatever it says (a traceback's first frame says nothing)
               "warmup run", "init engine", "run_engine_core", "run_engine_loop", "engine_step", "run_busy_loop",
-              "_process_engine_step", "Preempted request")
+              "_process_engine_step", "Preempted request", "await self.engine.step")
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)

@@ -185,10 +185,15 @@ def test_fresh6_split_holds_its_score() -> None:
 
 # `fresh7` was collected and labelled after the seventh round (fresh6's misses fixed, 36 more catalogued
 # statements), committed with its labels, and scored once as it came: macro-F1 0.784, one false alarm (a
-# maintainer's advice quoting a cudaMalloc failure), no field mismatch (tests/data/real/README.md). The floor is
-# that first score until its misses are fixed.
-FRESH7_MACRO_F1_FLOOR = 0.783
-FRESH7_FALSE_ALARMS = 1
+# maintainer's advice quoting a cudaMalloc failure), no field mismatch (tests/data/real/README.md). Its misses were
+# then fixed from the engines' and clients' source (a quoted call in a sentence to the reader is prose; torch_npu's
+# OOM; vLLM V0's engine-dead body relayed and its engine_step frame; SGLang's run_scheduler_process frame and its
+# memory-pool line; TGI's bare Args dump; Triton's failed model load; gpud's Xid line; llamafile's slot refusal;
+# openai-node, revChatGPT, MemGPT, huggingface_hub and JSON error_code statuses): macro-F1 0.923, no false alarm,
+# no field mismatch; what is left is the `gpu_lost` beside the `xid` of gpud's Xid 79 line, scored as labelled.
+# The floor is that after-fix score.
+FRESH7_MACRO_F1_FLOOR = 0.922
+FRESH7_FALSE_ALARMS = 0
 
 
 def test_fresh7_split_holds_its_score() -> None:
