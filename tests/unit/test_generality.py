@@ -208,6 +208,25 @@ def test_fresh7_split_holds_its_score() -> None:
     assert report.field_misses == []
 
 
+# `fresh8` was collected and labelled after the eighth round (fresh7's misses fixed), committed with its labels, and
+# scored once as it came: macro-F1 0.881, two false alarms, no field mismatch (tests/data/real/README.md). Its
+# misses are not fixed yet: the floor is that first score.
+FRESH8_MACRO_F1_FLOOR = 0.880
+FRESH8_FALSE_ALARMS = 2
+
+
+def test_fresh8_split_holds_its_score() -> None:
+    fresh8 = G.split(EXCERPTS, "fresh8")
+    assert len(fresh8) == len(G.held_ids(G.FRESH8)) >= 60
+    earlier = set().union(*(G.held_ids(G.FRESH_SPLITS[name]) for name in G.FRESH_SPLITS if name != "fresh8"))
+    assert not {ex.id for ex in fresh8} & (earlier | G.validation_ids())
+    assert not {ex.id for ex in G.split(EXCERPTS, "tune")} & G.held_ids(G.FRESH8)
+    report = G.score(fresh8)
+    assert report.macro_f1 >= FRESH8_MACRO_F1_FLOOR, (round(report.macro_f1, 3), report.misses)
+    assert len(report.false_alarms) <= FRESH8_FALSE_ALARMS, report.false_alarms
+    assert report.field_misses == []
+
+
 # ---- stats lines in the shapes real logs take ------------------------------------------------------
 V1_STATS = ("Engine 000: Avg prompt throughput: 12.5 tokens/s, Avg generation throughput: 80.1 tokens/s, "
             "Running: 7 reqs, Waiting: 3 reqs, GPU KV cache usage: 41.5%, Prefix cache hit rate: 12.0%")
