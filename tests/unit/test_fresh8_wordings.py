@@ -34,3 +34,28 @@ def test_the_answer_as_a_client_logs_it_stays_a_refusal() -> None:
         == ["http_503"]
     assert _kinds(["openai.RateLimitError: Error code: 429 - {'error': {'message': 'you should retry later', "
                    "'code': 429}}"]) == ["http_429"]
+
+
+# psf/requests@v2.32.3:requests/models.py:Response.__repr__, f"<Response [{self.status_code}]>"
+def _repr(status: int) -> str:
+    return f"<Response [{status}]>"
+
+
+def test_a_printed_requests_response_is_its_status() -> None:
+    assert _kinds(["It always return " + _repr(503) + " and fall in the infinite loop."]) == ["http_503"]
+    assert _kinds([_repr(429)]) == ["http_429"]
+    assert _kinds([_repr(200), _repr(404)]) == []
+
+
+# envoyproxy/envoy@v1.31.0:source/extensions/access_loggers/file/config.cc:FileAccessLogFactory::
+# createAccessLogInstance: the legacy json_format keeps no types, every operator a string (Istio's JSON log)
+def _untyped(code: str, flags: str) -> str:
+    return (f'{{"duration":"0","response_code":"{code}","user_agent":"python-requests/2.24.0",'
+            f'"response_flags":"{flags}","bytes_sent":"503","method":"GET"}}')
+
+
+def test_envoy_untyped_json_access_line_is_its_status() -> None:
+    assert _kinds([_untyped("503", "NR")]) == ["http_503"]
+    assert _kinds([_untyped("429", "RL")]) == ["http_429"]
+    # an answered request whose byte count reads 503
+    assert _kinds([_untyped("200", "-")]) == []
