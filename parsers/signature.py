@@ -179,10 +179,14 @@ def _trie_pattern(node: dict[str, Any], longest: bool = False) -> str:
 
 
 # Prose that names a refusal without one happening: advice ("if you get a 429 …", "when the server returns
-# 503 …") and explanations ("the `Model is overloaded` error means …"). Used as the `unless` of the wordings
-# that are as likely in a thread's text as in a log (a status and its phrase, a refusal's message).
+# 503 …"), explanations ("the `Model is overloaded` error means …") and proposals of what a server should
+# answer ("would the design be to return … HTTP 503", "it should respond with a 429"): a log line reports what
+# was answered, never what would or should be. Used as the `unless` of the wordings that are as likely in a
+# thread's text as in a log (a status and its phrase, a refusal's message).
 ADVICE = (r"(?i:^\s*(?:if|when|whenever)\s|\b(?:if|when) you (?:get|see|hit|receive|are getting)\b"
-          r"|\b(?:error|status|response)\b[^\n]{0,40}\bmeans\b)")
+          r"|\b(?:error|status|response)\b[^\n]{0,40}\bmeans\b"
+          r"|\b(?:would|should|could|might|shall)(?:\s+\w+){0,5}?\s+(?:return|respond|reply)\b"
+          r"|\b(?:be|want|like|prefer|propose|ought) to (?:return|respond|reply)\b)")
 
 
 # A log statement quoted in a sentence: an inline code span (`…`) with words around it on the same line, as
