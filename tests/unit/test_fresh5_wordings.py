@@ -6,22 +6,11 @@ from __future__ import annotations
 
 from agent.records import CapacityFact, Event, Server
 from parsers import make_parser
-
-
-def _records(lines: list[str]) -> list[object]:
-    parser = make_parser(Server.AUTO)
-    out: list[object] = []
-    for line in lines:
-        out += parser.feed(line)
-    return out + parser.flush()
+from tests.unit.wordings import kinds, records
 
 
 def _facts(lines: list[str]) -> dict[str, object]:
-    return {r.name: r.value for r in _records(lines) if isinstance(r, CapacityFact)}
-
-
-def _kinds(lines: list[str]) -> list[str]:
-    return sorted({r.kind.value for r in _records(lines) if isinstance(r, Event)})
+    return {r.name: r.value for r in records(lines) if isinstance(r, CapacityFact)}
 
 
 def test_tensorrt_llm_kv_budget_is_read_without_a_parser_of_its_own() -> None:
@@ -37,17 +26,17 @@ def test_tensorrt_llm_settings_echoed_at_start_up_are_no_budget() -> None:
              "0.9 or max_tokens_in_paged_kv_cache",
              "If you see `Allocated 0.14 GiB for max tokens in paged KV cache`, increase the fraction."]
     assert _facts(lines[:2]) == {}
-    assert _kinds(lines) == []
+    assert kinds(lines) == []
 
 
 def test_tensorrt_llm_start_up_failures() -> None:
-    assert _kinds(["[07/08/2025-19:47:15] [TRT-LLM] [RANK 1] [E] Failed to initialize executor on rank 1: "
+    assert kinds(["[07/08/2025-19:47:15] [TRT-LLM] [RANK 1] [E] Failed to initialize executor on rank 1: "
                    "Executor creation failed due to insufficient GPU memory."]) == ["engine_dead", "oom"]
-    assert _kinds(["E1103 02:59:01.152656 81041 backend_model.cc:553] ERROR: Failed to create instance: unexpected "
+    assert kinds(["E1103 02:59:01.152656 81041 backend_model.cc:553] ERROR: Failed to create instance: unexpected "
                    "error when creating modelInstanceState: [TensorRT-LLM][ERROR] CUDA runtime error in "
                    "::cudaMallocAsync(ptr, n, mCudaSt"]) == ["engine_dead", "oom"]
     # another CUDA call failing is not an allocation
-    assert _kinds(["[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, "
+    assert kinds(["[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, "
                    "stream): invalid argument (/app/bufferManager.cpp:96)"]) == []
 
 
@@ -55,21 +44,21 @@ _RETRACT = "KV cache pool is full. Retract requests. #retracted_reqs: 1, #new_to
 
 
 def test_a_statement_quoted_inline_in_advice_is_no_event() -> None:
-    assert _kinds([f"`{_RETRACT}`, you can increase `--schedule-conservativeness` to a value like 1.3."]) == []
-    assert _kinds(["If you see `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.` lower "
+    assert kinds([f"`{_RETRACT}`, you can increase `--schedule-conservativeness` to a value like 1.3."]) == []
+    assert kinds(["If you see `torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.` lower "
                    "the fraction."]) == []
 
 
 def test_the_same_statement_as_a_log_line_still_counts() -> None:
     sglang = f"[2025-01-01 10:00:00 TP0] {_RETRACT}"
-    assert _kinds([sglang]) == ["preemption"]
-    assert _kinds(["```", sglang, "```"]) == ["preemption"]  # pasted inside a code fence
-    assert _kinds([f"> {sglang}"]) == ["preemption"]  # quoted as a block
+    assert kinds([sglang]) == ["preemption"]
+    assert kinds(["```", sglang, "```"]) == ["preemption"]  # pasted inside a code fence
+    assert kinds([f"> {sglang}"]) == ["preemption"]  # quoted as a block
     # a client's own message with backticks in it (Guzzle's RequestException) speaks to no reader
-    assert _kinds(["Server error: `POST https://h:23000/query` resulted in a `504 Gateway Time-out` response: "
+    assert kinds(["Server error: `POST https://h:23000/query` resulted in a `504 Gateway Time-out` response: "
                    "<html><body><h1>504 Gateway Time-out</h1></body></html>"]) == ["deadline_exceeded"]
     # a user reporting what they saw, in backticks
-    assert _kinds([f"After an hour I got `{_RETRACT}` on every step"]) == ["preemption"]
+    assert kinds([f"After an hour I got `{_RETRACT}` on every step"]) == ["preemption"]
 
 
 def test_vllm_rs_swap_out_and_usage_are_read_and_its_tracing_prefix_is_not_tgi() -> None:
@@ -86,7 +75,7 @@ def test_vllm_rs_swap_out_and_usage_are_read_and_its_tracing_prefix_is_not_tgi()
     assert [r.kind.value for r in records if isinstance(r, Event)] == ["preemption"]
     assert [getattr(r, "kv_usage_ratio", None) for r in records if not isinstance(r, Event)] == [0.455]
     # swapping back in is the sequence resuming
-    assert _kinds(["2025-11-10T11:16:30.0Z  INFO runner: Received KVCacheSwap message: 171 kv cache blocks need "
+    assert kinds(["2025-11-10T11:16:30.0Z  INFO runner: Received KVCacheSwap message: 171 kv cache blocks need "
                    "to swap in!"]) == []
 
 

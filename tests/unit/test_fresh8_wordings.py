@@ -4,35 +4,22 @@ catalogued statements themselves are rendered by test_catalogue behind every pre
 
 from __future__ import annotations
 
-from agent.records import Event, Record, Server
-from parsers import make_parser
-
-
-def _records(lines: list[str]) -> list[Record]:
-    parser = make_parser(Server.AUTO)
-    out: list[Record] = []
-    for line in lines:
-        out += parser.feed(line)
-    return out + parser.flush()
-
-
-def _kinds(lines: list[str]) -> list[str]:
-    return sorted({r.kind.value for r in _records(lines) if isinstance(r, Event)})
+from tests.unit.wordings import kinds
 
 
 def test_a_proposal_of_what_the_server_should_answer_is_no_refusal() -> None:
     # a feature request asks what the server would return; nothing was returned
-    assert _kinds(["  Would the preferred design be to return an OpenAI-compatible error body with HTTP 503 and "
+    assert kinds(["  Would the preferred design be to return an OpenAI-compatible error body with HTTP 503 and "
                    "code `server_overloaded` when request admission is rejected?"]) == []
-    assert _kinds(["The router should respond with HTTP 429 once the queue is full."]) == []
-    assert _kinds(["I'd prefer to return HTTP 503 here instead of hanging."]) == []
+    assert kinds(["The router should respond with HTTP 429 once the queue is full."]) == []
+    assert kinds(["I'd prefer to return HTTP 503 here instead of hanging."]) == []
 
 
 def test_the_answer_as_a_client_logs_it_stays_a_refusal() -> None:
     # openai-python's APIStatusError text, "Error code: {status} - {body}" (_client.py _make_status_error)
-    assert _kinds(["openai.InternalServerError: Error code: 503 - {'error': 'model should be loaded first'}"]) \
+    assert kinds(["openai.InternalServerError: Error code: 503 - {'error': 'model should be loaded first'}"]) \
         == ["http_503"]
-    assert _kinds(["openai.RateLimitError: Error code: 429 - {'error': {'message': 'you should retry later', "
+    assert kinds(["openai.RateLimitError: Error code: 429 - {'error': {'message': 'you should retry later', "
                    "'code': 429}}"]) == ["http_429"]
 
 
@@ -42,9 +29,9 @@ def _repr(status: int) -> str:
 
 
 def test_a_printed_requests_response_is_its_status() -> None:
-    assert _kinds(["It always return " + _repr(503) + " and fall in the infinite loop."]) == ["http_503"]
-    assert _kinds([_repr(429)]) == ["http_429"]
-    assert _kinds([_repr(200), _repr(404)]) == []
+    assert kinds(["It always return " + _repr(503) + " and fall in the infinite loop."]) == ["http_503"]
+    assert kinds([_repr(429)]) == ["http_429"]
+    assert kinds([_repr(200), _repr(404)]) == []
 
 
 # envoyproxy/envoy@v1.31.0:source/extensions/access_loggers/file/config.cc:FileAccessLogFactory::
@@ -55,7 +42,7 @@ def _untyped(code: str, flags: str) -> str:
 
 
 def test_envoy_untyped_json_access_line_is_its_status() -> None:
-    assert _kinds([_untyped("503", "NR")]) == ["http_503"]
-    assert _kinds([_untyped("429", "RL")]) == ["http_429"]
+    assert kinds([_untyped("503", "NR")]) == ["http_503"]
+    assert kinds([_untyped("429", "RL")]) == ["http_429"]
     # an answered request whose byte count reads 503
-    assert _kinds([_untyped("200", "-")]) == []
+    assert kinds([_untyped("200", "-")]) == []
