@@ -45,6 +45,7 @@ def app_for(whole: typer.Typer, args: list[str]) -> typer.Typer:
             return one
     return whole
 
+
 NOT_RUNNING = 3  # `status` when nothing answers on the metrics port (as `systemctl is-active` says inactive)
 
 
