@@ -94,9 +94,9 @@ CUDA_SIGNATURES: tuple[Signature, ...] = (
          extract=_cuda_error, incident=True),
     signature(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+"
          r"|CUDNN_STATUS_(?!ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)\w+|an illegal memory access was encountered"
-         r"|device-side assert triggered|unspecified launch failure|misaligned address|NCCL error[^\n]{0,80}"
-         r"|ncclUnhandledCudaError|ncclSystemError|ncclInternalError)", Severity.ERROR, extract=_cuda_error,
-         incident=True),
+         r"|device-side assert triggered|unspecified launch failure|misaligned address"
+         r"|NCCL error(?:: | in: [^\n]{0,200}?, )unhandled cuda error|ncclUnhandledCudaError)", Severity.ERROR,
+         extract=_cuda_error, incident=True),
     # a device-side assert as the CUDA runtime prints it, before the host raises "device-side assert triggered":
     # `IndexKernel.cu:92: operator(): block: [0,0,0], thread: [4,0,0] Assertion `…` failed.`
     signature(EventKind.CUDA_ERROR, r"\.cu:\d{1,6}: [^\n]{0,200}?block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] "
