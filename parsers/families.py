@@ -75,7 +75,9 @@ ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.DEADLINE_EXCEEDED, r"[Ww]atchdog timeout \((?:self\.)?watchdog_timeout=(?P<s>\d{1,9})",
               Severity.ERROR, Phase.RUNTIME, _timeout("engine", Knob.WATCHDOG_TIMEOUT, "generation"), incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"timed out waiting for llama(?: runner|-server) to start", Severity.ERROR,
-              Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT, "connect"), incident=True),
+              Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT, "connect"), incident=True,
+              # `…: context canceled`: the request's context ended first, the client's timeout (catalogue: ollama)
+              unless=r"to start: context "),
     BARE_TIMEOUT := signature(
         EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
         _timeout("engine"), incident=True,

@@ -35,7 +35,8 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
          Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
     signature(EventKind.ENGINE_DEAD,
         r"timed out waiting for llama runner to start|error loading model|failed to load model",
-         Severity.CRITICAL, Phase.STARTUP, incident=True),
+         Severity.CRITICAL, Phase.STARTUP, incident=True,
+         unless=r"to start: context "),  # the client left before the load ended: the engine lives on
     signature(EventKind.ENGINE_DEAD, r"llama (?:runner|server) process has terminated"
          r"|llama runner process no longer running|llama runner exited|GGML_ASSERT(?:\(|: )|Segmentation fault"
          r"|core dumped"
