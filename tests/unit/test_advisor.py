@@ -275,3 +275,14 @@ def test_the_kernel_log_is_not_an_engine() -> None:
                 "/dev/kmsg", 1)
     store.commit([xid, *events(EventKind.OOM, 1)], now=NOW)
     assert Queries(store).engines() == [E]
+
+
+@pytest.mark.parametrize("knob", ["SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT"])
+def test_a_disaggregation_timeout_is_no_reason_for_a_longer_request_timeout(knob: str) -> None:
+    # SGLang's prefill and decode sides time a request out waiting for each other's KV transfer: the engine's own
+    # limit (scope engine) fired before any token, while capacity on the other side ran short. By the method a
+    # request that timed out with no token waited in a queue: the queue is slow, a longer timeout does not help.
+    got = judge(events(EventKind.DEADLINE_EXCEEDED, 3, phase=Phase.QUEUE, scope="engine", knob=knob,
+                       timeout_by="engine", timeout_on="queue", tokens_produced=0), {"request_timeout_ms": 30000})
+    assert {(rule, f.knob, f.direction) for rule, f in got.items()} == {
+        ("queue_timeouts", Knob.QUEUE_TIMEOUT_MS, Direction.REVIEW)}
