@@ -6,6 +6,12 @@ without this table is the KV budget, which only these lines state: the tokens th
 bytes (`[MemUsageChange] Allocated 26.91 GiB for max tokens in paged KV cache (220480).`, or before 0.8
 `Max tokens in paged KV cache: 117760. Allocating 54022635520 bytes.`), the tokens per block, the blocks of the
 primary (GPU) pool. The wordings are TensorRT-LLM's own, so no other engine's line matches them.
+
+Its load figures are the executor's iteration statistics, `IterationStats` serialised by nlohmann::json
+(cpp/tensorrt_llm/executor/jsonSerialization.cpp; keys in alphabetical order): what trtllm-serve's `/metrics`
+answers (a JSON list of the iterations since the last call) and what users paste from it or log. Each object
+gives the requests running (`numActiveRequests`), the requests waiting for admission (`numQueuedRequests`) and
+the primary pool's blocks in use (`kvCacheStats.usedNumBlocks` of `maxNumBlocks`).
 """
 
 from __future__ import annotations
@@ -26,6 +32,10 @@ FACTS: tuple[tuple[str, re.Pattern[str], Callable[[str], float]], ...] = (
     ("block_size", re.compile(r"\bMax KV cache blocks per sequence: \d+ .{0,40}?tokens per block=(\d+)"), float),
     ("gpu_blocks", re.compile(r"\bMax KV cache blocks per sequence: .{0,80}?primary blocks=(\d+)"), float),
 )
+STATS_WORD = '"numActiveRequests":'  # every IterationStats object has it
+_ITERATION = re.compile(r'\{"cpuMemUsage":')  # where each object of a list starts (its first key)
+_COUNT = {name: re.compile(rf'"{name}":(\d{{1,12}})\b') for name in
+          ("numActiveRequests", "numQueuedRequests", "usedNumBlocks", "maxNumBlocks")}
 HOT_WORDS = ("paged KV cache", "tokens per block", "KV cache primary pool", "KV cache blocks per sequence")
 
 
@@ -36,4 +46,20 @@ def facts(msg: str) -> list[tuple[str, float]]:
         m = pattern.search(msg)
         if m is not None:
             out.append((name, conv(m.group(1))))
+    return out
+
+
+def iteration_stats(msg: str) -> list[tuple[int, int, float | None]]:
+    """(running, waiting, KV usage ratio or None) of each IterationStats object on the line, in order; [] for
+    any other line. A list pasted cut short gives the objects whose counts it still holds."""
+    starts = [m.start() for m in _ITERATION.finditer(msg)] or [0]
+    out: list[tuple[int, int, float | None]] = []
+    for begin, end in zip(starts, [*starts[1:], len(msg)], strict=True):
+        chunk = msg[begin:end]
+        found = {name: int(m.group(1)) for name, pattern in _COUNT.items() if (m := pattern.search(chunk))}
+        if "numActiveRequests" not in found or "numQueuedRequests" not in found:
+            continue
+        total = found.get("maxNumBlocks")
+        ratio = min(found["usedNumBlocks"] / total, 1.0) if total and "usedNumBlocks" in found else None
+        out.append((found["numActiveRequests"], found["numQueuedRequests"], ratio))
     return out
