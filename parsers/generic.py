@@ -14,7 +14,7 @@ import re
 from datetime import timedelta, timezone
 
 from agent.records import Record, Server, ServerStats
-from parsers import catalogued, families, gpu, http_access, kernel, trtllm, vllm_rs
+from parsers import catalogued, families, gpu, http_access, kernel, lmdeploy, trtllm, vllm_rs
 from parsers.base import StreamParser
 from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
@@ -28,10 +28,11 @@ class GenericParser(StreamParser):
 
     server = Server.AUTO
     STATS_WORD = vllm_rs.STATS_WORD  # vllm.rs has no parser of its own either
+    STATS_WORD2 = trtllm.STATS_WORD  # nor TensorRT-LLM: its iteration statistics
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *catalogued.signatures("auto"),
                   *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
-              *catalogued.hot_words("auto"), *trtllm.HOT_WORDS)
+              *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)
@@ -49,14 +50,22 @@ class GenericParser(StreamParser):
         return Split(text, ts)
 
     def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
-        """vllm.rs's KV usage line (parsers/vllm_rs.py) as a load sample."""
+        """vllm.rs's KV usage line (parsers/vllm_rs.py) or TensorRT-LLM's iteration statistics (parsers/trtllm.py)
+        as load samples; a queue that has just filled up is a `pending` event beside its sample."""
         ratio = vllm_rs.kv_usage(split.msg)
-        if ratio is None:
-            return None
-        return [ServerStats(split.ts, self.source, self.server, kv_usage_ratio=ratio, path=path, offset=offset)]
+        if ratio is not None:
+            return [ServerStats(split.ts, self.source, self.server, kv_usage_ratio=ratio, path=path, offset=offset)]
+        out: list[Record] = []
+        for running, waiting, usage in trtllm.iteration_stats(split.msg):
+            out += self.sample(ServerStats(split.ts, self.source, self.server, running, waiting,
+                                           kv_usage_ratio=usage, path=path, offset=offset), split.tag)
+        return out or None
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
-        """TensorRT-LLM's KV budget (parsers/trtllm.py): it has no parser of its own, so its stream is read here."""
+        """TensorRT-LLM's KV budget (parsers/trtllm.py) and LMDeploy's configuration (parsers/lmdeploy.py):
+        neither has a parser of its own, so their streams are read here."""
+        if "EngineConfig(" in split.msg:
+            return [self.fact(split, name, value) for name, value in lmdeploy.facts(split.msg)]
         if "KV cache" not in split.msg and "tokens per block" not in split.msg:
             return []
         return [self.fact(split, name, value) for name, value in trtllm.facts(split.msg)]
