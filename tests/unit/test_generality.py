@@ -129,7 +129,10 @@ def test_split_meets_the_targets(which: str) -> None:
 # scored once as it came: macro-F1 0.881, two false alarms, no field mismatch (tests/data/real/README.md). Its
 # misses were then fixed from the engines' and clients' source (a proposal of what a server would return is prose;
 # requests' printed `<Response [503]>`; Envoy's untyped JSON `"response_code":"503"`): macro-F1 0.917, one false
-# alarm (llama-server's `should_stop` line, labelled as a timeout in fresh2); the floor is that after-fix score.
+# alarm (llama-server's `should_stop` line, labelled as a timeout in fresh2). That label was then settled from
+# llama.cpp's source (a request cut by a time limit: `timeout`), and the rest fixed from source (Ollama's abandoned
+# load, NCCL's non-CUDA errors, SGLang's disaggregation timeouts, TensorRT-LLM's iteration stats, LMDeploy's
+# config): macro-F1 0.988, no false alarm; the floor is that score.
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
     ("fresh2", 30, 0.77, 0, 0),  # the first score (0.778), the honest held-out figure
@@ -138,7 +141,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh5", 60, 0.999, 0, 0),
     ("fresh6", 60, 0.907, 0, 0),
     ("fresh7", 60, 0.922, 0, 0),
-    ("fresh8", 60, 0.916, 1, 0),
+    ("fresh8", 60, 0.987, 0, 0),
 ]
 
 
