@@ -133,6 +133,9 @@ def test_split_meets_the_targets(which: str) -> None:
 # llama.cpp's source (a request cut by a time limit: `timeout`), and the rest fixed from source (Ollama's abandoned
 # load, NCCL's non-CUDA errors, SGLang's disaggregation timeouts, TensorRT-LLM's iteration stats, LMDeploy's
 # config): macro-F1 0.988, no false alarm; the floor is that score.
+#
+# `fresh9` was collected and labelled after the ninth round (fresh8's misses fixed), committed with its labels, and
+# scored once as it came: macro-F1 0.810, no false alarm, no field mismatch (tests/data/real/README.md).
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
     ("fresh2", 30, 0.77, 0, 0),  # the first score (0.778), the honest held-out figure
@@ -142,6 +145,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh6", 60, 0.907, 0, 0),
     ("fresh7", 60, 0.922, 0, 0),
     ("fresh8", 60, 0.987, 0, 0),
+    ("fresh9", 60, 0.809, 0, 0),  # the first score (0.810)
 ]
 
 
