@@ -66,7 +66,7 @@ class GenericParser(StreamParser):
         neither has a parser of its own, so their streams are read here."""
         if "EngineConfig(" in split.msg:
             return [self.fact(split, name, value) for name, value in lmdeploy.facts(split.msg)]
-        if "KV cache" not in split.msg and "tokens per block" not in split.msg:
+        if "KV cache" not in split.msg and "tokens per block" not in split.msg and "TRTGptModel" not in split.msg:
             return []
         return [self.fact(split, name, value) for name, value in trtllm.facts(split.msg)]
 

@@ -26,6 +26,10 @@ FACTS: tuple[tuple[str, re.Pattern[str], Callable[[str], float]], ...] = (
      lambda v: float(v) * GIB),
     ("kv_cache_tokens", re.compile(r"\bAllocated [\d.]+ GiB for max tokens in paged KV cache \((\d+)\)"), float),
     ("kv_cache_tokens", re.compile(r"\bMax tokens in paged KV cache: (\d+)\. Allocating \d+ bytes"), float),
+    ("kv_cache_tokens", re.compile(r"\bUsing (\d+) tokens in paged KV cache\b"), float),
+    # the limits the model was built with (batch_manager/trtGptModel.h, `TrtGptModel`'s constructor)
+    ("max_num_seqs", re.compile(r"\bTRTGptModel maxNumSequences: (\d+)\b"), float),
+    ("max_model_len", re.compile(r"\bTRTGptModel maxSequenceLen: (\d+)\b"), float),
     ("kv_cache_bytes", re.compile(r"\bMax tokens in paged KV cache: \d+\. Allocating (\d+) bytes"), float),
     ("block_size", re.compile(r"\bNumber of tokens per block: (\d+)\b"), float),
     ("gpu_blocks", re.compile(r"\bNumber of blocks in KV cache primary pool: (\d+)\b"), float),
@@ -36,7 +40,8 @@ STATS_WORD = '"numActiveRequests":'  # every IterationStats object has it
 _ITERATION = re.compile(r'\{"cpuMemUsage":')  # where each object of a list starts (its first key)
 _COUNT = {name: re.compile(rf'"{name}":(\d{{1,12}})\b') for name in
           ("numActiveRequests", "numQueuedRequests", "usedNumBlocks", "maxNumBlocks")}
-HOT_WORDS = ("paged KV cache", "tokens per block", "KV cache primary pool", "KV cache blocks per sequence")
+HOT_WORDS = ("TRTGptModel max", "paged KV cache", "tokens per block", "KV cache primary pool",
+             "KV cache blocks per sequence")
 
 
 def facts(msg: str) -> list[tuple[str, float]]:
