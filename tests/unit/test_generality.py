@@ -135,7 +135,10 @@ def test_split_meets_the_targets(which: str) -> None:
 # config): macro-F1 0.988, no false alarm; the floor is that score.
 #
 # `fresh9` was collected and labelled after the ninth round (fresh8's misses fixed), committed with its labels, and
-# scored once as it came: macro-F1 0.810, no false alarm, no field mismatch (tests/data/real/README.md).
+# scored once as it came: macro-F1 0.810, no false alarm, no field mismatch (tests/data/real/README.md). Its misses
+# were then fixed in part from source (ggml's CUDA_CHECK, TGI's shard init error, Ollama's CLI and Ray Serve's
+# health-check timeouts, TensorRT-LLM's model limits, openai-node's relayed status, Faraday, Triton's queue
+# timeout): macro-F1 0.892, no false alarm; the floor is that after-fix score.
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
     ("fresh2", 30, 0.77, 0, 0),  # the first score (0.778), the honest held-out figure
@@ -145,7 +148,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh6", 60, 0.907, 0, 0),
     ("fresh7", 60, 0.922, 0, 0),
     ("fresh8", 60, 0.987, 0, 0),
-    ("fresh9", 60, 0.809, 0, 0),  # the first score (0.810)
+    ("fresh9", 60, 0.891, 0, 0),
 ]
 
 
