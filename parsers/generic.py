@@ -57,7 +57,7 @@ class GenericParser(StreamParser):
             return [ServerStats(split.ts, self.source, self.server, kv_usage_ratio=ratio, path=path, offset=offset)]
         out: list[Record] = []
         for running, waiting, usage in trtllm.iteration_stats(split.msg):
-            out += self.sample(ServerStats(split.ts, self.source, self.server, running, waiting,
+            out += self.sample(ServerStats(split.ts, self.source, self.server, running=running, waiting=waiting,
                                            kv_usage_ratio=usage, path=path, offset=offset), split.tag)
         return out or None
 
