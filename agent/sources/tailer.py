@@ -230,8 +230,10 @@ class FileTailer:
                 if old.file_key not in self.state.files:  # (unless its copy is still being drained)
                     out.expired.append(old)
             self.state.files[new.key] = new
-            live.add(ident)
             self.refinder.catch_up(path, now)
+            # (catch_up may have resumed a finished sibling the glob names too: it is live now, not retired)
+            live = {(f.dev, f.inode) for f in self.state.files.values()}
+            retired = {(c.dev, c.inode): key for key, (c, _) in self.state.retired.items()}
             more |= self._service(new, now, out)
         self.state.first_discovery = False
         reason = "; ".join(dict.fromkeys(reasons))[:300]
