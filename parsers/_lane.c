@@ -5,8 +5,10 @@
  * regular-expression search). `split` cuts a buffer into the lines a `BoundedLines` reader would give
  * (at each newline, or at `max_line` bytes for a longer line) and tells the quiet ones without making any
  * Python object for them: a run of quiet lines comes back as one (count, start, stop) tuple, every other
- * line as its own bytes object, in order. The caller (agent/offline/plain_lane.py) hands the others to the
- * parser unchanged, so the Python parser stays the reference for everything it decides.
+ * line as its own bytes object, in order. The callers (agent/offline/plain_lane.py for `scan`,
+ * agent/daemon/lane.py for the daemon) hand the others to the parser unchanged, so the Python parser stays
+ * the reference for everything it decides. `whole` tells the daemon's tailer which lines of a read it may
+ * hand on as bytes (agent/sources/rawlines.py).
  *
  * A line is quiet only when all of these hold, so that `feed` would do nothing but count it:
  *   - it is ASCII without NUL, ESC or CR (no decoding, no cleaning up, the same text in bytes and in str);
