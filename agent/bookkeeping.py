@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.records import Event, LogLine
+from agent.records import Event, LogLine, RawLines
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class SourceBatch:
     byte budget), so the caller should poll again at once instead of waiting.
     """
 
-    lines: tuple[LogLine, ...] = ()
+    lines: tuple[LogLine | RawLines, ...] = ()
     cursors: tuple[Cursor | JournalCursor, ...] = ()
     expired: tuple[Cursor, ...] = ()
     more: bool = False

@@ -307,6 +307,19 @@ def event_with(event: Event, **changes: Any) -> Event:
     return copy
 
 
+class RawLines(NamedTuple):
+    """Whole lines of one plain file incarnation, as read, for the daemon's compiled lane
+    (agent/sources/rawlines.py): `data` starts at byte `offset` and holds `lines` lines, each through its
+    newline, none over the source's maximum, all valid UTF-8. The other fields mean what `LogLine`'s do."""
+
+    source: str
+    path: str
+    offset: int
+    data: bytes
+    lines: int
+    file_key: str
+
+
 def log_line(source: str, path: str, offset: int, text: str, ts: float | None, stream: str | None, truncated: bool,
              file_key: str) -> LogLine:
     """`LogLine(…)` with every field given, without the NamedTuple's Python-level `__new__` (the tailer builds one

@@ -1,12 +1,14 @@
-/* The compiled lane of `scan`'s plain-file path: line splitting and the literal pre-filter, in C.
+/* The compiled lane of the plain-file paths (`scan`, the daemon): line splitting and the literal pre-filter, in C.
  *
  * Most lines of a busy log are quiet: they hold none of the literals a parser looks for, so the parser
  * would only count them. Python pays for every such line anyway (a bytes object, a decode, a call and a
  * regular-expression search). `split` cuts a buffer into the lines a `BoundedLines` reader would give
  * (at each newline, or at `max_line` bytes for a longer line) and tells the quiet ones without making any
  * Python object for them: a run of quiet lines comes back as one (count, start, stop) tuple, every other
- * line as its own bytes object, in order. The caller (agent/offline/plain_lane.py) hands the others to the
- * parser unchanged, so the Python parser stays the reference for everything it decides.
+ * line as its own bytes object, in order. The callers (agent/offline/plain_lane.py for `scan`,
+ * agent/daemon/lane.py for the daemon) hand the others to the parser unchanged, so the Python parser stays
+ * the reference for everything it decides. `whole` tells the daemon's tailer which lines of a read it may
+ * hand on as bytes (agent/sources/rawlines.py).
  *
  * A line is quiet only when all of these hold, so that `feed` would do nothing but count it:
  *   - it is ASCII without NUL, ESC or CR (no decoding, no cleaning up, the same text in bytes and in str);
@@ -549,14 +551,50 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(whole_doc,
+"whole(buf, start, stop, room, max_line) -> (count, end, ascii)\n\n"
+"The whole lines of `buf` from `start`, each through its newline, ending at or before `stop`: at most\n"
+"`room` of them, and none after the first whose text (without its newline) is over `max_line` bytes.\n"
+"`count` lines end at `end`; `ascii` says whether those bytes are all ASCII. The daemon's tailer asks\n"
+"this before it hands a plain file's run of lines on as bytes (agent/sources/rawlines.py).");
+
+static PyObject *whole(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, stop, room, max_line;
+    if (!PyArg_ParseTuple(args, "y*nnnn", &view, &start, &stop, &room, &max_line))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    if (stop > view.len)
+        stop = view.len;
+    if (start < 0)
+        start = 0;
+    Py_ssize_t at = start, count = 0;
+    unsigned char seen = 0;
+    while (at < stop && count < room) {
+        const unsigned char *nl = memchr(buf + at, '\n', (size_t)(stop - at));
+        if (nl == NULL)
+            break;
+        Py_ssize_t end = (Py_ssize_t)(nl - buf) + 1;
+        if (end - 1 - at > max_line)
+            break;
+        for (const unsigned char *p = buf + at; p < nl; p++)
+            seen |= *p;
+        at = end;
+        count++;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nnO)", count, at, seen < 0x80 ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"split", split, METH_VARARGS, split_doc},
+    {"whole", whole, METH_VARARGS, whole_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_lane",
-    "Line splitting and the literal pre-filter of scan's plain-file path (parsers/_lane.c).", -1, methods,
+    "Line splitting and the literal pre-filter of the plain-file paths (parsers/_lane.c).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

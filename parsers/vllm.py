@@ -232,7 +232,7 @@ class VllmParser(StreamParser):
 
     def settle_sample(self, minute: str, second: int, tag: str, engine: str | None, pt: float, gt: float,
                       running: int, waiting: int, kv: float, hit: float | None, path: str | None, offset: int,
-                      line: int) -> list[Record] | None:
+                      line: int | None) -> list[Record] | None:
         """The records of a stats line in V1's plain shape behind vLLM's own prefix that the compiled lane read
         (parsers/_lane.c: prefix and fields checked, numbers converted, no ANSI colour): what `_behind_own_prefix`
         gives for it, without the finds and the match. None, and nothing done, when the line needs `feed` after

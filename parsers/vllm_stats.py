@@ -103,7 +103,7 @@ def anywhere(msg: str, ts: float | None, stamped: bool, yearless: Yearless, sour
         offset=offset), em.group(1) if em else None
 
 
-def settled(ts: float, source: str, path: str | None, offset: int, line: int, pt: float, gt: float, running: int,
+def settled(ts: float, source: str, path: str | None, offset: int, line: int | None, pt: float, gt: float, running: int,
             waiting: int, kv: float, hit: float | None) -> ServerStats:
     """The load sample of a stats line in V1's plain shape whose fields the compiled lane read (parsers/_lane.c:
     the numbers already converted, the percentages as printed): what `sample` gives for the same line."""

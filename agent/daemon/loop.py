@@ -142,7 +142,8 @@ class Daemon:
             reader = JournalSource.from_section(section, store.journal_cursor(name))
         else:
             # never the agent's own database: reading it would feed the agent its own writes
-            reader = FileTailer.from_section(section, store.cursors(name), store_files(str(self.config.store.path)))
+            reader = FileTailer.from_section(section, store.cursors(name), store_files(str(self.config.store.path)),
+                                             raw=True)
         server = section.server
         if section.format == "journald" and section.kernel and server is Server.AUTO:
             server = Server.KERNEL

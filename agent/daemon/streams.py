@@ -13,12 +13,14 @@ from dataclasses import dataclass, field, replace
 
 from agent.bookkeeping import Cursor, JournalCursor
 from agent.config import SourceSection
+from agent.daemon.lane import feed_raw
 from agent.records import (
     CapacityFact,
     Event,
     GpuProcessSample,
     GpuSample,
     LogLine,
+    RawLines,
     Record,
     RequestSample,
     Server,
@@ -81,14 +83,21 @@ class LogStream:
             out.update(p.held_offsets())
         return out
 
-    def feed(self, lines: Iterable[LogLine]) -> list[Record]:
+    def feed(self, lines: Iterable[LogLine | RawLines]) -> list[Record]:
         """Parse lines. The parser is told each line's file identity (`file_key`) as its location, so what
         it holds back and what it emits is tied to that file incarnation, never to a name that rotation
-        gives to the next file; records leave with both the path (for people) and the file key (the key)."""
+        gives to the next file; records leave with both the path (for people) and the file key (the key).
+        A plain file's `RawLines` (the compiled lane's, agent/daemon/lane.py) are parsed in their place."""
         records: list[Record] = []
         locate = self._locate
         run: list[LogLine] = []  # consecutive lines of one file without an envelope time
         for line in lines:
+            if isinstance(line, RawLines):
+                if run:
+                    records += map(locate, self._feed_run(run))
+                    run = []
+                records += map(locate, feed_raw(self._where(line), line, line.file_key or line.path))
+                continue
             if run and (line.path is not run[0].path or line.file_key is not run[0].file_key or line.ts is not None):
                 records += map(locate, self._feed_run(run))
                 run = []
@@ -104,7 +113,7 @@ class LogStream:
             self.paths = {k: p for k, p in self.paths.items() if k in held} | recent
         return records
 
-    def _where(self, line: LogLine) -> Parser:
+    def _where(self, line: LogLine | RawLines) -> Parser:
         """The parser of a line's file, remembering the path its file key was read under."""
         if line.file_key:
             self.paths[line.file_key] = line.path

@@ -12,50 +12,30 @@ _lane.c tells those apart too. The Python path is the reference: the output is t
 (tests/unit/test_lane_differential.py).
 
 `DEEPINFER_LANE=python` forces the Python path; without the built extension (no compiler at install
-time, another interpreter) it is the only path.
+time, another interpreter) it is the only path (parsers/compiled.py loads it, for the daemon too).
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable
-from types import ModuleType
 from typing import Any, TypeGuard
 
 from agent.records import Record, Server
 from agent.sources.bounded import MAX_LINE_BYTES, BoundedLines
 from parsers import Parser
 from parsers.base import StreamParser
+from parsers.compiled import ENV as ENV
+from parsers.compiled import LANE
+from parsers.compiled import active as active
+from parsers.compiled import built as built
 from parsers.paste import WRAP_WIDTHS
 from parsers.quiet import MAX_QUIET, REQUEST_GUARDS, quiet_literals
 from parsers.vllm import VllmParser
 
 READ_BYTES = 1 << 20  # one block of the file; at least MAX_LINE_BYTES, so each block ends a line or a piece
-ENV = "DEEPINFER_LANE"  # `python`: the pure-Python path even where the compiled lane is built
 
 Emit = Callable[[list[Record], Server], None]
 Located = Callable[[list[Record], list[int], int], list[Record]]  # a batch's records, its offsets, its first line
-
-
-def _load() -> ModuleType | None:
-    try:
-        return importlib.import_module("parsers._lane")
-    except ImportError:
-        return None
-
-
-LANE = _load()
-
-
-def built() -> bool:
-    """Whether the compiled lane was built for this interpreter."""
-    return LANE is not None
-
-
-def active() -> bool:
-    """Whether `scan` reads plain files through the compiled lane now."""
-    return LANE is not None and os.environ.get(ENV, "").strip().lower() != "python"
 
 
 def usable(raws: object) -> TypeGuard[BoundedLines]:

@@ -14,12 +14,15 @@ import codecs
 import itertools
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 from typing import Literal
 
 from agent.sources.framing import Frame, PartialJoiner, plain_frame, unwrap
+from agent.sources.rawlines import EmitRaw, raw_run
 
 Emit = Callable[[Frame, int], None]  # a complete line and the file offset of its first byte
 EmitPlain = Callable[[list[str], list[int]], None]  # plain lines (texts, the offset of each): a run at once
+Run = Callable[[bytes, int, int, int, int], tuple[int, int] | None]  # `_plain_run` with its emitter bound
 
 
 class LineAssembler:
@@ -35,20 +38,27 @@ class LineAssembler:
         self._buf_start = start  # file offset of its first byte
         self._dropping = False  # the unfinished line is over the maximum: its further bytes are dropped
 
-    def feed(self, data: bytes, base: int, emit: Emit, limit: int, emit_plain: EmitPlain | None = None) -> int:
+    def feed(self, data: bytes, base: int, emit: Emit, limit: int, emit_plain: EmitPlain | None = None,
+             emit_raw: EmitRaw | None = None) -> int:
         """Consume bytes read at file offset `base`, assembling at most `limit` lines (the caller's line
         budget); return how many bytes were consumed, which is fewer than `len(data)` only when the limit
         was reached after a complete line. `emit_plain`, when given, takes a plain file's runs of whole
-        lines in one call each (see `_plain_run`); `emit` takes every other line."""
+        lines in one call each (see `_plain_run`); `emit_raw`, when given instead, takes them as the bytes
+        read (for the compiled lane: agent/sources/rawlines.py); `emit` takes every other line."""
         pos = 0
         done = 0
+        runs: Run | None = None
+        if emit_raw is not None:
+            runs = partial(raw_run, max_line=self._max, emit_raw=emit_raw)
+        elif emit_plain is not None:
+            runs = partial(self._plain_run, emit_plain)
         runs_from = 0 if self._fmt == "plain" else len(data)  # where a run of whole lines may start
         while pos < len(data) and done < limit:
             newline = data.find(b"\n", pos)
             if newline >= 0 and not self._buf and not self._dropping and newline - pos <= self._max:
-                if emit_plain is not None and pos >= runs_from:
+                if runs is not None and pos >= runs_from:
                     last = data.rfind(b"\n", newline)
-                    run = self._plain_run(data, pos, last, base, limit - done, emit_plain)
+                    run = runs(data, pos, last, base, limit - done)
                     if run is not None:
                         pos, count = run
                         done += count
@@ -76,8 +86,8 @@ class LineAssembler:
             self._buf_start = base + pos
         return pos
 
-    def _plain_run(self, data: bytes, pos: int, last: int, base: int, room: int,
-                   emit_plain: EmitPlain) -> tuple[int, int] | None:
+    def _plain_run(self, emit_plain: EmitPlain, data: bytes, pos: int, last: int, base: int,
+                   room: int) -> tuple[int, int] | None:
         """The whole lines of a plain file from `pos` to the chunk's last newline (at `last`), at most `room`
         of them, split and decoded in one call each and handed over at once: the same texts and offsets as
         `_line` one by one, without its calls per line (a busy log is thousands of lines a second). None

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from agent.bookkeeping import Cursor, SourceBatch, SourceStats
 from agent.config import SourceSection
-from agent.records import log_line
+from agent.records import RawLines, log_line
 from agent.sources.framing import Frame
 from agent.sources.identity import (
     FINGERPRINT_BYTES,
@@ -63,6 +63,7 @@ from agent.sources.tailstate import (
     TailOptions,
     TailOut,
 )
+from parsers.compiled import active
 
 log = logging.getLogger("deepinfer.tailer")
 
@@ -74,12 +75,17 @@ class FileTailer:
     first run and files already present start at `options.start_at`. Every file found later, and every
     file found after a restart, is read from its beginning. The tailer has its state (`TailerState`) and a
     `Refinder` that finds files again on it.
+
+    `raw` (the daemon) says the caller takes `RawLines` too: with the compiled lane on (parsers/compiled.py),
+    a plain file's runs of whole lines are handed on as the bytes read, in order among the `LogLine`s, for
+    agent/daemon/lane.py to split next to the parser; cursors, offsets and counters are the same either way.
     """
 
     def __init__(self, name: str, pattern: str, options: TailOptions, cursors: Sequence[Cursor] = (),
-                 exclude: Collection[str] = ()) -> None:
+                 exclude: Collection[str] = (), raw: bool = False) -> None:
         self.state = TailerState(name, pattern, options, cursors, exclude)
         self.refinder = Refinder(self.state)
+        self.raw = raw and options.fmt == "plain" and active()
 
     @property
     def name(self) -> str:
@@ -91,12 +97,12 @@ class FileTailer:
 
     @classmethod
     def from_section(cls, section: SourceSection, cursors: Sequence[Cursor] = (),
-                     exclude: Collection[str] = ()) -> FileTailer:
+                     exclude: Collection[str] = (), raw: bool = False) -> FileTailer:
         """The tailer for one `sources:` entry (not journald), resumed from `Store.cursors(name)`."""
         if section.path is None:
             raise ValueError("a file source needs a path")
         return cls(section.source_name(), str(Path(section.path).expanduser()), TailOptions.from_section(section),
-                   cursors, exclude)
+                   cursors, exclude, raw)
 
     # --- the loop -------------------------------------------------------------------------------------
 
@@ -224,8 +230,10 @@ class FileTailer:
                 if old.file_key not in self.state.files:  # (unless its copy is still being drained)
                     out.expired.append(old)
             self.state.files[new.key] = new
-            live.add(ident)
             self.refinder.catch_up(path, now)
+            # (catch_up may have resumed a finished sibling the glob names too: it is live now, not retired)
+            live = {(f.dev, f.inode) for f in self.state.files.values()}
+            retired = {(c.dev, c.inode): key for key, (c, _) in self.state.retired.items()}
             more |= self._service(new, now, out)
         self.state.first_discovery = False
         reason = "; ".join(dict.fromkeys(reasons))[:300]
@@ -317,7 +325,7 @@ class FileTailer:
         still start as it did and still hold, just before the chunk, the bytes this tailer read there
         (kept in memory, never read back, so `near` always describes what was delivered). A chunk that
         fails is dropped; the caller finishes the old bytes from the copy."""
-        got, line_limit = 0, len(out.lines) + self.state.line_budget
+        got, line_limit = 0, out.delivered + self.state.line_budget
         before = b""  # the ≤ NEAR_BYTES bytes before f.read_pos as read (checked against f.near first)
 
         def emit(frame: Frame, offset: int) -> None:
@@ -327,10 +335,16 @@ class FileTailer:
             name, path, key = self.state.name, f.path, f.key
             out.lines.extend([log_line(name, path, offset, text, None, None, False, key)
                               for text, offset in zip(texts, offsets, strict=True)])
+            out.delivered += len(texts)
             self.state.count["lines"] += len(texts)
 
+        def emit_raw(data: bytes, offset: int, lines: int) -> None:
+            out.lines.append(RawLines(self.state.name, f.path, offset, data, lines, f.key))
+            out.delivered += lines
+            self.state.count["lines"] += lines
+
         torn = False
-        while got < self.state.budget and f.read_pos < size and len(out.lines) < line_limit:
+        while got < self.state.budget and f.read_pos < size and out.delivered < line_limit:
             data = os.pread(f.fd, min(READ_CHUNK_BYTES, size - f.read_pos), f.read_pos)
             if not data:
                 break
@@ -342,7 +356,8 @@ class FileTailer:
             if not same or not fingerprint_matches(f.fd, f.fp):
                 torn = True
                 break
-            used = f.lines.feed(data, f.read_pos, emit, line_limit - len(out.lines), emit_plain)
+            used = (f.lines.feed(data, f.read_pos, emit, line_limit - out.delivered, emit_raw=emit_raw) if self.raw
+                    else f.lines.feed(data, f.read_pos, emit, line_limit - out.delivered, emit_plain))
             f.read_pos += used
             got += used
             before = (before + data[:used])[-NEAR_BYTES:]
@@ -357,6 +372,7 @@ class FileTailer:
     def _deliver(self, f: TailedFile, frame: Frame, offset: int, out: TailOut) -> None:
         out.lines.append(log_line(self.state.name, f.path, offset, frame.text, frame.ts, frame.stream, frame.truncated,
                                   f.key))
+        out.delivered += 1
         self.state.count["lines"] += 1
         if frame.truncated:
             self.state.count["truncated_lines"] += 1

@@ -19,7 +19,7 @@ from typing import Literal
 
 from agent.bookkeeping import Cursor
 from agent.config import SourceSection
-from agent.records import LogLine
+from agent.records import LogLine, RawLines
 from agent.sources.identity import (
     COMPRESSED_SUFFIXES,
     FINGERPRINT_BYTES,
@@ -56,7 +56,8 @@ class TailOptions:
 
 @dataclass
 class TailOut:
-    lines: list[LogLine] = field(default_factory=list)
+    lines: list[LogLine | RawLines] = field(default_factory=list)
+    delivered: int = 0  # lines in `lines` (a `RawLines` holds several): what the poll's line budget counts
     cursors: list[Cursor] = field(default_factory=list)
     expired: list[Cursor] = field(default_factory=list)
 
