@@ -81,3 +81,12 @@ def test_mlc_llm_inferred_engine_config_is_facts() -> None:
     # an estimate for a mode not chosen is no fact
     assert _facts(['[03:11:15] config.cc:687: Under mode "local", max batch size will be set to 4, max KV cache '
                    "token capacity will be set to 8192, prefill chunk size will be set to 8192."]) == {}
+
+
+# googleapis/python-api-core@v2.24.0:google/api_core/exceptions.py:GoogleAPICallError.__str__, "{code} {message}"
+def test_google_api_core_refusals_are_the_status() -> None:
+    assert kinds(["google.api_core.exceptions.ServiceUnavailable: 503 The model is overloaded. Please try again "
+                  "later."]) == ["http_503"]
+    assert kinds(["google.api_core.exceptions.ResourceExhausted: 429 Resource has been exhausted (e.g. check "
+                  "quota)."]) == ["http_429"]
+    assert kinds(["retry = Retry(predicate=if_exception_type(ResourceExhausted, ServiceUnavailable))"]) == []
