@@ -14,7 +14,7 @@ import re
 from datetime import timedelta, timezone
 
 from agent.records import Record, Server, ServerStats
-from parsers import catalogued, families, gpu, http_access, kernel, lmdeploy, trtllm, vllm_rs
+from parsers import catalogued, families, gpu, http_access, kernel, lmdeploy, mlc, trtllm, vllm_rs, xinference
 from parsers.base import StreamParser
 from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
@@ -32,7 +32,8 @@ class GenericParser(StreamParser):
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *catalogued.signatures("auto"),
                   *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
-              *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS)
+              *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
+              *mlc.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)
@@ -62,10 +63,15 @@ class GenericParser(StreamParser):
         return out or None
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
-        """TensorRT-LLM's KV budget (parsers/trtllm.py) and LMDeploy's configuration (parsers/lmdeploy.py):
-        neither has a parser of its own, so their streams are read here."""
+        """TensorRT-LLM's KV budget (parsers/trtllm.py), LMDeploy's configuration (parsers/lmdeploy.py),
+        Xinference's engine arguments (parsers/xinference.py) and MLC LLM's inferred engine configuration
+        (parsers/mlc.py): none has a parser of its own, so their streams are read here."""
         if "EngineConfig(" in split.msg:
             return [self.fact(split, name, value) for name, value in lmdeploy.facts(split.msg)]
+        if "model config: {" in split.msg:
+            return [self.fact(split, name, value) for name, value in xinference.facts(split.msg)]
+        if "MB (Parameters: " in split.msg or "engine mode is" in split.msg or "KVCacheConfig" in split.msg:
+            return [self.fact(split, name, value) for name, value in mlc.facts(split.msg)]
         if "KV cache" not in split.msg and "tokens per block" not in split.msg and "TRTGptModel" not in split.msg:
             return []
         return [self.fact(split, name, value) for name, value in trtllm.facts(split.msg)]

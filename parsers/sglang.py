@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import timezone, tzinfo
 
 from agent.records import Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import catalogued, families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel, xinference
 from parsers.base import StreamParser
 from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, signature, size_bytes
@@ -144,7 +144,7 @@ class SglangParser(StreamParser):
               "Load weight", "Memory pool end", "Capture cuda graph end", "fired up", "startup complete",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("sglang"),
-              *catalogued.hot_words("auto"))
+              *catalogued.hot_words("auto"), *xinference.HOT_WORDS)
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
@@ -206,6 +206,8 @@ class SglangParser(StreamParser):
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
         msg = split.msg
+        if "model config: {" in msg:  # Xinference launching this SGLang (parsers/xinference.py)
+            return [self.fact(split, name, value) for name, value in xinference.facts(msg)]
         out: list[Record] = []
         for name, pattern, conv in _FACTS:
             m = pattern.search(msg)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import catalogued, families, gpu, http_access, kernel, vllm_stats
+from parsers import catalogued, families, gpu, http_access, kernel, vllm_stats, xinference
 from parsers.base import StreamParser
 from parsers.prefix import ANSI, Split
 from parsers.redact import scrub
@@ -193,7 +193,7 @@ class VllmParser(StreamParser):
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
               "ERROR",  # an ERROR record opens a block whatever it says (a traceback's first frame says nothing)
               "warmup run", "init engine", "run_engine_core", "run_engine_loop", "engine_step", "run_busy_loop",
-              "_process_engine_step", "Preempted request", "await self.engine.step")
+              "_process_engine_step", "Preempted request", "await self.engine.step", *xinference.HOT_WORDS)
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
@@ -330,6 +330,8 @@ class VllmParser(StreamParser):
             m = _PREEMPT_V0.search(msg)
             if m is not None:
                 return [self._preempt_v0(split, m, path, offset)]
+        if "model config: {" in msg:  # Xinference launching this vLLM (parsers/xinference.py)
+            return [self.fact(split, name, value) for name, value in xinference.facts(msg)]
         return [self.fact(split, name, value) for name, value in line_facts(msg)]
 
     def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
