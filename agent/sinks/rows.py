@@ -24,10 +24,19 @@ from agent.records import (
 )
 from agent.verdicts import Finding, LoadStep
 
+INT64 = (-(1 << 63), (1 << 63) - 1)  # what a SQLite INTEGER holds
+
+
+def _int64(value: int | None) -> int | None:
+    """A count as stored: None when it is beyond SQLite's INTEGER. A log line can print any number of digits
+    (a garbled line, a hostile one); no engine counts past 2^63, so such a number is unreadable, not a count,
+    and storing it must not fail the whole batch (sqlite3 raises OverflowError, not one of its own errors)."""
+    return value if value is None or INT64[0] <= value <= INT64[1] else None
+
 
 def _gpu_of(fields: Mapping[str, object]) -> int | None:
     gpu = fields.get("gpu")
-    return gpu if isinstance(gpu, int) and not isinstance(gpu, bool) else None
+    return _int64(gpu) if isinstance(gpu, int) and not isinstance(gpu, bool) else None
 
 
 def _event_row(e: Event, now: float) -> tuple[Any, ...]:
@@ -37,9 +46,9 @@ def _event_row(e: Event, now: float) -> tuple[Any, ...]:
 
 
 def _stats_row(s: ServerStats, now: float) -> tuple[Any, ...]:
-    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, s.running, s.waiting, s.swapped,
-            s.kv_usage_ratio, s.prompt_tps, s.gen_tps, s.prefix_hit_ratio, s.preemptions, s.kv_used_tokens, s.path,
-            s.offset, s.file_key)  # not `line`: the daemon's rows have none
+    return (now if s.ts is None else s.ts, s.ts, s.source, s.server.value, _int64(s.running), _int64(s.waiting),
+            _int64(s.swapped), s.kv_usage_ratio, s.prompt_tps, s.gen_tps, s.prefix_hit_ratio, _int64(s.preemptions),
+            _int64(s.kv_used_tokens), s.path, s.offset, s.file_key)  # not `line`: the daemon's rows have none
 
 
 def _request_row(r: RequestSample, now: float) -> tuple[Any, ...]:

@@ -11,7 +11,7 @@ import pytest
 
 from agent.bookkeeping import Cursor, JournalCursor
 from agent.errors import StoreError
-from agent.records import Event, EventKind, Phase, Server, Severity
+from agent.records import Event, EventKind, Phase, Server, ServerStats, Severity
 from agent.sinks.store import SCHEMA_VERSION, Store
 
 
@@ -168,3 +168,18 @@ def test_a_store_deleted_under_the_daemon_is_said(tmp_path: Path, caplog: pytest
     said = [r.getMessage() for r in caplog.records
             if r.levelname == "WARNING" and "deleted or replaced" in r.getMessage()]
     assert len(said) == 1 and str(db) in said[0]
+
+
+def test_a_count_beyond_sqlites_integer_is_stored_as_unreadable(store: Store) -> None:
+    """A garbled or hostile stats line can print a 30-digit count; sqlite3 refuses it with OverflowError (not a
+    sqlite3.Error), which would fail the batch and, with its cursor, every retry. It is stored as NULL."""
+    huge = int("1" * 30)
+    store.commit([ServerStats(1.0, "src", Server.VLLM, running=huge, waiting=3, preemptions=-huge,
+                              kv_used_tokens=(1 << 63) - 1, path="/var/log/a.log", offset=0),
+                  Event(1.0, "src", Server.VLLM, EventKind.XID, Severity.ERROR, Phase.RUNTIME, "x", {"gpu": huge},
+                        "/var/log/a.log", 9, None)],
+                 [cursor(10)])
+    rows = store._query("SELECT running, waiting, preemptions, kv_used_tokens FROM server_stats", ())
+    assert [tuple(r) for r in rows] == [(None, 3, None, (1 << 63) - 1)]
+    assert [tuple(r) for r in store._query("SELECT gpu FROM events", ())] == [(None,)]
+    assert store.cursors("src") == [cursor(10)]
