@@ -10,7 +10,7 @@ from tests.unit.wordings import kinds, records
 
 # ggerganov/llama.cpp@b1500:ggml-cuda.cu:CUDA_CHECK, fprintf(stderr, "CUDA error %d at %s:%d: %s\n", …); exit(1)
 def test_ggml_cuda_check_ends_the_process() -> None:
-    assert kinds(["CUDA error 2 at /src/vendor/llama.cpp/ggml-cuda.cu:7949: out of memory"]) == ["engine_dead", "oom"]
+    assert kinds(["CUDA error 2 at vendor/llama.cpp/ggml-cuda.cu:7949: out of memory"]) == ["engine_dead", "oom"]
     assert kinds(["CUDA error 700 at ggml-cuda.cu:6243: an illegal memory access was encountered"]) == [
         "cuda_error", "engine_dead"]
     # a sentence about such an error is none
