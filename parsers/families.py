@@ -62,6 +62,10 @@ def _timeout(scope: str, knob: Knob | None = None, on: str = "unknown") -> Calla
     return extract
 
 
+# Ollama's `timed out waiting for … to start: context canceled`: the request's context ended before the load did,
+# the client's timeout (catalogue: ollama), neither the engine's timeout nor its death
+CLIENT_LEFT_LOAD = r"to start: context "
+
 ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.DEADLINE_EXCEEDED, r"Engine iteration timed out", Severity.ERROR, Phase.RUNTIME,
               _timeout("engine", Knob.VLLM_ENGINE_ITERATION_TIMEOUT_S, "rpc"), incident=True),
@@ -76,8 +80,7 @@ ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
               Severity.ERROR, Phase.RUNTIME, _timeout("engine", Knob.WATCHDOG_TIMEOUT, "generation"), incident=True),
     signature(EventKind.DEADLINE_EXCEEDED, r"timed out waiting for llama(?: runner|-server) to start", Severity.ERROR,
               Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT, "connect"), incident=True,
-              # `…: context canceled`: the request's context ended first, the client's timeout (catalogue: ollama)
-              unless=r"to start: context "),
+              unless=CLIENT_LEFT_LOAD),
     BARE_TIMEOUT := signature(
         EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
         _timeout("engine"), incident=True,

@@ -11,6 +11,7 @@ events: the nginx/Apache access log's `[29/Nov/2026:09:00:00 +0000]`, nginx's er
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import timedelta, timezone
 
 from agent.records import Record, Server, ServerStats
@@ -21,6 +22,13 @@ from parsers.signature import hot
 
 _CLF_TIME = re.compile(r"\[(\d\d)/([A-Z][a-z]{2})/(\d{4}):(\d\d):(\d\d):(\d\d) ([+-])(\d\d)(\d\d)\]")
 _LEADING_TIME = re.compile(r"\[?(\d{4})[-/](\d\d)[-/](\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,]\d{1,9})?(Z?)\]? ")
+
+
+# (words, reader): TensorRT-LLM's KV budget and limits, LMDeploy's configuration, Xinference's engine arguments,
+# MLC LLM's inferred engine configuration (parsers/trtllm.py, lmdeploy.py, xinference.py, mlc.py)
+_FACT_READERS: tuple[tuple[tuple[str, ...], Callable[[str], list[tuple[str, float]]]], ...] = (
+    (trtllm.HOT_WORDS, trtllm.facts), (lmdeploy.HOT_WORDS, lmdeploy.facts),
+    (xinference.HOT_WORDS, xinference.facts), (mlc.HOT_WORDS, mlc.facts))
 
 
 class GenericParser(StreamParser):
@@ -63,18 +71,11 @@ class GenericParser(StreamParser):
         return out or None
 
     def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
-        """TensorRT-LLM's KV budget (parsers/trtllm.py), LMDeploy's configuration (parsers/lmdeploy.py),
-        Xinference's engine arguments (parsers/xinference.py) and MLC LLM's inferred engine configuration
-        (parsers/mlc.py): none has a parser of its own, so their streams are read here."""
-        if "EngineConfig(" in split.msg:
-            return [self.fact(split, name, value) for name, value in lmdeploy.facts(split.msg)]
-        if "model config: {" in split.msg:
-            return [self.fact(split, name, value) for name, value in xinference.facts(split.msg)]
-        if "MB (Parameters: " in split.msg or "engine mode is" in split.msg or "KVCacheConfig" in split.msg:
-            return [self.fact(split, name, value) for name, value in mlc.facts(split.msg)]
-        if "KV cache" not in split.msg and "tokens per block" not in split.msg and "TRTGptModel" not in split.msg:
-            return []
-        return [self.fact(split, name, value) for name, value in trtllm.facts(split.msg)]
+        """The start-up facts of engines without a parser of their own, whose streams are read here: each
+        reader is asked only when the line holds one of its words."""
+        msg = split.msg
+        return [self.fact(split, name, value) for words, facts in _FACT_READERS if any(w in msg for w in words)
+                for name, value in facts(msg)]
 
 
 class TensorRtLlmParser(GenericParser):

@@ -36,7 +36,7 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.ENGINE_DEAD,
         r"timed out waiting for llama runner to start|error loading model|failed to load model",
          Severity.CRITICAL, Phase.STARTUP, incident=True,
-         unless=r"to start: context "),  # the client left before the load ended: the engine lives on
+         unless=families.CLIENT_LEFT_LOAD),
     signature(EventKind.ENGINE_DEAD, r"llama (?:runner|server) process has terminated"
          r"|llama runner process no longer running|llama runner exited|GGML_ASSERT(?:\(|: )|Segmentation fault"
          r"|core dumped"
