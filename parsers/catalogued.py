@@ -90,7 +90,7 @@ def hot_words(parser: str) -> tuple[str, ...]:
     for sig in signatures(parser):
         literals = sig.needles  # the pattern's required literals, derived once, when its signature was built
         if literals is None:
-            raise ValueError(f"a catalogued pattern without a literal cannot be pre-filtered: {sig.pattern.pattern}")
+            raise ValueError(f"a catalogued pattern without a literal cannot be pre-filtered: {sig.source}")
         words.extend(w.lstrip(_LEADING) or w for w in literals)
     return tuple(words)
 

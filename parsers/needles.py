@@ -26,13 +26,14 @@ _REPEATS = {_c.MAX_REPEAT, _c.MIN_REPEAT, getattr(_c, "POSSESSIVE_REPEAT", _c.MA
 Needles = frozenset[str]
 
 
-def required_literals(pattern: re.Pattern[str]) -> tuple[str, ...] | None:
-    """Strings at least one of which every match of `pattern` contains; None when none can be told."""
-    if pattern.flags & re.IGNORECASE:
-        return None
-    try:
-        parsed = _sre_parse.parse(pattern.pattern, pattern.flags)
-    except Exception:  # pragma: no cover - the pattern compiled, so this is a parser-version surprise
+def required_literals(pattern: str | re.Pattern[str]) -> tuple[str, ...] | None:
+    """Strings at least one of which every match of `pattern` contains; None when none can be told.
+
+    A pattern's text is parsed without compiling it, so a signature's literals cost no compile (it is compiled
+    when a line first holds them); a text that does not parse raises `re.error`, as compiling it would."""
+    text, flags = (pattern, 0) if isinstance(pattern, str) else (pattern.pattern, pattern.flags)
+    parsed = _sre_parse.parse(text, flags)
+    if parsed.state.flags & re.IGNORECASE:  # the pattern's flags, inline ones (`(?i)`) included
         return None
     found = _sequence(list(parsed))
     return tuple(sorted(found)) if found else None

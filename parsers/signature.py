@@ -7,6 +7,7 @@ parsers/needles.py), so a line without them is passed over before the regular ex
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable
@@ -29,10 +30,13 @@ def size_bytes(number: str, unit: str) -> int:
 
 @dataclass(frozen=True)
 class Signature:
-    """A line pattern that means one event kind; `phase` None means "ask the parser's state"."""
+    """A line pattern that means one event kind; `phase` None means "ask the parser's state".
+
+    The pattern is kept as its text and compiled when a line first holds its literals (`pattern`): most of a
+    parser's ~190 signatures never run on a given log, and compiling them all was most of `scan`'s start-up."""
 
     kind: EventKind
-    pattern: re.Pattern[str]
+    source: str  # the pattern's text
     severity: Severity
     phase: Phase | None = None
     extract: Extract | None = None
@@ -40,6 +44,11 @@ class Signature:
     severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None  # when the numbers decide
     unless: re.Pattern[str] | None = None  # the same words in a line that means something else
     needles: tuple[str, ...] | None = None  # every match contains one of these (None: always search)
+
+    @functools.cached_property
+    def pattern(self) -> re.Pattern[str]:
+        """The compiled pattern, on first use (then an ordinary attribute: the instance's own)."""
+        return re.compile(self.source)
 
     def could_match(self, text: str) -> bool:
         """False when the line lacks every required literal, so the regex need not run."""
@@ -219,7 +228,6 @@ def signature(kind: EventKind, pattern: str, severity: Severity, phase: Phase | 
               extract: Extract | None = None, incident: bool = False,
               severity_of: Callable[[dict[str, FieldValue]], Severity] | None = None,
               unless: str | None = None) -> Signature:
-    """A Signature from a pattern string (compiled once, at import)."""
-    compiled = re.compile(pattern)
-    return Signature(kind, compiled, severity, phase, extract, incident, severity_of,
-                re.compile(unless) if unless else None, required_literals(compiled))
+    """A Signature from a pattern string (compiled on first use; its literals derived now, for the index)."""
+    return Signature(kind, pattern, severity, phase, extract, incident, severity_of,
+                     re.compile(unless) if unless else None, required_literals(pattern))
