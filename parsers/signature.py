@@ -1,4 +1,4 @@
-"""What a line must look like to mean an event: `Signature` (a compiled pattern, the event kind, how loud,
+"""What a line must look like to mean an event: `Signature` (a pattern, compiled on first use; the event kind, how loud,
 which phase, how to read its numbers) and the helpers the engine modules build them with.
 
 Each signature carries the literals every match must contain (derived from the pattern by
