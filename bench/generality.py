@@ -42,9 +42,11 @@ FRESH6 = DATA / "fresh6.txt"  # collected after the sixth round, scored once as 
 FRESH7 = DATA / "fresh7.txt"  # collected after the seventh round, to be scored once as they come
 FRESH8 = DATA / "fresh8.txt"  # collected after the eighth round, to be scored once as they come
 FRESH9 = DATA / "fresh9.txt"  # collected after the ninth round, to be scored once as they come
+FRESH10 = DATA / "fresh10.txt"  # collected after the tenth round, to be scored once as they come
 # Every split collected after tuning began, by name: each scored once as it came, then tuned on like the rest
 FRESH_SPLITS = {"fresh": FRESH, "fresh2": FRESH2, "fresh3": FRESH3, "fresh4": FRESH4, "fresh5": FRESH5,
-                "fresh6": FRESH6, "fresh7": FRESH7, "fresh8": FRESH8, "fresh9": FRESH9}
+                "fresh6": FRESH6, "fresh7": FRESH7, "fresh8": FRESH8, "fresh9": FRESH9,
+                "fresh10": FRESH10}
 SPLIT_KEY = 20261201  # the fixed key of the one random draw that made validation.txt
 
 KIND_CLASS = {
