@@ -1,0 +1,26 @@
+"""Shapes the fresh10 batch showed the parsers missing, each rendered from its client's source format and beside
+its near miss. The catalogued statements themselves are rendered by test_catalogue behind every prefix."""
+
+from __future__ import annotations
+
+from agent.records import Event
+from tests.unit.wordings import kinds, records
+
+
+# transitive-bullshit/chatgpt-api@v5.1.2:src/chatgpt-api.ts:ChatGPTAPI.sendMessage,
+# pTimeout(responseP, {milliseconds: timeoutMs, message: 'OpenAI timed out waiting for response'})
+def test_the_chatgpt_client_giving_up_is_a_client_timeout() -> None:
+    got = [r for r in records(["2023-04-12 16:46:53 TimeoutError: OpenAI timed out waiting for response",
+                               "2023-04-12 16:46:53     at new Promise (<anonymous>)"]) if isinstance(r, Event)]
+    assert [(e.kind.value, e.fields["timeout_by"]) for e in got] == [("deadline_exceeded", "client")]
+    # a sentence about the setting names no timeout that fired
+    assert kinds(["Set timeoutMs so that OpenAI can take its time on long answers."]) == []
+
+
+# the same file: `OpenAI error ${res.status || res.statusText}: ${reason}` for any non-2xx answer
+def test_the_chatgpt_clients_relayed_status_is_its_class() -> None:
+    assert kinds(['ChatGPTError: OpenAI error 429: {"error":{"message":"Rate limit reached for requests"}}']) == [
+        "http_429"]
+    assert kinds(['ChatGPTError: OpenAI error 503: {"error":{"message":"The server is overloaded"}}']) == [
+        "http_503"]
+    assert kinds(['ChatGPTError: OpenAI error 401: {"error":{"message":"Incorrect API key provided"}}']) == []
