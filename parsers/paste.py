@@ -128,7 +128,7 @@ _RECORD_START = re.compile(
 )
 
 
-_DOTTED_TAIL = re.compile(r"\w\.\w{1,60}$")  # `aiohttp.client_exceptions.Connection|TimeoutError: …`
+_DOTTED_TAIL = re.compile(r"\w\.\w{0,60}$")  # `aiohttp.client_exceptions.Connection|TimeoutError: …`, or cut at a dot
 
 
 def continues_wrap(text: str, before: str = "") -> bool:

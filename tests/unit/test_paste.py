@@ -127,6 +127,19 @@ def test_a_statement_cut_at_the_width_is_read_whole(width: int) -> None:
     assert [(e.kind.value, e.phase.value) for e in events] == [("oom", "startup")]
 
 
+def test_a_statement_cut_right_after_a_dot_of_its_exception_name_is_read_whole() -> None:
+    """The cut falls between `java.io.` and `InterruptedIOException`: the second piece looks like a record of
+    its own (an exception name) but is the rest of the dotted name, so it keeps the first piece's time."""
+    line = "2025-06-17 05:21:48.123 ERROR 1 --- [nio-8080-exec-1] c.e.ChatService : java.io.InterruptedIOException: timeout"
+    pieces = _cut(line, 80)
+    assert pieces[0].endswith("java.io.") and pieces[1].startswith("InterruptedIOException")
+    parser = make_parser(Server.AUTO)
+    records = [r for piece in pieces for r in parser.feed(piece)] + parser.flush()
+    events = [r for r in records if isinstance(r, Event)]
+    assert [e.kind.value for e in events] == ["deadline_exceeded"]
+    assert events[0].ts is not None and "ChatService" in events[0].message
+
+
 def test_a_line_as_long_as_the_width_is_not_joined_to_the_next_record() -> None:
     first = "INFO 09-14 03:11:15 api_server.py:100] " + "x" * 41  # 80 characters, a whole line
     second = "ERROR 09-14 03:11:16 engine.py:10] Engine background task failed"
