@@ -19,8 +19,13 @@ def test_the_dashscope_sdks_failed_request_is_its_status() -> None:
     assert [(e.kind.value, e.fields["status"]) for e in got] == [("http_429", 429)]
     assert kinds([f"Request: {DASHSCOPE} failed, status: 503, message: Service Unavailable"]) == ["http_503"]
     assert kinds([f"Request: {DASHSCOPE} failed, status: 429"]) == ["http_429"]  # a body without a message
+    # 1.17.0's synchronous call (http_request.py:HttpRequest._handle_response) under an application's own logger
+    assert kinds([f"2024-12-27 02:26:50,448.448 ERROR [Thread-1123] [http_request.py:181] - Request: {DASHSCOPE} "
+                  "failed, status: 429, message: Requests rate limit exceeded, please try again later."]) == [
+        "http_429"]
     # a malformed request, a refused key, a status that only starts with 429's digits: none is a refusal for load
     assert kinds([f"Request: {DASHSCOPE} failed, status: 400, message: Range of input length should be "
                   "[1, 30720]"]) == []
     assert kinds([f"Request: {DASHSCOPE} failed, status: 401, message: Invalid API-key provided."]) == []
     assert kinds([f"Request: {DASHSCOPE} failed, status: 4290, message: none"]) == []
+
