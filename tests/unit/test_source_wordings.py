@@ -29,3 +29,46 @@ def test_the_dashscope_sdks_failed_request_is_its_status() -> None:
     assert kinds([f"Request: {DASHSCOPE} failed, status: 401, message: Invalid API-key provided."]) == []
     assert kinds([f"Request: {DASHSCOPE} failed, status: 4290, message: none"]) == []
 
+
+# triton-inference-server/client@r26.04:src/python/library/tritonclient/http/_client.py:InferenceServerClient._post,
+# `if self._verbose: print(response)`, geventhttpclient's HTTPResponse.__repr__
+# "<{klass} status={status} headers={headers}>"
+def test_a_verbose_triton_clients_response_is_its_status() -> None:
+    def response(status: int) -> list[str]:
+        return [f"<HTTPSocketPoolResponse status={status} headers={{'content-type': 'application/json', "
+                "'content-length': '41'}>"]
+    assert kinds(response(429)) == ["http_429"]
+    assert kinds(response(503)) == ["http_503"]
+    (gateway,) = [r for r in records(response(504)) if isinstance(r, Event)]
+    assert (gateway.kind.value, gateway.fields["timeout_by"]) == ("deadline_exceeded", "proxy")
+    assert kinds(response(200)) == kinds(response(400)) == kinds(response(500)) == []
+    # the request the verbose client prints first carries no status
+    assert kinds(["POST /v2/models/ensemble/infer, headers {'Inference-Header-Content-Length': 173}"]) == []
+
+
+# the same package, http/_utils.py:_get_error (`status=str(response.status_code)`, since r23.10) and
+# utils/__init__.py:InferenceServerException.__str__ (`"[" + self._status + "] " + msg`)
+def test_triton_clients_errors_are_their_status() -> None:
+    assert kinds(["tritonclient.utils.InferenceServerException: [429] an exception occurred in the client while "
+                  "decoding the response: Expecting value: line 1 column 1 (char 0)"]) == ["http_429"]
+    assert kinds(["[429] an exception occurred in the client while decoding the response: Expecting value: line 1 "
+                  "column 1 (char 0)"]) == ["http_429"]  # the exception printed by the application
+    assert kinds(["tritonclient.utils.InferenceServerException: [503] Server not ready"]) == ["http_503"]
+    # the server's own full queue, over HTTP and over gRPC: a queue refusal, not a bare 503
+    assert kinds(["tritonclient.utils.InferenceServerException: [503] Exceeds maximum queue size"]) == ["queue_full"]
+    assert kinds(["tritonclient.utils.InferenceServerException: [StatusCode.UNAVAILABLE] Exceeds maximum queue "
+                  "size"]) == ["queue_full"]
+    assert kinds(["tritonclient.utils.InferenceServerException: [400] [request id: <id_unknown>] inference request "
+                  "batch-size must be <= 8 for 'resnet50'"]) == []
+    assert kinds(["tritonclient.utils.InferenceServerException: [StatusCode.NOT_FOUND] Request for unknown model: "
+                  "'llama' is not found"]) == []
+
+
+# the same package, grpc/_utils.py:get_error_grpc (`status=str(rpc_error.code())`); the client's `client_timeout`
+# docstring: "The client will abort request and raise InferenceServerExeption with message "Deadline Exceeded""
+def test_triton_grpc_deadline_is_the_clients_own_timeout() -> None:
+    (event,) = [r for r in records(["tritonclient.utils.InferenceServerException: [StatusCode.DEADLINE_EXCEEDED] "
+                                    "Deadline Exceeded"]) if isinstance(r, Event)]
+    assert (event.kind.value, event.fields["timeout_by"], event.fields["scope"]) == (
+        "deadline_exceeded", "client", "request")
+    assert kinds(["client_timeout: the maximum end-to-end time, in seconds, the request is allowed to take"]) == []
