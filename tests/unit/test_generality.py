@@ -138,9 +138,9 @@ def test_split_meets_the_targets(which: str) -> None:
 # scored once as it came: macro-F1 0.810, no false alarm, no field mismatch (tests/data/real/README.md). Its misses
 # were then fixed in part from source (ggml's CUDA_CHECK, TGI's shard init error, Ollama's CLI and Ray Serve's
 # health-check timeouts, TensorRT-LLM's model limits, openai-node's relayed status, Faraday, Triton's queue
-# timeout): macro-F1 0.892, no false alarm. Two more were then fixed from their clients' source (DashScope's
-# `Request: … failed, status: 429`, tritonclient's verbose `<HTTPSocketPoolResponse status=504 …>`): macro-F1
-# 0.905 -> 0.924, no false alarm; the floor is that score.
+# timeout): macro-F1 0.892, no false alarm. Three more were then fixed from source (DashScope's `Request: … failed,
+# status: 429`, tritonclient's verbose `<HTTPSocketPoolResponse status=504 …>`, vllm-rbln's `Not enough memory for
+# 24 blocks of KV cache`): macro-F1 0.905 -> 0.933, no false alarm; the floor is that score.
 #
 # `fresh10` (17 excerpts, short of the 60 asked) was collected and labelled after the tenth round, committed with its
 # labels, and scored once as it came: macro-F1 0.889, no false alarm, one field mismatch. One miss was then fixed
@@ -154,7 +154,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh6", 60, 0.907, 0, 0),
     ("fresh7", 60, 0.922, 0, 0),
     ("fresh8", 60, 0.987, 0, 0),
-    ("fresh9", 60, 0.923, 0, 0),  # 0.905 before DashScope and tritonclient
+    ("fresh9", 60, 0.932, 0, 0),  # 0.905 before DashScope, tritonclient and vllm-rbln
     ("fresh10", 17, 0.907, 0, 1),  # first score 0.889
 ]
 

@@ -72,3 +72,20 @@ def test_triton_grpc_deadline_is_the_clients_own_timeout() -> None:
     assert (event.kind.value, event.fields["timeout_by"], event.fields["scope"]) == (
         "deadline_exceeded", "client", "request")
     assert kinds(["client_timeout: the maximum end-to-end time, in seconds, the request is allowed to take"]) == []
+
+
+# RBLN-SW/vllm-rbln@v0.11.0:vllm_rbln/v1/worker/rbln_worker.py:RBLNWorker.compile_or_warm_up_model, raised when the
+# warm-up's compile failed with the runtime's SYS_ENOMEM / SYS_EBUSY: f"Not enough memory for {num_blocks} blocks
+# of KV cache. Try reducing the number of blocks by setting --num-gpu-blocks-override."
+def test_rbln_kv_blocks_that_do_not_fit_are_a_startup_oom() -> None:
+    (event,) = [r for r in records([
+        "(EngineCore_DP0 pid=1094) RuntimeError: Not enough memory for 8192 blocks of KV cache. Try reducing the "
+        "number of blocks by setting --num-gpu-blocks-override."]) if isinstance(r, Event)]
+    assert (event.kind.value, event.phase.value if event.phase else None, event.fields["num_blocks"]) == (
+        "oom", "startup", 8192)
+    # the runtime's errors the plugin's `is_oom` takes for device memory running out
+    assert kinds(["RuntimeError: SYS_EBUSY: Lack of device memory. (code: -16)"]) == ["oom"]
+    assert kinds(["RuntimeError: SYS_ENOMEM: Out of memory"]) == ["oom"]
+    # the setting named in a note, and a block count logged while serving, are no failure
+    assert kinds(["Set --num-gpu-blocks-override to reduce the number of blocks of KV cache on RBLN."]) == []
+    assert kinds(["Successfully copied KV cache from block 12 to block 40"]) == []
