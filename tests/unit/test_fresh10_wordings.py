@@ -24,3 +24,15 @@ def test_the_chatgpt_clients_relayed_status_is_its_class() -> None:
     assert kinds(['ChatGPTError: OpenAI error 503: {"error":{"message":"The server is overloaded"}}']) == [
         "http_503"]
     assert kinds(['ChatGPTError: OpenAI error 401: {"error":{"message":"Incorrect API key provided"}}']) == []
+
+
+# simonw/llm@0.32:llm/cli.py:prompt, `raise click.ClickException(str(ex))`, which Click shows as "Error: {message}";
+# openai/openai-python@v3.3.1:src/openai/_exceptions.py:APITimeoutError, message="Request timed out."
+def test_the_llm_clis_bare_request_timed_out_is_a_client_timeout() -> None:
+    got = [r for r in records(["cat prompt | llm -t gpt-pro-max > out.pro", "Error: Request timed out."])
+           if isinstance(r, Event)]
+    assert [(e.kind.value, e.fields["timeout_by"], e.fields["scope"]) for e in got] == [
+        ("deadline_exceeded", "client", "request")]
+    # another of llm's errors through the same path is none
+    assert kinds(["Error: No key found - add one using 'llm keys set openai' or set the OPENAI_API_KEY environment "
+                  "variable"]) == []
