@@ -36,3 +36,18 @@ def test_the_llm_clis_bare_request_timed_out_is_a_client_timeout() -> None:
     # another of llm's errors through the same path is none
     assert kinds(["Error: No key found - add one using 'llm keys set openai' or set the OPENAI_API_KEY environment "
                   "variable"]) == []
+
+
+# BerriAI/litellm@03b392624a:litellm/timeout.py:timeout, raise exception_to_raise(f"A timeout error occurred. The
+# function call took longer than {local_timeout_duration} second(s).", …): the call's own named limit
+def test_litellms_timeout_decorator_names_its_limit() -> None:
+    (event,) = [r for r in records(["{'detail': ['OpenAI API error: A timeout error occurred. The function call took "
+                                    "longer than 60 second(s).. If you have a team budget,note that your team budget "
+                                    "has NOT been consumed.']}"]) if isinstance(r, Event)]
+    assert (event.kind.value, event.fields["scope"], event.fields["timeout_by"], event.fields["timeout_s"]) == (
+        "deadline_exceeded", "request", "client", 60.0)
+    got = [r for r in records(["litellm.exceptions.Timeout: litellm.Timeout: A timeout error occurred. The function "
+                               "call took longer than 600.0 second(s)."]) if isinstance(r, Event)]
+    assert [e.fields["timeout_s"] for e in got] == [600.0]
+    # the decorator's own documentation of the limit is no timeout
+    assert kinds([":param float timeout_duration: Timeout duration in seconds. If none callable won't time out."]) == []
