@@ -51,3 +51,17 @@ def test_litellms_timeout_decorator_names_its_limit() -> None:
     assert [e.fields["timeout_s"] for e in got] == [600.0]
     # the decorator's own documentation of the limit is no timeout
     assert kinds([":param float timeout_duration: Timeout duration in seconds. If none callable won't time out."]) == []
+
+
+# The OpenAI API's documented error names (its Help Center's "Error Code 429 - Rate limit reached for requests",
+# "Error Code 429 - You exceeded your current quota, …"), which front-ends show for a refused call
+def test_openais_documented_429_names_are_a_refusal() -> None:
+    assert kinds(["Error Code 429 - Rate limit reached for requests"]) == ["http_429"]
+    assert kinds(["Error Code 429 - You exceeded your current quota, please check your plan and billing details."]) == [
+        "http_429"]
+    assert kinds(["Error Code 429 - The engine is currently overloaded. Please try again later."]) == ["http_429"]
+    # another status under the same naming, and links to the articles, are none
+    assert kinds(["Error Code 401 - Invalid Authentication"]) == []
+    assert kinds(["- [Error Code 429 - Rate limit reached for requests](https://help.openai.com/en/articles/6891829-"
+                  "error-code-429-rate-limit-reached-for-requests)"]) == []
+    assert kinds(["Error Code 429 - Rate limit reached for requests | OpenAI Help Center"]) == []

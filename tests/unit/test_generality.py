@@ -146,7 +146,8 @@ def test_split_meets_the_targets(which: str) -> None:
 # labels, and scored once as it came: macro-F1 0.889, no false alarm, one field mismatch. One miss was then fixed
 # from source (the chatgpt npm client's p-timeout): macro-F1 0.908, no false alarm; then llm's bare `Error: Request
 # timed out.` (its CLI printing the OpenAI client's timeout): 0.924; then LiteLLM's timeout decorator, which names
-# its limit (the field mismatch): 0.938, no false alarm, no field mismatch; the floor is that score.
+# its limit (the field mismatch): 0.938; then OpenAI's documented `Error Code 429 - Rate limit reached for requests`:
+# 0.979, no false alarm, no field mismatch; the floor is that score.
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
     ("fresh2", 30, 0.77, 0, 0),  # the first score (0.778), the honest held-out figure
@@ -157,7 +158,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh7", 60, 0.922, 0, 0),
     ("fresh8", 60, 0.987, 0, 0),
     ("fresh9", 60, 0.932, 0, 0),  # 0.905 before DashScope, tritonclient and vllm-rbln
-    ("fresh10", 17, 0.937, 0, 0),  # first score 0.889, one field mismatch
+    ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
 ]
 
 
