@@ -138,12 +138,17 @@ def test_split_meets_the_targets(which: str) -> None:
 # scored once as it came: macro-F1 0.810, no false alarm, no field mismatch (tests/data/real/README.md). Its misses
 # were then fixed in part from source (ggml's CUDA_CHECK, TGI's shard init error, Ollama's CLI and Ray Serve's
 # health-check timeouts, TensorRT-LLM's model limits, openai-node's relayed status, Faraday, Triton's queue
-# timeout): macro-F1 0.892, no false alarm. Three more (a browser console's 504, Gemini's bare overloaded message,
-# IPython's `ReadTimeout` header) were then fixed from source: macro-F1 0.924; the floor is that score.
+# timeout): macro-F1 0.892, no false alarm. Six more were then fixed from source: a browser console's 504, Gemini's
+# bare overloaded message, IPython's `ReadTimeout` header, DashScope's `Request: … failed, status: 429`,
+# tritonclient's verbose `<HTTPSocketPoolResponse status=504 …>` and vllm-rbln's `Not enough memory for 24 blocks of
+# KV cache`; the floor is the score after them.
 #
 # `fresh10` (17 excerpts, short of the 60 asked) was collected and labelled after the tenth round, committed with its
 # labels, and scored once as it came: macro-F1 0.889, no false alarm, one field mismatch. One miss was then fixed
-# from source (the chatgpt npm client's p-timeout): macro-F1 0.908, no false alarm; the floor is that score.
+# from source (the chatgpt npm client's p-timeout): macro-F1 0.908, no false alarm; then llm's bare `Error: Request
+# timed out.` (its CLI printing the OpenAI client's timeout): 0.924; then LiteLLM's timeout decorator, which names
+# its limit (the field mismatch): 0.938; then OpenAI's documented `Error Code 429 - Rate limit reached for requests`:
+# 0.979, no false alarm, no field mismatch; the floor is that score.
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
     ("fresh2", 30, 0.77, 0, 0),  # the first score (0.778), the honest held-out figure
@@ -153,8 +158,8 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh6", 60, 0.907, 0, 0),
     ("fresh7", 60, 0.922, 0, 0),
     ("fresh8", 60, 0.987, 0, 0),
-    ("fresh9", 60, 0.923, 0, 0),  # first score 0.810
-    ("fresh10", 17, 0.907, 0, 1),  # first score 0.889
+    ("fresh9", 60, 0.951, 0, 0),  # first score 0.810
+    ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
 ]
 
 

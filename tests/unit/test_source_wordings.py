@@ -1,0 +1,91 @@
+"""Wordings read from the source of clients, proxies and engine plugins (not from an excerpt), each beside its
+near miss: the line as a person pastes it, with the server unknown. The catalogued statements themselves are
+rendered behind every prefix and envelope by test_catalogue; these hold the shapes around them (a body of
+another kind, a status in another place) to the class the source gives them."""
+
+from __future__ import annotations
+
+from agent.records import Event
+from tests.unit.wordings import kinds, records
+
+DASHSCOPE = "https://dashscope.aliyuncs.com/api/v1/services/aigc/text-generation/generation"
+
+
+# dashscope/dashscope-sdk-python@v1.26.2:dashscope/api_entities/aiohttp_request.py:AioHttpRequest._handle_response,
+# logger.error("Request: %s failed, status: %s, message: %s", self.url, response.status, error["message"])
+def test_the_dashscope_sdks_failed_request_is_its_status() -> None:
+    got = [r for r in records([f"Request: {DASHSCOPE} failed, status: 429, message: Requests rate limit exceeded, "
+                               "please try again later."]) if isinstance(r, Event)]
+    assert [(e.kind.value, e.fields["status"]) for e in got] == [("http_429", 429)]
+    assert kinds([f"Request: {DASHSCOPE} failed, status: 503, message: Service Unavailable"]) == ["http_503"]
+    assert kinds([f"Request: {DASHSCOPE} failed, status: 429"]) == ["http_429"]  # a body without a message
+    # 1.17.0's synchronous call (http_request.py:HttpRequest._handle_response) under an application's own logger
+    assert kinds([f"2024-12-27 02:26:50,448.448 ERROR [Thread-1123] [http_request.py:181] - Request: {DASHSCOPE} "
+                  "failed, status: 429, message: Requests rate limit exceeded, please try again later."]) == [
+        "http_429"]
+    # a malformed request, a refused key, a status that only starts with 429's digits: none is a refusal for load
+    assert kinds([f"Request: {DASHSCOPE} failed, status: 400, message: Range of input length should be "
+                  "[1, 30720]"]) == []
+    assert kinds([f"Request: {DASHSCOPE} failed, status: 401, message: Invalid API-key provided."]) == []
+    assert kinds([f"Request: {DASHSCOPE} failed, status: 4290, message: none"]) == []
+
+
+# triton-inference-server/client@r26.04:src/python/library/tritonclient/http/_client.py:InferenceServerClient._post,
+# `if self._verbose: print(response)`, geventhttpclient's HTTPResponse.__repr__
+# "<{klass} status={status} headers={headers}>"
+def test_a_verbose_triton_clients_response_is_its_status() -> None:
+    def response(status: int) -> list[str]:
+        return [f"<HTTPSocketPoolResponse status={status} headers={{'content-type': 'application/json', "
+                "'content-length': '41'}>"]
+    assert kinds(response(429)) == ["http_429"]
+    assert kinds(response(503)) == ["http_503"]
+    (gateway,) = [r for r in records(response(504)) if isinstance(r, Event)]
+    assert (gateway.kind.value, gateway.fields["timeout_by"]) == ("deadline_exceeded", "proxy")
+    assert kinds(response(200)) == kinds(response(400)) == kinds(response(500)) == []
+    # the request the verbose client prints first carries no status
+    assert kinds(["POST /v2/models/ensemble/infer, headers {'Inference-Header-Content-Length': 173}"]) == []
+
+
+# the same package, http/_utils.py:_get_error (`status=str(response.status_code)`, since r23.10) and
+# utils/__init__.py:InferenceServerException.__str__ (`"[" + self._status + "] " + msg`)
+def test_triton_clients_errors_are_their_status() -> None:
+    assert kinds(["tritonclient.utils.InferenceServerException: [429] an exception occurred in the client while "
+                  "decoding the response: Expecting value: line 1 column 1 (char 0)"]) == ["http_429"]
+    assert kinds(["[429] an exception occurred in the client while decoding the response: Expecting value: line 1 "
+                  "column 1 (char 0)"]) == ["http_429"]  # the exception printed by the application
+    assert kinds(["tritonclient.utils.InferenceServerException: [503] Server not ready"]) == ["http_503"]
+    # the server's own full queue, over HTTP and over gRPC: a queue refusal, not a bare 503
+    assert kinds(["tritonclient.utils.InferenceServerException: [503] Exceeds maximum queue size"]) == ["queue_full"]
+    assert kinds(["tritonclient.utils.InferenceServerException: [StatusCode.UNAVAILABLE] Exceeds maximum queue "
+                  "size"]) == ["queue_full"]
+    assert kinds(["tritonclient.utils.InferenceServerException: [400] [request id: <id_unknown>] inference request "
+                  "batch-size must be <= 8 for 'resnet50'"]) == []
+    assert kinds(["tritonclient.utils.InferenceServerException: [StatusCode.NOT_FOUND] Request for unknown model: "
+                  "'llama' is not found"]) == []
+
+
+# the same package, grpc/_utils.py:get_error_grpc (`status=str(rpc_error.code())`); the client's `client_timeout`
+# docstring: "The client will abort request and raise InferenceServerExeption with message "Deadline Exceeded""
+def test_triton_grpc_deadline_is_the_clients_own_timeout() -> None:
+    (event,) = [r for r in records(["tritonclient.utils.InferenceServerException: [StatusCode.DEADLINE_EXCEEDED] "
+                                    "Deadline Exceeded"]) if isinstance(r, Event)]
+    assert (event.kind.value, event.fields["timeout_by"], event.fields["scope"]) == (
+        "deadline_exceeded", "client", "request")
+    assert kinds(["client_timeout: the maximum end-to-end time, in seconds, the request is allowed to take"]) == []
+
+
+# RBLN-SW/vllm-rbln@v0.11.0:vllm_rbln/v1/worker/rbln_worker.py:RBLNWorker.compile_or_warm_up_model, raised when the
+# warm-up's compile failed with the runtime's SYS_ENOMEM / SYS_EBUSY: f"Not enough memory for {num_blocks} blocks
+# of KV cache. Try reducing the number of blocks by setting --num-gpu-blocks-override."
+def test_rbln_kv_blocks_that_do_not_fit_are_a_startup_oom() -> None:
+    (event,) = [r for r in records([
+        "(EngineCore_DP0 pid=1094) RuntimeError: Not enough memory for 8192 blocks of KV cache. Try reducing the "
+        "number of blocks by setting --num-gpu-blocks-override."]) if isinstance(r, Event)]
+    assert (event.kind.value, event.phase.value if event.phase else None, event.fields["num_blocks"]) == (
+        "oom", "startup", 8192)
+    # the runtime's errors the plugin's `is_oom` takes for device memory running out
+    assert kinds(["RuntimeError: SYS_EBUSY: Lack of device memory. (code: -16)"]) == ["oom"]
+    assert kinds(["RuntimeError: SYS_ENOMEM: Out of memory"]) == ["oom"]
+    # the setting named in a note, and a block count logged while serving, are no failure
+    assert kinds(["Set --num-gpu-blocks-override to reduce the number of blocks of KV cache on RBLN."]) == []
+    assert kinds(["Successfully copied KV cache from block 12 to block 40"]) == []
