@@ -149,6 +149,9 @@ def test_split_meets_the_targets(which: str) -> None:
 # timed out.` (its CLI printing the OpenAI client's timeout): 0.924; then LiteLLM's timeout decorator, which names
 # its limit (the field mismatch): 0.938; then OpenAI's documented `Error Code 429 - Rate limit reached for requests`:
 # 0.979, no false alarm, no field mismatch; the floor is that score.
+# `fresh11` (85 excerpts) was collected and labelled blind by two collectors who read neither the parsers nor their
+# output, committed with its labels, and scored once as it came: macro-F1 0.839, no false alarm, one field mismatch.
+#
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
     ("fresh2", 30, 0.77, 0, 0),  # the first score (0.778), the honest held-out figure
@@ -160,6 +163,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh8", 60, 0.987, 0, 0),
     ("fresh9", 60, 0.951, 0, 0),  # first score 0.810
     ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
+    ("fresh11", 85, 0.838, 0, 1),  # the first score, 0.839
 ]
 
 
