@@ -77,8 +77,9 @@ def _slot_pool(slots: str, per_slot: str, unified: str) -> float:
 
 _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     # `n_ctx` at start-up is the whole cache; a slot's own (`new slot, n_ctx = 4096`, newest builds) is a
-    # request's limit, as `n_ctx_slot` is; the per-request `new prompt, n_ctx_slot = …` line is no start-up fact
-    ("kv_cache_tokens", re.compile(r"(?<!new slot, )\bn_ctx +(?:= )?(\d+)"), float),
+    # request's limit, as `n_ctx_slot` is; the per-request `new prompt, n_ctx_slot = …` line is no start-up fact,
+    # nor the server's infill debug line (`format_infill`'s `extra: n_ctx = 4096, n_extra_take = …`, a request's)
+    ("kv_cache_tokens", re.compile(r"(?<!new slot, )(?<!extra: )\bn_ctx +(?:= )?(\d+)"), float),
     ("max_model_len", re.compile(r"new slot, n_ctx += (\d+)"), float),
     ("kv_cache_tokens", re.compile(r"\bsize = +[\d.]+ MiB \( *(\d+) cells"), float),
     # newer builds and bindings: the (non-SWA) cache's cells; old builds: `llama_kv_cache_init: kv_size = N`
