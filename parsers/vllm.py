@@ -164,11 +164,18 @@ _PREFIX = re.compile(
 # that runs through the model's forward only from run_engine_core ("EngineCore encountered a fatal error."):
 # execute_model's errors are re-raised (execute_model_with_error_logging dumps the batch and raises); the
 # other tracebacks of core.py (a failed utility call, a request that fails pre-processing) never reach the
-# model, and a line naming them keeps the record what it is.
+# model, and a line naming them keeps the record what it is; so does one through the busy loop's own step
+# (`step`, `step_with_batch_queue`: the executor's call out to the model). V0's multiprocessing engine.py logs
+# `repr(e)` with the traceback in one place, `MQLLMEngine.start`, when its startup or engine loop raised: the engine
+# then shuts down (its cleanup follows), so that record is the engine's end even when the paste kept no frame.
 _BACKGROUND_RECORD = re.compile(r"async_llm_engine\.py:\d+$")
 _CORE_RECORD = re.compile(r"(?<![A-Za-z_])core\.py:\d+$")  # the key runs the stamp into the file
+_MQ_ENGINE_RECORD = re.compile(r"(?<![A-Za-z_])engine\.py:\d+$")  # not llm_engine.py, async_llm_engine.py
+_EXCEPTION_REPR = re.compile(r"(?:[a-z_]\w{0,40}\.){0,6}[A-Z]\w{0,60}(?:Error|Exception|Exit|Interrupt)\(")
 _FRAME = re.compile(r"\s*File \"")
-_FORWARD_FRAME = re.compile(r"\s*File \"[^\"]*/vllm/(?:v1/attention|v1/worker|v1/sample|model_executor|attention)/")
+_FORWARD_FRAME = re.compile(
+    r"\s*File \"[^\"]*/vllm/(?:v1/attention|v1/worker|v1/sample|v1/executor|model_executor|attention)/"
+    r"|\s*File \"[^\"]*/vllm/v1/engine/core\.py\", line \d+, in (?:step|step_with_batch_queue)$")
 _NOT_FATAL = re.compile(r"_handle_client_request|Invocation of \w+ method failed|pre-?processing request")
 
 _PREEMPT_WORD = "is preempted "  # "by" until 0.6.0, "in" from 0.6.1
@@ -279,6 +286,8 @@ class VllmParser(StreamParser):
         elif _CORE_RECORD.search(key) is not None:
             dead = (any(_FORWARD_FRAME.match(line) for line in lines)
                     and not any(_NOT_FATAL.search(line) for line in lines))
+        elif _MQ_ENGINE_RECORD.search(key) is not None:
+            dead = _EXCEPTION_REPR.match(lines[0]) is not None
         else:
             return out
         if dead:
