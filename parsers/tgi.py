@@ -55,6 +55,10 @@ _FACTS = (
     ("max_num_seqs", re.compile(r"\bmax_batch_size: Some\((\d+)\)")),
     ("max_model_len", re.compile(r"\bmax_total_tokens: (?:Some\()?(\d+)")),
     ("max_batch_prefill_tokens", re.compile(r"\bmax_batch_prefill_tokens: (?:Some\()?(\d+)")),
+    # the router's `warmup` span (router/client: `#[instrument] warmup(max_input_length, max_prefill_tokens,
+    # max_total_tokens, …)`) prints the same limits on every record logged inside it, a failed warmup's among them
+    ("max_model_len", re.compile(r"\bwarmup\{[^}]{0,200}\bmax_total_tokens=(\d+)")),
+    ("max_batch_prefill_tokens", re.compile(r"\bwarmup\{[^}]{0,200}\bmax_prefill_tokens=(\d+)")),
     ("gpu_memory_utilization", re.compile(r"\bcuda_memory_fraction: ([\d.]+)")),
     ("tensor_parallel_size", re.compile(r"\bnum_shard: Some\((\d+)\)")),
 )

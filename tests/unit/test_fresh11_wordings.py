@@ -95,3 +95,20 @@ def test_envoys_upstream_timeout_in_a_custom_access_format_is_a_proxy_timeout() 
     got = [r for r in records([line]) if isinstance(r, Event)]
     assert [(e.kind.value, e.fields["timeout_by"]) for e in got] == [("deadline_exceeded", "proxy")]
     assert kinds(["method=POST request=/svc/get response_flag=- status=200 status_details=via_upstream"]) == []
+
+
+# predibase/lorax router/client (TGI's fork): `#[instrument] async fn warmup(&mut self, max_input_length,
+# max_prefill_tokens, max_total_tokens, …)`: tracing prints the span's fields on every record logged inside it, so a
+# failed warmup's line carries the configured limits. (TGI's own `text_generation_client` target is cut off with the
+# span before the message is read, so there the span gives no fact: not done.)
+def test_the_warmup_span_carries_the_configured_limits_as_facts() -> None:
+    line = ("2024-03-20T07:57:45.050465Z ERROR warmup{max_input_length=1024 max_prefill_tokens=1024 "
+            "max_total_tokens=2048}:warmup: lorax_client: router/client/src/lib.rs:34: Server error: Not "
+            "enough memory to handle 1024 prefill tokens. You need to decrease `--max-batch-prefill-tokens`")
+    got = records([line])
+    assert {(r.name, r.value) for r in got if isinstance(r, CapacityFact)} >= {
+        ("max_model_len", 2048.0), ("max_batch_prefill_tokens", 1024.0)}
+    assert "oom" in kinds([line])
+    # a record outside the span names no limit
+    assert [r for r in records(["2024-03-20T07:57:45.117934Z  INFO text_generation_launcher: Shutting down "
+                                "shards"]) if isinstance(r, CapacityFact)] == []

@@ -152,8 +152,8 @@ def test_split_meets_the_targets(which: str) -> None:
 # `fresh11` (85 excerpts) was collected and labelled blind by two collectors who read neither the parsers nor their
 # output, committed with its labels, and scored once as it came: macro-F1 0.839, no false alarm, one field mismatch.
 # Its misses were then fixed from source (Open MPI, V1's busy-loop step, V0's MQLLMEngine, NCCL's CUDA OOM, Kong,
-# one-api, Anthropic's TypeScript client, Vercel, Envoy's details, llama-box): macro-F1 0.943, no false alarm; the
-# floor is that after-fix score.
+# one-api, Anthropic's TypeScript client, Vercel, Envoy's details, llama-box, LoRAX's warmup span): macro-F1 0.947,
+# no false alarm; the floor is that after-fix score.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -166,7 +166,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh8", 60, 0.987, 0, 0),
     ("fresh9", 60, 0.951, 0, 0),  # first score 0.810
     ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
-    ("fresh11", 85, 0.942, 0, 0),  # first score 0.839, one field mismatch
+    ("fresh11", 85, 0.946, 0, 0),  # first score 0.839, one field mismatch
 ]
 
 
