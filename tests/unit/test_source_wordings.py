@@ -89,3 +89,26 @@ def test_rbln_kv_blocks_that_do_not_fit_are_a_startup_oom() -> None:
     # the setting named in a note, and a block count logged while serving, are no failure
     assert kinds(["Set --num-gpu-blocks-override to reduce the number of blocks of KV cache on RBLN."]) == []
     assert kinds(["Successfully copied KV cache from block 12 to block 40"]) == []
+
+
+# haproxy/haproxy@v3.4.0:doc/configuration.txt §8.2.3 (option httplog: `%ci:%cp [%tr] %ft %b/%s
+# %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc …`) and §8.5, the termination state's two letters
+def test_haproxys_termination_state_says_whose_timeout() -> None:
+    def line(timers: str, status: int, state: str) -> list[str]:
+        return [f"Dec 14 03:11:15 lb1 haproxy[14389]: 10.0.1.2:33317 [14/Dec/2025:03:11:15.655] llm-in vllm/gpu7 "
+                f"{timers} {status} 198 - - {state} 12/12/11/11/0 0/0 \"POST /v1/chat/completions HTTP/1.1\""]
+    (server,) = [r for r in records(line("0/0/1/-1/60001", 504, "sH--")) if isinstance(r, Event)]
+    assert (server.kind.value, server.fields["timeout_by"], server.fields["knob"], server.fields["duration_s"]) == (
+        "deadline_exceeded", "proxy", "timeout server", 60.001)
+    (queued,) = [r for r in records(line("0/30000/-1/-1/30001", 503, "sQ--")) if isinstance(r, Event)]
+    assert (queued.kind.value, queued.fields["timeout_on"], queued.fields["status"]) == (
+        "deadline_exceeded", "queue", 503)
+    (connect,) = [r for r in records(line("0/0/-1/-1/20003", 504, "sC--")) if isinstance(r, Event)]
+    assert (connect.fields["timeout_on"], connect.fields["status"]) == ("connect", 504)
+    (stalled,) = [r for r in records(line("0/0/1/180/60412", 200, "sD--")) if isinstance(r, Event)]
+    assert (stalled.kind.value, stalled.fields["timeout_on"]) == ("deadline_exceeded", "generation")
+    assert kinds(line("0/-1/-1/-1/0", 429, "PR--")) == ["http_429"]
+    assert kinds(line("0/-1/-1/-1/0", 503, "SC--")) == ["http_503"]
+    # served, or closed by its client while data flowed: no incident
+    assert kinds(line("0/0/1/4210/4211", 200, "----")) == []
+    assert kinds(line("0/0/1/310/9120", 200, "CD--")) == []
