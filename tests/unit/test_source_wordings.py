@@ -112,3 +112,33 @@ def test_haproxys_termination_state_says_whose_timeout() -> None:
     # served, or closed by its client while data flowed: no incident
     assert kinds(line("0/0/1/4210/4211", 200, "----")) == []
     assert kinds(line("0/0/1/310/9120", 200, "CD--")) == []
+
+
+# traefik/traefik@95d6f0a46a:pkg/middlewares/accesslog/logdata.go: `DownstreamStatus`, the status sent to the client
+def test_traefiks_json_access_record_is_its_downstream_status() -> None:
+    def record(status: int, origin: int) -> list[str]:
+        return [f'{{"ClientAddr":"10.0.0.5:51234","DownstreamContentSize":17,"DownstreamStatus":{status},'
+                f'"Duration":120334,"OriginStatus":{origin},"RequestMethod":"POST","RequestPath":"/v1/chat/completions",'
+                '"RouterName":"vllm@docker","level":"info","msg":"","time":"2025-12-14T03:11:15Z"}']
+    assert kinds(record(429, 0)) == ["http_429"]  # the RateLimit middleware's own
+    assert kinds(record(503, 503)) == ["http_503"]  # the engine's, relayed
+    (gateway,) = [r for r in records(record(504, 0)) if isinstance(r, Event)]
+    assert (gateway.kind.value, gateway.fields["timeout_by"]) == ("deadline_exceeded", "proxy")
+    assert kinds(record(200, 200)) == []
+
+
+# caddyserver/caddy@8c25290237:modules/caddyhttp/server.go:Server.logRequest ("handled request", `duration` in
+# seconds, `status`); reverseproxy.go:statusError answers a timed-out upstream with 504
+def test_caddys_handled_request_is_its_status() -> None:
+    def record(duration: float, status: int) -> list[str]:
+        return [f'{{"level":"error","ts":1765681875.123,"logger":"http.log.access.log0","msg":"handled request",'
+                '"request":{"remote_ip":"10.0.0.5","method":"POST","uri":"/v1/chat/completions"},"bytes_read":512,'
+                f'"user_id":"","duration":{duration},"size":0,"status":{status},"resp_headers":{{"Server":["Caddy"]}}}}']
+    (gateway,) = [r for r in records(record(60.001, 504)) if isinstance(r, Event)]
+    assert (gateway.kind.value, gateway.fields["timeout_by"], gateway.fields["duration_s"]) == (
+        "deadline_exceeded", "proxy", 60.001)
+    assert kinds(record(0.002, 429)) == ["http_429"]
+    assert kinds(record(0.01, 503)) == ["http_503"]
+    assert kinds(record(4.21, 200)) == []
+    # Caddy's error logger names no status of a request it handled: its message is read as any record's
+    assert kinds(['{"level":"info","ts":1765681875.1,"logger":"http.log","msg":"server running","name":"srv0"}']) == []
