@@ -44,8 +44,11 @@ _TEXT_KEYS = ("log", "line", "msg", "message")
 # `msg` / `message` carry a log line only in a log record: one with a time, a level or a stream beside it
 _RECORD_ONLY = frozenset({"msg", "message"})
 _RECORD_KEYS = frozenset({"time", "timestamp", "ts", "@timestamp", "level", "severity", "stream"})
-# keys that mark an engine's own JSON format, which its parser reads (level, message, request fields)
-_ENGINE_KEYS = frozenset({"levelname", "fields", "function", "tid", "target", "asctime"})
+# keys that mark an engine's own JSON format, which its parser reads (level, message, request fields), and a
+# proxy's JSON access record, whose status is a field beside its message (Traefik's `DownstreamStatus`, Caddy's
+# `resp_headers` beside `"msg":"handled request"`): such a record is read whole
+_ENGINE_KEYS = frozenset({"levelname", "fields", "function", "tid", "target", "asctime",
+                          "DownstreamStatus", "resp_headers"})
 
 
 _TRACEBACK = "Traceback (most recent call last):\n"

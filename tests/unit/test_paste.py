@@ -58,6 +58,10 @@ def test_the_wrapper_comes_off(wrapped: str, inner: str, stamp: str | None) -> N
     '{"message": "The engine is currently busy", "code": 503}',
     '{"levelname": "ERROR", "message": "EngineCore encountered a fatal error."}',  # vLLM's own JSON
     '{"timestamp":"2025-12-14T03:11:15Z","level":"ERROR","fields":{"message":"Shard 0 crashed"}}',  # TGI's
+    # a proxy's JSON access record: its status is a field beside the message (Traefik's, Caddy's)
+    '{"DownstreamStatus":429,"OriginStatus":0,"RequestPath":"/v1/chat/completions","level":"info","msg":""}',
+    '{"level":"info","ts":1765681875.1,"msg":"handled request","duration":0.01,"size":17,"status":429,'
+    '"resp_headers":{}}',
     "{not json at all}",
     "-1 requests",
 ])

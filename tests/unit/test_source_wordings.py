@@ -89,3 +89,56 @@ def test_rbln_kv_blocks_that_do_not_fit_are_a_startup_oom() -> None:
     # the setting named in a note, and a block count logged while serving, are no failure
     assert kinds(["Set --num-gpu-blocks-override to reduce the number of blocks of KV cache on RBLN."]) == []
     assert kinds(["Successfully copied KV cache from block 12 to block 40"]) == []
+
+
+# haproxy/haproxy@v3.4.0:doc/configuration.txt §8.2.3 (option httplog: `%ci:%cp [%tr] %ft %b/%s
+# %TR/%Tw/%Tc/%Tr/%Ta %ST %B %CC %CS %tsc …`) and §8.5, the termination state's two letters
+def test_haproxys_termination_state_says_whose_timeout() -> None:
+    def line(timers: str, status: int, state: str) -> list[str]:
+        return [f"Dec 14 03:11:15 lb1 haproxy[14389]: 10.0.1.2:33317 [14/Dec/2025:03:11:15.655] llm-in vllm/gpu7 "
+                f"{timers} {status} 198 - - {state} 12/12/11/11/0 0/0 \"POST /v1/chat/completions HTTP/1.1\""]
+    (server,) = [r for r in records(line("0/0/1/-1/60001", 504, "sH--")) if isinstance(r, Event)]
+    assert (server.kind.value, server.fields["timeout_by"], server.fields["knob"], server.fields["duration_s"]) == (
+        "deadline_exceeded", "proxy", "timeout server", 60.001)
+    (queued,) = [r for r in records(line("0/30000/-1/-1/30001", 503, "sQ--")) if isinstance(r, Event)]
+    assert (queued.kind.value, queued.fields["timeout_on"], queued.fields["status"]) == (
+        "deadline_exceeded", "queue", 503)
+    (connect,) = [r for r in records(line("0/0/-1/-1/20003", 504, "sC--")) if isinstance(r, Event)]
+    assert (connect.fields["timeout_on"], connect.fields["status"]) == ("connect", 504)
+    (stalled,) = [r for r in records(line("0/0/1/180/60412", 200, "sD--")) if isinstance(r, Event)]
+    assert (stalled.kind.value, stalled.fields["timeout_on"]) == ("deadline_exceeded", "generation")
+    assert kinds(line("0/-1/-1/-1/0", 429, "PR--")) == ["http_429"]
+    assert kinds(line("0/-1/-1/-1/0", 503, "SC--")) == ["http_503"]
+    # served, or closed by its client while data flowed: no incident
+    assert kinds(line("0/0/1/4210/4211", 200, "----")) == []
+    assert kinds(line("0/0/1/310/9120", 200, "CD--")) == []
+
+
+# traefik/traefik@95d6f0a46a:pkg/middlewares/accesslog/logdata.go: `DownstreamStatus`, the status sent to the client
+def test_traefiks_json_access_record_is_its_downstream_status() -> None:
+    def record(status: int, origin: int) -> list[str]:
+        return [f'{{"ClientAddr":"10.0.0.5:51234","DownstreamContentSize":17,"DownstreamStatus":{status},'
+                f'"Duration":120334,"OriginStatus":{origin},"RequestMethod":"POST","RequestPath":"/v1/chat/completions",'
+                '"RouterName":"vllm@docker","level":"info","msg":"","time":"2025-12-14T03:11:15Z"}']
+    assert kinds(record(429, 0)) == ["http_429"]  # the RateLimit middleware's own
+    assert kinds(record(503, 503)) == ["http_503"]  # the engine's, relayed
+    (gateway,) = [r for r in records(record(504, 0)) if isinstance(r, Event)]
+    assert (gateway.kind.value, gateway.fields["timeout_by"]) == ("deadline_exceeded", "proxy")
+    assert kinds(record(200, 200)) == []
+
+
+# caddyserver/caddy@8c25290237:modules/caddyhttp/server.go:Server.logRequest ("handled request", `duration` in
+# seconds, `status`); reverseproxy.go:statusError answers a timed-out upstream with 504
+def test_caddys_handled_request_is_its_status() -> None:
+    def record(duration: float, status: int) -> list[str]:
+        return [f'{{"level":"error","ts":1765681875.123,"logger":"http.log.access.log0","msg":"handled request",'
+                '"request":{"remote_ip":"10.0.0.5","method":"POST","uri":"/v1/chat/completions"},"bytes_read":512,'
+                f'"user_id":"","duration":{duration},"size":0,"status":{status},"resp_headers":{{"Server":["Caddy"]}}}}']
+    (gateway,) = [r for r in records(record(60.001, 504)) if isinstance(r, Event)]
+    assert (gateway.kind.value, gateway.fields["timeout_by"], gateway.fields["duration_s"]) == (
+        "deadline_exceeded", "proxy", 60.001)
+    assert kinds(record(0.002, 429)) == ["http_429"]
+    assert kinds(record(0.01, 503)) == ["http_503"]
+    assert kinds(record(4.21, 200)) == []
+    # Caddy's error logger names no status of a request it handled: its message is read as any record's
+    assert kinds(['{"level":"info","ts":1765681875.1,"logger":"http.log","msg":"server running","name":"srv0"}']) == []
