@@ -17,8 +17,10 @@ path: `parsers.catalogued` builds signatures from the entries that carry a `patt
 
 Every start of every command that parses reads the catalogue, and importing PyYAML and parsing the files took
 most of that, so the files' data is also kept as JSON in the user's cache directory, named by the hash of the
-files' bytes: a changed file is a new name, so the copy cannot be stale, and it is validated exactly as the
-YAML's data is. A copy that cannot be read or written is only slower.
+files' bytes: a changed file is a new name, so the copy cannot be stale. The copy holds the sources as
+validated when it was written, so a start reads them back without validating again; a copy cut short, of
+another format or of other files is passed over for the YAML. A copy that cannot be read or written is only
+slower.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from typing import Any
 from agent.records import EventKind, Phase, Server
 
 HERE = Path(__file__).resolve().parent
-CACHE_FORMAT = "1"  # part of the copy's name: raise it when what the copy holds changes
+CACHE_FORMAT = "2"  # part of the copy's name: raise it when what the copy holds changes
 FIELD_VALUE = (str, int, float, bool)
 SIGNALS = frozenset({k.value for k in EventKind} | {"request_failed", "fact", "stats", "benign"})
 NOT_INCIDENTS = frozenset({"fact", "stats", "benign"})
@@ -284,20 +286,19 @@ def _validate(path: Path, raw: Any, line: Callable[[int], str]) -> Source:
 
 @functools.lru_cache(maxsize=1)
 def load(directory: Path = HERE, cache_dir: Path | None = None) -> tuple[Source, ...]:
-    """Every catalogue file, in name order; the files' data from the JSON copy in `cache_dir` (default: the
-    user's cache directory) when there is one for these bytes, else from the YAML, and then copied there."""
+    """Every catalogue file, in name order: from the JSON copy in `cache_dir` (default: the user's cache
+    directory) when there is one for these bytes, else from the YAML, validated, and then copied there."""
     paths = sorted(directory.glob("*.yaml"))
     cache_dir = cache_dir if cache_dir is not None else _user_cache_dir()
-    copy = _copy_path(paths, cache_dir) if cache_dir is not None else None
-    cached = _read_copy(copy, len(paths)) if copy is not None else None
+    copy, digest = _copy_path(paths, cache_dir) if cache_dir is not None else (None, "")
+    cached = _read_copy(copy, digest, [p.stem for p in paths]) if copy is not None else None
     if cached is not None:
-        return tuple(load_file(p, data) for p, data in zip(paths, cached, strict=True))
+        return cached
     from agent.yamldoc import read_data
 
-    data = [read_data(p) for p in paths]
-    sources = tuple(load_file(p, d) for p, d in zip(paths, data, strict=True))
+    sources = tuple(load_file(p, read_data(p)) for p in paths)
     if copy is not None:
-        _write_copy(copy, data)
+        _write_copy(copy, digest, sources)
     return sources
 
 
@@ -309,32 +310,52 @@ def _user_cache_dir() -> Path | None:
         return None
 
 
-def _copy_path(paths: list[Path], cache_dir: Path) -> Path:
-    """The copy's name: the hash of every file's name and bytes, so an edit, a new or a removed file is a new
-    copy."""
+def _copy_path(paths: list[Path], cache_dir: Path) -> tuple[Path, str]:
+    """The copy's name and the digest it holds: the hash of every file's name and bytes, so an edit, a new or a
+    removed file is a new copy."""
     digest = hashlib.sha256(CACHE_FORMAT.encode())
     for path in paths:
         body = path.read_bytes()
         digest.update(f"\0{path.name}\0{len(body)}\0".encode())
         digest.update(body)
-    return cache_dir / f"catalogue-{digest.hexdigest()[:32]}.json"
+    hexdigest = digest.hexdigest()
+    return cache_dir / f"catalogue-{hexdigest[:32]}.json", hexdigest
 
 
-def _read_copy(copy: Path, files: int) -> list[Any] | None:
-    """The files' data from the copy; None when it is missing, unreadable or not one entry per file."""
+def _read_copy(copy: Path, digest: str, engines: list[str]) -> tuple[Source, ...] | None:
+    """The catalogue as the copy holds it: the sources validated when it was written, so they are built as they
+    are, without validating again (compiling and matching every pattern was most of reading the copy). None, and
+    the YAML is read, when the copy is missing, cut short, of another format, of other files (its digest), or of
+    any other shape than `_write_copy` gives."""
     try:
-        data = json.loads(copy.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        held = json.loads(copy.read_text(encoding="utf-8"))
+        if held["format"] != CACHE_FORMAT or held["digest"] != digest:
+            return None
+        sources = tuple(_source(raw) for raw in held["sources"])
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
-    return data if isinstance(data, list) and len(data) == files else None
+    return sources if [s.engine for s in sources] == engines else None
 
 
-def _write_copy(copy: Path, data: list[Any]) -> None:
-    """Keep the data as JSON, written whole or not at all (a temporary file renamed), and only when JSON
-    gives back exactly the same data (YAML has types JSON lacks); older copies are removed."""
+def _source(raw: dict[str, Any]) -> Source:
+    """One source from the copy's form of it (`dataclasses.asdict`, tuples written as JSON lists)."""
+    return Source(
+        engine=raw["engine"], role=raw["role"], parser=Server(raw["parser"]), repo=raw["repo"],
+        versions=tuple(raw["versions"]), prefixes=tuple(Prefix(**p) for p in raw["prefixes"]),
+        statements=tuple(Statement(**{**s, "args": tuple(s["args"]), "also": tuple(s["also"]),
+                                      "prefixes": None if s["prefixes"] is None else tuple(s["prefixes"])})
+                         for s in raw["statements"]))
+
+
+def _write_copy(copy: Path, digest: str, sources: tuple[Source, ...]) -> None:
+    """Keep the validated sources as JSON, written whole or not at all (a temporary file renamed), and only when
+    reading it back gives exactly the same sources (YAML has types JSON lacks); older copies are removed."""
+    from dataclasses import asdict
+
     try:
-        text = json.dumps(data, ensure_ascii=False)
-        if json.loads(text) != data:
+        text = json.dumps({"format": CACHE_FORMAT, "digest": digest, "sources": [asdict(s) for s in sources]},
+                          ensure_ascii=False)
+        if tuple(_source(raw) for raw in json.loads(text)["sources"]) != sources:
             return
     except (TypeError, ValueError):
         return

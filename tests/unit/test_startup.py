@@ -9,10 +9,13 @@ be imported, and the catalogue read from its copy must be the catalogue read fro
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -102,7 +105,39 @@ def test_the_catalogue_from_its_copy_is_the_catalogue_from_the_yaml(tmp_path: Pa
         copy.write_text("[1, 2")  # cut short: read from the YAML again, and written whole again
         catalogue.load.cache_clear()
         assert catalogue.load(catalogue.HERE, tmp_path) == from_yaml
-        assert copy.read_text().startswith("[{")
+        assert copy.read_text().startswith('{"format": ')
+    finally:
+        catalogue.load.cache_clear()
+
+
+# copies a start must not trust, each a change `_write_copy` never makes
+FOREIGN = {
+    "another format": lambda held: {**held, "format": "0"},
+    "other files' digest": lambda held: {**held, "digest": "0" * 64},
+    "a file left out": lambda held: {**held, "sources": held["sources"][1:]},
+    "a field it does not know": lambda held: {**held, "sources": [
+        {**held["sources"][0], "statements": [{**held["sources"][0]["statements"][0], "bogus": 1}]},
+        *held["sources"][1:]]},
+    "a field missing": lambda held: {**held, "sources": [
+        {k: v for k, v in held["sources"][0].items() if k != "prefixes"}, *held["sources"][1:]]},
+    "not a mapping": lambda held: held["sources"],
+}
+
+
+@pytest.mark.parametrize("change", FOREIGN.values(), ids=FOREIGN.keys())
+def test_a_copy_not_written_for_these_files_is_passed_over_for_the_yaml(
+        tmp_path: Path, change: Callable[[Any], Any]) -> None:
+    """The copy is read back without validating its sources again (they were validated when it was written), so
+    a copy of another format, of other files or of another shape must be told apart and the YAML read."""
+    catalogue.load.cache_clear()
+    try:
+        from_yaml = catalogue.load(catalogue.HERE, tmp_path)
+        (copy,) = tmp_path.glob("catalogue-*.json")
+        written = copy.read_text()
+        copy.write_text(json.dumps(change(json.loads(written))))
+        catalogue.load.cache_clear()
+        assert catalogue.load(catalogue.HERE, tmp_path) == from_yaml
+        assert copy.read_text() == written  # not trusted: read from the YAML and written whole again
     finally:
         catalogue.load.cache_clear()
 
