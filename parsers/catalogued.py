@@ -43,8 +43,17 @@ def _field(name: str, text: str) -> tuple[str, FieldValue]:
     return name, value
 
 
-def _extract(constants: Mapping[str, FieldValue]) -> Callable[[re.Match[str]], dict[str, FieldValue]]:
+def _extract(fields: Mapping[str, FieldValue]) -> Callable[[re.Match[str]], dict[str, FieldValue]]:
+    """The entry's constant fields (those its pattern's groups do not give), then what the groups read. The
+    groups are known from the first match's pattern: compiling each pattern at start to learn them cost every
+    start what its first matching line now pays."""
+    constants: Mapping[str, FieldValue] | None = None
+
     def extract(m: re.Match[str]) -> dict[str, FieldValue]:
+        nonlocal constants
+        if constants is None:
+            groups = {_field(g, "0")[0] for g in m.re.groupindex}
+            constants = {k: v for k, v in fields.items() if k not in groups}
         found = dict(_field(k, v) for k, v in m.groupdict().items() if v is not None)
         return {**constants, **found}
     return extract
@@ -56,12 +65,10 @@ def _signature(s: Statement) -> Signature | None:
     except ValueError:
         return None  # a kind this build does not have (request_failed lands with the engine work)
     assert s.pattern is not None
-    groups = {_field(g, "0")[0] for g in re.compile(s.pattern).groupindex}
-    constants = {k: v for k, v in s.fields.items() if k not in groups}
     severity = _SEVERITY.get(kind, Severity.WARNING)
     if kind is EventKind.OOM and s.phase == Phase.STARTUP.value:
         severity = Severity.CRITICAL
-    return signature(kind, s.pattern, severity, Phase(s.phase) if s.phase else None, _extract(constants),
+    return signature(kind, s.pattern, severity, Phase(s.phase) if s.phase else None, _extract(s.fields),
                      incident=kind in INCIDENTS)
 
 
