@@ -174,8 +174,8 @@ _MQ_ENGINE_RECORD = re.compile(r"(?<![A-Za-z_])engine\.py:\d+$")  # not llm_engi
 _EXCEPTION_REPR = re.compile(r"(?:[a-z_]\w{0,40}\.){0,6}[A-Z]\w{0,60}(?:Error|Exception|Exit|Interrupt)\(")
 _FRAME = re.compile(r"\s*File \"")
 _FORWARD_FRAME = re.compile(
-    r"\s*File \"[^\"]*/vllm/(?:v1/attention|v1/worker|v1/sample|v1/executor|model_executor|attention)/"
-    r"|\s*File \"[^\"]*/vllm/v1/engine/core\.py\", line \d+, in (?:step|step_with_batch_queue)$")
+    r"\s*File \"[^\"]*/vllm/(?:(?:v1/attention|v1/worker|v1/sample|v1/executor|model_executor|attention)/"
+    r"|v1/engine/core\.py\", line \d+, in (?:step|step_with_batch_queue)$)")
 _NOT_FATAL = re.compile(r"_handle_client_request|Invocation of \w+ method failed|pre-?processing request")
 
 _PREEMPT_WORD = "is preempted "  # "by" until 0.6.0, "in" from 0.6.1

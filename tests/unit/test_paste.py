@@ -134,7 +134,8 @@ def test_a_statement_cut_at_the_width_is_read_whole(width: int) -> None:
 def test_a_statement_cut_right_after_a_dot_of_its_exception_name_is_read_whole() -> None:
     """The cut falls between `java.io.` and `InterruptedIOException`: the second piece looks like a record of
     its own (an exception name) but is the rest of the dotted name, so it keeps the first piece's time."""
-    line = "2025-06-17 05:21:48.123 ERROR 1 --- [nio-8080-exec-1] c.e.ChatService : java.io.InterruptedIOException: timeout"
+    line = ("2025-06-17 05:21:48.123 ERROR 1 --- [nio-8080-exec-1] c.e.ChatService : "
+            "java.io.InterruptedIOException: timeout")
     pieces = _cut(line, 80)
     assert pieces[0].endswith("java.io.") and pieces[1].startswith("InterruptedIOException")
     parser = make_parser(Server.AUTO)
