@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
+from typing import ClassVar
 
 from agent.records import (
     CapacityFact,
@@ -75,8 +76,7 @@ MAX_REQUEST_LINES = 2000  # a prompt logged over more lines than this ends there
 QUIET_LINES = 50  # a traceback of another process left open this many lines is complete
 # A parser's attributes that are not behaviour (where it reads, caches, counters), and those `checkpoint` takes
 # apart to number their lines relatively.
-_NOT_STATE = frozenset({"source", "stamps", "lines_seen", "_parse_errors", "_last_incident", "_blocks", "_waiting",
-                        "_refusal_lines"})
+_NOT_STATE = frozenset({"source", "stamps", "lines_seen", "_parse_errors", "_last_incident", "_blocks", "_waiting"})
 
 
 @dataclass
@@ -110,6 +110,9 @@ class StreamParser:
     # `line_records` changes the parser only by rebinding its attributes (it is asked on a shallow copy), and
     # `events_for` adds nothing to an access line's events (vLLM's adds to ERROR records only, SGLang's to preemptions)
     REFUSAL_LINES = False
+    # the readings of a storm's lines (text without the client → reading, None for the plain path's): one per
+    # class, since a reading depends on the class alone (its prefix, signatures and facts), never on a stream
+    _refusal_readings: ClassVar[dict[str, refusal_lines.Reading | None]] = {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """Note whether `HOT` matches inside an error status's opening (`" 4`, `" 5`): then a line holding one
@@ -117,6 +120,7 @@ class StreamParser:
         access line, whose match lies near its end)."""
         super().__init_subclass__(**kwargs)
         cls.ERROR_STATUS_HOT = cls.HOT.search('" 4') is not None and cls.HOT.search('" 5') is not None
+        cls._refusal_readings = {}
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         self.source = source
@@ -131,16 +135,8 @@ class StreamParser:
         self._request_lines = 0  # > 0 while a request log's quoted text runs on over lines
         self._engine_dead = False  # an engine death was seen and no restart since: a 5xx now is a casualty
         self._refusals = OneRefusal()
-        self._refusal_lines: dict[str, refusal_lines.Reading | None] = {}  # a storm's lines read (not state)
         # a line as long as a terminal's width, held one line in case the next is its rest (parsers/paste.py)
         self._wrapped: tuple[str, float | None, str | None, int | None] | None = None
-
-    def __getstate__(self) -> dict[str, object]:
-        """The parser without its storm readings (a cache; their signatures' extractors may be lambdas): a worker's
-        parser is pickled back to `scan`."""
-        state = self.__dict__.copy()
-        state["_refusal_lines"] = {}
-        return state
 
     # ---- the protocol -------------------------------------------------------------------------
     def feed(self, text: str, ts: float | None = None, path: str | None = None,
@@ -549,7 +545,7 @@ class StreamParser:
         """`_feed_line`'s records of a storm's access line from the reading of its text without the client
         (parsers/refusal_lines.py), the state applied as `_feed` applies it; None (nothing done) for a line that
         needs the plain path."""
-        memo = self._refusal_lines
+        memo = self._refusal_readings
         reading = memo.get(key[0])
         if reading is None:
             if key[0] in memo:
@@ -572,8 +568,9 @@ class StreamParser:
             if settled is None:
                 continue
             severity, said = settled
-            out.append(event_with(seen, ts=ts, severity=severity, phase=r.phase or self.phase(), path=path,
-                                  offset=offset, fields=dict(seen.fields) if said is fields else redact_fields(said)))
+            out.append(event_with(seen, ts=ts, source=self.source, severity=severity, phase=r.phase or self.phase(),
+                                  path=path, offset=offset,
+                                  fields=dict(seen.fields) if said is fields else redact_fields(said)))
         if not out:
             return out
         return self._refusals.once(out, self.lines_seen)
@@ -617,7 +614,7 @@ class StreamParser:
         if other == msg or index.matches(other) != matched or redact(other) != message:
             return None
         return refusal_lines.Reading(head, tuple(
-            (r, fields, Event(None, self.source, self.server, r.kind, r.severity, r.phase or Phase.RUNTIME, message,
+            (r, fields, Event(None, "", self.server, r.kind, r.severity, r.phase or Phase.RUNTIME, message,
                               redact_fields(fields))) for r, fields in matched))
 
     def _repeat(self, kind: EventKind, ts: float | None) -> bool:

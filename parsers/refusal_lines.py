@@ -29,7 +29,7 @@ from parsers.signature import Signature
 
 ACCESS_MARK = ' - "'  # uvicorn's `CLIENT - "METHOD PATH HTTP/1.1" STATUS`: the client ends where this starts
 MAX_CHARS = 2000  # a longer line takes the plain path (far below every cut: MAX_LINE_CHARS, redaction's input)
-MEMO_SIZE = 256  # lines kept per parser (each under MAX_CHARS: under ~0.5 M characters)
+MEMO_SIZE = 256  # lines kept per parser class (each under MAX_CHARS: under ~0.5 M characters)
 # The client as `_CLIENT` in parsers/redact.py replaces it whole: an IPv4 address with an optional port. (An
 # IPv6 client's hex digits can spell a credential's literal, `acca`, and take the plain path.)
 IPV4_CLIENT = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?")
