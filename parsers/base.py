@@ -20,10 +20,12 @@ catastrophically fails the build rather than a node.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timezone, tzinfo
+from typing import ClassVar
 
 from agent.records import (
     CapacityFact,
@@ -36,8 +38,9 @@ from agent.records import (
     Server,
     ServerStats,
     Severity,
+    event_with,
 )
-from parsers import families
+from parsers import families, refusal_lines
 from parsers.checkpoint import Checkpoint, Incidents, NewKinds
 from parsers.http_access import carries_duration, timed
 from parsers.paste import ESCAPED_TRACEBACK, WRAP_WIDTHS, continues_wrap, escaped_lines, unpaste
@@ -58,7 +61,7 @@ from parsers.prefix import (
     source_last,
     syslog_month,
 )
-from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, scrub
+from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, redact, redact_fields, scrub
 from parsers.refusals import OneRefusal
 from parsers.signature import Signature, index_of
 from parsers.stamps import Stamps
@@ -103,6 +106,13 @@ class StreamParser:
     STATS_WORD2 = "\x00"  # a second form of it (llama.cpp: per-slot `t/s` lines and `tokens per second` timings)
     OUTER_STAMP = True  # strip a leading runtime time stamp (`docker logs --timestamps`); TGI's own prefix is one
     ERROR_STATUS_HOT = False  # whether `HOT` passes every access line with an error status (set per class)
+    # whether a storm's access line may be replayed from its first reading (parsers/refusal_lines.py): only where
+    # `line_records` changes the parser only by rebinding its attributes (it is asked on a shallow copy), and
+    # `events_for` adds nothing to an access line's events (vLLM's adds to ERROR records only, SGLang's to preemptions)
+    REFUSAL_LINES = False
+    # the readings of a storm's lines (text without the client → reading, None for the plain path's): one per
+    # class, since a reading depends on the class alone (its prefix, signatures and facts), never on a stream
+    _refusal_readings: ClassVar[dict[str, refusal_lines.Reading | None]] = {}
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         """Note whether `HOT` matches inside an error status's opening (`" 4`, `" 5`): then a line holding one
@@ -110,6 +120,7 @@ class StreamParser:
         access line, whose match lies near its end)."""
         super().__init_subclass__(**kwargs)
         cls.ERROR_STATUS_HOT = cls.HOT.search('" 4') is not None and cls.HOT.search('" 5') is not None
+        cls._refusal_readings = {}
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         self.source = source
@@ -174,7 +185,12 @@ class StreamParser:
 
     def _feed_line(self, text: str, ts: float | None, path: str | None, offset: int | None,
                    line: int | None) -> list[Record]:
-        """One whole line (any wrap joined): a paste's or shipper's wrapper taken off, else `_feed`."""
+        """One whole line (any wrap joined): a storm's access line replayed (parsers/refusal_lines.py), a paste's
+        or shipper's wrapper taken off, else `_feed`."""
+        if self.REFUSAL_LINES and not self._blocks and not self._request_lines and (
+                key := refusal_lines.key_of(text)) is not None and (
+                records := self._replayed(text, key, ts, path, offset)) is not None:
+            return records
         if text[:1] in PASTE_STARTS and (pasted := unpaste(text)) is not None:
             return self._feed_pasted(pasted, ts, path, offset, line)
         # a JSON line is decoded whole (its envelope above, or the engine's own format); a prompt's text is never
@@ -501,19 +517,105 @@ class StreamParser:
             for r, fields in index.matches(msg):
                 if r.kind in found:
                     continue
-                if r.phase is Phase.STARTUP:
-                    self._starting = True  # it never served: what fails next is part of the failed start
-                if r is families.BARE_TIMEOUT and families.timeout_waiter(block) == "client":
-                    fields = families.CLIENT_TIMEOUT  # a client library's own deadline, not the engine's
-                if r.kind is EventKind.ENGINE_DEAD:
-                    self._engine_dead = True
-                elif r.kind is EventKind.REQUEST_FAILED and self._engine_dead and fields["reason"] == "server_error":
-                    fields = {**fields, "reason": "engine_dead"}  # the API server answering for a dead engine
-                severity = r.severity_of(fields) if r.severity_of else r.severity
-                repeat = r.incident and self._repeat(r.kind, split.ts)
-                found[r.kind] = None if repeat else self.event(split, r.kind, severity, r.phase, fields, path,
-                                                               offset, msg)
+                settled = self._settle(r, fields, block, split.ts)
+                found[r.kind] = None if settled is None else self.event(split, r.kind, settled[0], r.phase,
+                                                                        settled[1], path, offset, msg)
         return [e for e in found.values() if e is not None]
+
+    def _settle(self, r: Signature, fields: dict[str, FieldValue], block: list[str] | None,
+                ts: float | None) -> tuple[Severity, dict[str, FieldValue]] | None:
+        """What the parser's state makes of a signature's match in an occurrence (`block`, its lines; None for a
+        single line that cannot be a bare timeout): its severity and fields, None when it repeats an incident
+        reported moments ago. Notes what the match tells of the state (a failed start, a death)."""
+        if r.phase is Phase.STARTUP:
+            self._starting = True  # it never served: what fails next is part of the failed start
+        if r is families.BARE_TIMEOUT and block is not None and families.timeout_waiter(block) == "client":
+            fields = families.CLIENT_TIMEOUT  # a client library's own deadline, not the engine's
+        if r.kind is EventKind.ENGINE_DEAD:
+            self._engine_dead = True
+        elif r.kind is EventKind.REQUEST_FAILED and self._engine_dead and fields["reason"] == "server_error":
+            fields = {**fields, "reason": "engine_dead"}  # the API server answering for a dead engine
+        severity = r.severity_of(fields) if r.severity_of else r.severity
+        if r.incident and self._repeat(r.kind, ts):
+            return None
+        return severity, fields
+
+    def _replayed(self, text: str, key: tuple[str, int], ts: float | None, path: str | None,
+                  offset: int | None) -> list[Record] | None:
+        """`_feed_line`'s records of a storm's access line from the reading of its text without the client
+        (parsers/refusal_lines.py), the state applied as `_feed` applies it; None (nothing done) for a line that
+        needs the plain path."""
+        memo = self._refusal_readings
+        reading = memo.get(key[0])
+        if reading is None:
+            if key[0] in memo:
+                return None  # read before: the plain path's line
+            if len(memo) >= refusal_lines.MEMO_SIZE:
+                memo.clear()
+            reading = memo[key[0]] = self._read_refusal(text, key[1])
+            if reading is None:
+                return None
+        elif reading.head != key[1]:
+            return None  # another split of the same key (the client elsewhere): not this reading's line
+        self.lines_seen += 1
+        if ts is None:
+            ts = self._last_ts  # the line has no time of its own (a reading's condition)
+        else:
+            self._last_ts = ts
+        out: list[Record] = []
+        for r, fields, seen in reading.matched:
+            settled = self._settle(r, fields, None, ts)
+            if settled is None:
+                continue
+            severity, said = settled
+            out.append(event_with(seen, ts=ts, source=self.source, severity=severity, phase=r.phase or self.phase(),
+                                  path=path, offset=offset,
+                                  fields=dict(seen.fields) if said is fields else redact_fields(said)))
+        if not out:
+            return out
+        return self._refusals.once(out, self.lines_seen)
+
+    def _read_refusal(self, text: str, head: int) -> refusal_lines.Reading | None:
+        """The reading of an access line that `_feed` takes past every prefix, block and pre-filter to the
+        signatures alone, or None for any other line: each test `_feed` makes on the way is made here, and the line is
+        kept only where each answers "nothing else". It changes no state: `split` only dates, the signatures' and the
+        redaction's caches are caches, and `line_records` is asked on a copy of the parser (vLLM's notes a V0
+        preemption's total: a line that gives one is not kept, and must find the total as it was)."""
+        if (text[:1] in PASTE_STARTS or ESCAPED_TRACEBACK in text or text[:1] == "\x00" or "\x1b" in text
+                or "\r" in text or self.STATS_WORD in text or self.STATS_WORD2 in text or boring_access(text)
+                or not self._hot(text) or " | " in text[:80] or text[:1] in MONTH_STARTS
+                or text[1:2] in CJK_MONTH or text[2:3] in CJK_MONTH or carries_duration(text)):
+            return None
+        if (text[:1] == "[" or (self.OUTER_STAMP and text[:1].isdigit())) and (
+                om := OUTER.match(text)) is not None and om.end():
+            return None  # a runtime's time stamp
+        try:
+            split = self.split(text)
+        except (ValueError, OverflowError):
+            return None  # `_feed` counts it
+        msg = split.msg
+        if (split.ts is not None or split.level in ("ERROR", "CRITICAL", "E")
+                or OPENS_BLOCK.search(msg[:2000]) is not None or is_request_log(msg)
+                or self.STARTING.search(msg) is not None or self.READY.search(msg) is not None
+                or copy.copy(self).line_records(split, None, None)):
+            return None
+        index = index_of(self.SIGNATURES)
+        matched = index.matches(msg)
+        if any(r is families.BARE_TIMEOUT or r.kind is EventKind.PREEMPTION for r, _ in matched):
+            return None  # a bare timeout asks the block who waited; a preemption, SGLang's rank rule
+        message = redact(msg)
+        # What the reading stands for holds for any client only if it holds for another: the same text with
+        # another client (of another length) must match the same signatures, read the same fields and redact
+        # to the same message (the redaction takes the client out), or the line takes the plain path.
+        end = text.find(refusal_lines.ACCESS_MARK, head)
+        client = text[head:end]
+        probe = refusal_lines.PROBE if client != refusal_lines.PROBE else refusal_lines.PROBE_2
+        other = msg.replace(client + refusal_lines.ACCESS_MARK, probe + refusal_lines.ACCESS_MARK, 1)
+        if other == msg or index.matches(other) != matched or redact(other) != message:
+            return None
+        return refusal_lines.Reading(head, tuple(
+            (r, fields, Event(None, "", self.server, r.kind, r.severity, r.phase or Phase.RUNTIME, message,
+                              redact_fields(fields))) for r, fields in matched))
 
     def _repeat(self, kind: EventKind, ts: float | None) -> bool:
         """True when the same kind of incident was reported within the window (which does not slide:

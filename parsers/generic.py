@@ -37,6 +37,7 @@ class GenericParser(StreamParser):
     server = Server.AUTO
     STATS_WORD = vllm_rs.STATS_WORD  # vllm.rs has no parser of its own either
     STATS_WORD2 = trtllm.STATS_WORD  # nor TensorRT-LLM: its iteration statistics
+    REFUSAL_LINES = True
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *catalogued.signatures("auto"),
                   *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,

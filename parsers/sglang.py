@@ -129,6 +129,7 @@ class SglangParser(StreamParser):
     """One SGLang log stream (scheduler ranks, tokenizer and HTTP server interleaved)."""
 
     server = Server.SGLANG
+    REFUSAL_LINES = True
     SIGNATURES = SGLANG_SIGNATURES
     STARTING = re.compile(r"server_args=|Load weight begin")
     READY = re.compile(r"The server is fired up and ready to roll|Application startup complete|Decode batch")

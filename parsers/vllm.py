@@ -185,6 +185,7 @@ class VllmParser(StreamParser):
     """One vLLM log stream (API server and engine processes interleaved, any era)."""
 
     server = Server.VLLM
+    REFUSAL_LINES = True
     SIGNATURES = VLLM_SIGNATURES
     # a (re)start, or a step only start-up takes (weights, profiling, warm-up, compilation)
     STARTING = re.compile(r"vLLM API server version|vLLM server version|Initializing an? (?:V1 )?LLM engine"
