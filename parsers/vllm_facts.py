@@ -37,55 +37,55 @@ def _printed_gib(text: str) -> int | None:
 # (fact name, pattern, converter of group 1); several facts may come from one line.
 _Conv = Callable[[str], float | str | None]  # None: the line's number says nothing (below print precision)
 _FACTS: tuple[tuple[str, str, _Conv], ...] = (
-        ("kv_cache_tokens", r"\b(?:GPU|CUDA|[XNHT]PU|CPU)(?: \+ host)? KV cache size: " + _NUM + " tokens", _num),
-        ("tokens_per_request", r"Maximum concurrency for " + _NUM + r" tokens per request", _num),
-        ("max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: " + _NUM + r"x", _num),
-        ("gpu_blocks", r"# (?:GPU|cuda|CUDA|gpu) blocks: " + _NUM, _num),
-        ("cpu_blocks", r"# CPU blocks: " + _NUM, _num),
-        ("gpu_blocks", r"with initialization after num_gpu_blocks is: " + _NUM, _num),
-        ("weights_bytes", r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B", _gib),
-        ("kv_cache_bytes", r"Available KV cache memory: " + _NUM + r" ?GiB", _gib),
-        ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _SNUM + r" ?GiB", _gib),
-        # 0.6.2 – 0.6.4 V0: one `Memory profiling results: key=valueGiB …` line (space- or comma-separated).
-        ("total_gpu_memory_bytes", r"Memory profiling results:.*?\btotal_gpu_memory=" + _NUM + r" ?GiB", _gib),
-        ("peak_torch_bytes", r"Memory profiling results:.*?\bpeak_torch_memory=" + _NUM + r" ?GiB", _gib),
-        ("non_torch_bytes", r"Memory profiling results:.*?\bnon_torch_memory=" + _NUM + r" ?GiB", _gib),
-        ("kv_cache_bytes", r"Memory profiling results:.*?\bkv_cache_size=" + _SNUM + r" ?GiB", _gib),
-        ("gpu_memory_utilization", r"Memory profiling results:.*?\bgpu_memory_utilization=" + _NUM, _num),
-        # 0.21+: CUDA-graph memory estimated during profiling and taken out of the KV budget (per rank).
-        ("cuda_graph_estimate_bytes", r"Estimated CUDA graph memory: " + _NUM + r" ?GiB", _gib),
-        # Hybrid attention + Mamba models: the attention block is stretched to the Mamba page (0.11+).
-        ("hybrid_block_size", r"Setting attention block size to " + _NUM + r" tokens to ensure", _num),
-        ("dcp_world_size", r"Multiplying the GPU KV cache size by the dcp_world_size " + _NUM, _num),
-        # V0 and V1 alike: nothing was left for the KV cache (the numbers, if any, came on earlier lines).
-        ("kv_cache_bytes", r"(No) available memory for the cache blocks", lambda _: 0),
-        # 0.19+ start-up logo: `█▄█▀ █ … █  model   <name or path>` names the served model.
-        ("model", r"█  model\s+(\S+)\s*$", str),
-        ("total_gpu_memory_bytes", r"total_gpu_memory \(" + _NUM + r" ?GiB\)", _gib),
-        ("gpu_memory_utilization", r"x gpu_memory_utilization \(" + _NUM + r"\)", _num),
-        ("requested_memory_bytes", r"x gpu_memory_utilization \([\d.]+\) = " + _NUM + r" ?GiB", _gib),
-        ("weights_bytes", r"model weights take " + _NUM + r" ?GiB", _gib),
-        ("weights_bytes", r"; weights memory: " + _NUM + r" ?GiB", _gib),
-        ("non_torch_bytes", r"non_torch_memory takes " + _NUM + r" ?GiB", _gib),
-        ("non_torch_bytes", r"non-torch forward increase memory: " + _NUM + r" ?GiB", _gib),
-        ("activation_peak_bytes", r"PyTorch activation peak memory takes " + _NUM + r" ?GiB", _gib),
-        ("activation_peak_bytes", r"torch peak memory increase: " + _NUM + r" ?GiB", _gib),
-        ("non_kv_cache_bytes", r"Total non KV cache memory: " + _NUM + r" ?GiB", _gib),
-        ("cuda_graph_bytes", r"Graph capturing finished in [\d.]+ secs?, took " + _NUM + r" ?GiB", _gib),
-        ("block_size", r"Forcing kv cache block size to " + _NUM, _num),
-        ("gpu_memory_utilization", r"The current --gpu-memory-utilization=" + _NUM + r" is equivalent", _num),
-        ("max_model_len", r"max seq len \(" + _NUM + r"\)", _num),
-        ("kv_cache_tokens", r"maximum number of tokens that can be stored in KV cache \(" + _NUM + r"\)", _num),
-        ("required_kv_bytes", r"\(" + _NUM + r" GiB KV cache is needed", _printed_gib),
-        ("kv_cache_bytes", r"larger than the available KV cache memory \(" + _NUM + r" GiB\)", _printed_gib),
-        # `--num-gpu-blocks-override N`: the cache has N blocks whatever memory the profile found
-        ("num_gpu_blocks_override", r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=" + _NUM, _num),
-        ("gpu_blocks", r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=" + _NUM, _num),
-        # which vLLM: the 0.19+ logo (`version 0.32.0`), the API server's banner, the engine's own first line
-        ("engine_version", r"(?:█  version|vLLM API server version|vLLM server version) v?(\d+\.\d+[\w.+-]*)", str),
-        ("engine_version", r"Initializing an? (?:V1 )?LLM engine \(v(\d+\.\d+[\w.+-]*)\)", str),
-        ("engine_core", r"Initializing an? (V1 )?LLM engine \(v", lambda v1: "v1" if v1 else "v0"),
-        ("estimated_max_model_len", r"the estimated maximum model length is " + _NUM, _num),
+    ("kv_cache_tokens", r"\b(?:GPU|CUDA|[XNHT]PU|CPU)(?: \+ host)? KV cache size: " + _NUM + " tokens", _num),
+    ("tokens_per_request", r"Maximum concurrency for " + _NUM + r" tokens per request", _num),
+    ("max_concurrency", r"Maximum concurrency for [\d,]+ tokens per request: " + _NUM + r"x", _num),
+    ("gpu_blocks", r"# (?:GPU|cuda|CUDA|gpu) blocks: " + _NUM, _num),
+    ("cpu_blocks", r"# CPU blocks: " + _NUM, _num),
+    ("gpu_blocks", r"with initialization after num_gpu_blocks is: " + _NUM, _num),
+    ("weights_bytes", r"(?:Model loading took|Loading model weights took) " + _NUM + r" ?Gi?B", _gib),
+    ("kv_cache_bytes", r"Available KV cache memory: " + _NUM + r" ?GiB", _gib),
+    ("kv_cache_bytes", r"the rest of the memory reserved for KV Cache is " + _SNUM + r" ?GiB", _gib),
+    # 0.6.2 – 0.6.4 V0: one `Memory profiling results: key=valueGiB …` line (space- or comma-separated).
+    ("total_gpu_memory_bytes", r"Memory profiling results:.*?\btotal_gpu_memory=" + _NUM + r" ?GiB", _gib),
+    ("peak_torch_bytes", r"Memory profiling results:.*?\bpeak_torch_memory=" + _NUM + r" ?GiB", _gib),
+    ("non_torch_bytes", r"Memory profiling results:.*?\bnon_torch_memory=" + _NUM + r" ?GiB", _gib),
+    ("kv_cache_bytes", r"Memory profiling results:.*?\bkv_cache_size=" + _SNUM + r" ?GiB", _gib),
+    ("gpu_memory_utilization", r"Memory profiling results:.*?\bgpu_memory_utilization=" + _NUM, _num),
+    # 0.21+: CUDA-graph memory estimated during profiling and taken out of the KV budget (per rank).
+    ("cuda_graph_estimate_bytes", r"Estimated CUDA graph memory: " + _NUM + r" ?GiB", _gib),
+    # Hybrid attention + Mamba models: the attention block is stretched to the Mamba page (0.11+).
+    ("hybrid_block_size", r"Setting attention block size to " + _NUM + r" tokens to ensure", _num),
+    ("dcp_world_size", r"Multiplying the GPU KV cache size by the dcp_world_size " + _NUM, _num),
+    # V0 and V1 alike: nothing was left for the KV cache (the numbers, if any, came on earlier lines).
+    ("kv_cache_bytes", r"(No) available memory for the cache blocks", lambda _: 0),
+    # 0.19+ start-up logo: `█▄█▀ █ … █  model   <name or path>` names the served model.
+    ("model", r"█  model\s+(\S+)\s*$", str),
+    ("total_gpu_memory_bytes", r"total_gpu_memory \(" + _NUM + r" ?GiB\)", _gib),
+    ("gpu_memory_utilization", r"x gpu_memory_utilization \(" + _NUM + r"\)", _num),
+    ("requested_memory_bytes", r"x gpu_memory_utilization \([\d.]+\) = " + _NUM + r" ?GiB", _gib),
+    ("weights_bytes", r"model weights take " + _NUM + r" ?GiB", _gib),
+    ("weights_bytes", r"; weights memory: " + _NUM + r" ?GiB", _gib),
+    ("non_torch_bytes", r"non_torch_memory takes " + _NUM + r" ?GiB", _gib),
+    ("non_torch_bytes", r"non-torch forward increase memory: " + _NUM + r" ?GiB", _gib),
+    ("activation_peak_bytes", r"PyTorch activation peak memory takes " + _NUM + r" ?GiB", _gib),
+    ("activation_peak_bytes", r"torch peak memory increase: " + _NUM + r" ?GiB", _gib),
+    ("non_kv_cache_bytes", r"Total non KV cache memory: " + _NUM + r" ?GiB", _gib),
+    ("cuda_graph_bytes", r"Graph capturing finished in [\d.]+ secs?, took " + _NUM + r" ?GiB", _gib),
+    ("block_size", r"Forcing kv cache block size to " + _NUM, _num),
+    ("gpu_memory_utilization", r"The current --gpu-memory-utilization=" + _NUM + r" is equivalent", _num),
+    ("max_model_len", r"max seq len \(" + _NUM + r"\)", _num),
+    ("kv_cache_tokens", r"maximum number of tokens that can be stored in KV cache \(" + _NUM + r"\)", _num),
+    ("required_kv_bytes", r"\(" + _NUM + r" GiB KV cache is needed", _printed_gib),
+    ("kv_cache_bytes", r"larger than the available KV cache memory \(" + _NUM + r" GiB\)", _printed_gib),
+    # `--num-gpu-blocks-override N`: the cache has N blocks whatever memory the profile found
+    ("num_gpu_blocks_override", r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=" + _NUM, _num),
+    ("gpu_blocks", r"Overriding num_gpu_blocks=\d+ with num_gpu_blocks_override=" + _NUM, _num),
+    # which vLLM: the 0.19+ logo (`version 0.32.0`), the API server's banner, the engine's own first line
+    ("engine_version", r"(?:█  version|vLLM API server version|vLLM server version) v?(\d+\.\d+[\w.+-]*)", str),
+    ("engine_version", r"Initializing an? (?:V1 )?LLM engine \(v(\d+\.\d+[\w.+-]*)\)", str),
+    ("engine_core", r"Initializing an? (V1 )?LLM engine \(v", lambda v1: "v1" if v1 else "v0"),
+    ("estimated_max_model_len", r"the estimated maximum model length is " + _NUM, _num),
 )
 
 
@@ -95,6 +95,7 @@ def _patterns() -> tuple[tuple[str, re.Pattern[str], _Conv], ...]:
     excerpt, a daemon attached to a running server) never needs them, and compiling the 42 cost ~3 % of a
     `scan`'s start-up."""
     return tuple((name, re.compile(pattern), conv) for name, pattern, conv in _FACTS)
+
 
 # Engine arguments as they appear in the config dump (`key=value, `), `args: Namespace(key=value, …)`
 # and `non-default args: {'key': value, …}`. The config dump calls max_model_len `max_seq_len`.
