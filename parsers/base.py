@@ -67,6 +67,7 @@ from parsers.signature import Signature, index_of
 from parsers.stamps import Stamps
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
+
 MAX_BLOCK_LINES = 400  # a traceback longer than this is still one event; the rest is not kept
 DEDUP_WINDOW_S = 30.0  # the same incident reported by several ranks / re-raised by the API server
 DEDUP_WINDOW_LINES = 300  # the same, when lines carry no time
@@ -88,6 +89,12 @@ class _Block:
     offset: int | None
     lines: list[str] = field(default_factory=list)
     last_line_no: int = 0
+
+
+def cleaned_by_feed(text: str) -> bool:
+    """Whether `StreamParser._feed` changes the line before reading it (a NUL hole before it, over
+    `MAX_LINE_CHARS`, ANSI colour, a carriage return): the shortcuts that read a line as it is decline such a one."""
+    return text[:1] == "\x00" or len(text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text
 
 
 class StreamParser:
@@ -307,8 +314,8 @@ class StreamParser:
         """`feed`'s first answer for an access line that is not a refusal (nothing, the line counted, a
         request's quoted text maybe opened), given without its calls; False for any other line, and for one
         that `_feed` would first clean up (ANSI colour, a carriage return, over `MAX_LINE_CHARS`)."""
-        if self._request_lines or self._wrapped is not None or not boring_access(text) or len(
-                text) > MAX_LINE_CHARS or "\x1b" in text or "\r" in text or carries_duration(text):
+        if self._request_lines or self._wrapped is not None or not boring_access(text) or cleaned_by_feed(
+                text) or carries_duration(text):
             return False
         self.lines_seen += 1
         if opens_request_text(text):
@@ -581,8 +588,8 @@ class StreamParser:
         kept only where each answers "nothing else". It changes no state: `split` only dates, the signatures' and the
         redaction's caches are caches, and `line_records` is asked on a copy of the parser (vLLM's notes a V0
         preemption's total: a line that gives one is not kept, and must find the total as it was)."""
-        if (text[:1] in PASTE_STARTS or ESCAPED_TRACEBACK in text or text[:1] == "\x00" or "\x1b" in text
-                or "\r" in text or self.STATS_WORD in text or self.STATS_WORD2 in text or boring_access(text)
+        if (text[:1] in PASTE_STARTS or ESCAPED_TRACEBACK in text or cleaned_by_feed(text)
+                or self.STATS_WORD in text or self.STATS_WORD2 in text or boring_access(text)
                 or not self._hot(text) or " | " in text[:80] or text[:1] in MONTH_STARTS
                 or text[1:2] in CJK_MONTH or text[2:3] in CJK_MONTH or carries_duration(text)):
             return None
