@@ -2,9 +2,10 @@
 
 `serve` is what `deepinfer-agent run` calls. SIGTERM / SIGINT stop the loop (everything held is
 flushed and committed, exit 0); SIGHUP re-reads the config and rules (a bad file keeps the running
-config). Under systemd (`Type=notify`) it reports READY once sources are open, pings WATCHDOG every
-loop, and STOPPING on the way out. Logs go to stderr, one line per message; under journald each line
-starts with its syslog priority (`<3>`, `<4>`, `<6>`) so `journalctl -p warning` works.
+config). Under systemd (`Type=notify`) it reports READY after a first step has found and positioned
+every source, pings WATCHDOG every loop, and STOPPING on the way out. Logs go to stderr, one line per
+message; under journald each line starts with its syslog priority (`<3>`, `<4>`, `<6>`) so
+`journalctl -p warning` works.
 """
 
 from __future__ import annotations
@@ -110,8 +111,12 @@ def serve(config_path: Path, config: Config, *, once: bool = False, nvml_library
     for line in daemon.describe():
         log.info("watching %s", line)
     log.info("open-file limit %d", fd_limit)
+    # One step before the agent says it is up: every source is found and positioned (a file present at the
+    # first start is read from its end), so a line written after READY, or after the metrics address is
+    # logged, is never taken for one that was there before the agent. (The step is bounded by the read
+    # budgets; connections to the bound port wait in its backlog meanwhile.)
+    daemon.run_once(time.time())
     if metrics is None:
-        daemon.run_once(time.time())
         daemon.close(time.time())
         return 0
     server = metrics.server

@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -135,6 +136,14 @@ store: {{path: {tmp_path}/agent.db}}
     try:
         messages: list[str] = []
         started = time.monotonic()
+        messages.append(sock.recv(4096).decode())
+        proc.send_signal(signal.SIGSTOP)  # held still just after READY=1
+        # READY comes after the first step: the log was found and its position stored, so a line written
+        # from now on is read (and one written before the start is not taken for a new one).
+        with sqlite3.connect(tmp_path / "agent.db") as db:
+            paths = [p for (p,) in db.execute("SELECT path FROM cursors")]
+        proc.send_signal(signal.SIGCONT)
+        assert str(tmp_path / "engine.log") in paths
         while messages.count("WATCHDOG=1") < 3:
             messages.append(sock.recv(4096).decode())
         assert messages[0].startswith("READY=1"), messages
