@@ -13,6 +13,8 @@ import importlib
 import re
 from typing import Any
 
+from parsers import derived
+
 try:  # Python 3.11+ keeps the regex parser here; 3.10 only has the (later deprecated) top-level modules
     _sre_parse: Any = importlib.import_module("re._parser")
     _c: Any = importlib.import_module("re._constants")
@@ -30,13 +32,18 @@ def required_literals(pattern: str | re.Pattern[str]) -> tuple[str, ...] | None:
     """Strings at least one of which every match of `pattern` contains; None when none can be told.
 
     A pattern's text is parsed without compiling it, so a signature's literals cost no compile (it is compiled
-    when a line first holds them); a text that does not parse raises `re.error`, as compiling it would."""
+    when a line first holds them); a text that does not parse raises `re.error`, as compiling it would. What was
+    derived once is read from the parsers' disk copy (parsers.derived) by later processes."""
     text, flags = (pattern, 0) if isinstance(pattern, str) else (pattern.pattern, pattern.flags)
+    key = f"{flags}:{text}"
+    held = derived.table("needles").get(key, False)
+    if held is None or (isinstance(held, list) and held and all(isinstance(n, str) for n in held)):
+        return None if held is None else tuple(held)
     parsed = _sre_parse.parse(text, flags)
     if parsed.state.flags & re.IGNORECASE:  # the pattern's flags, inline ones (`(?i)`) included
-        return None
+        return derived.keep("needles", key, None)
     found = _sequence(list(parsed))
-    return tuple(sorted(found)) if found else None
+    return derived.keep("needles", key, tuple(sorted(found)) if found else None)
 
 
 def _score(needles: Needles) -> tuple[int, int]:

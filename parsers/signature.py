@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.records import EventKind, FieldValue, Phase, Severity
+from parsers import derived
 from parsers.needles import required_literals
 
 _UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4,
@@ -79,7 +80,7 @@ class SignatureIndex:
                 owners.setdefault(needle, set()).add(i)
         self._owners = {needle: frozenset(i for prefix, them in owners.items() if needle.startswith(prefix)
                                           for i in them) for needle in owners}
-        self._scan = re.compile(f"(?=({_trie_pattern(_trie(owners), longest=True)}))") if owners else None
+        self._scan = re.compile(f"(?=({trie_pattern(owners, longest=True)}))") if owners else None
         self._cache: dict[frozenset[int], tuple[Signature, ...]] = {}
         self._matched: dict[str, tuple[Matched, ...]] = {}
 
@@ -161,8 +162,21 @@ def hot(*literals: str) -> re.Pattern[str]:
     alternation: `re` tries every branch at every position, and sixty flat branches cost twice as much
     as the trie on a boring line. A literal that extends a shorter one is dropped (the shorter suffices).
     """
-    trie = _trie(literals)
-    return re.compile(_trie_pattern(trie) if trie else "(?!)")
+    pattern = trie_pattern(literals)
+    return re.compile("(?!)" if pattern is None else pattern)
+
+
+def trie_pattern(literals: Iterable[str], longest: bool = False) -> str | None:
+    """`_trie_pattern` of the literals' trie (None for no literal), read from the parsers' disk copy when an
+    earlier process derived it (parsers.derived): folding ~10,000 characters into tries cost every start."""
+    words = list(literals)
+    if not words:
+        return None
+    key = f"{int(longest)}:" + "\0".join(words)
+    held = derived.table("trie").get(key)
+    if isinstance(held, str):
+        return held
+    return derived.keep("trie", key, _trie_pattern(_trie(words), longest))
 
 
 def _trie(literals: Iterable[str]) -> dict[str, Any]:

@@ -171,3 +171,67 @@ def test_an_unwritable_cache_directory_only_costs_the_copy(tmp_path: Path) -> No
                                                                                                  tmp_path / "other")
     finally:
         catalogue.load.cache_clear()
+
+
+# A second process must take what the first derived (each signature's literals, each pre-filter's trie) from the
+# copy, and take it right: the regex parser is made to fail in it, so any derivation it still made would show.
+_DERIVE_NOTHING = """
+import parsers.needles, parsers.signature
+class Refuse:
+    def parse(self, *args, **kwargs):
+        raise AssertionError("derived again")
+    def __call__(self, *args, **kwargs):
+        raise AssertionError("derived again")
+if REFUSE:
+    parsers.needles._sre_parse = parsers.signature._trie_pattern = Refuse()
+from parsers import make_parser
+from agent.records import Server
+parser = make_parser(Server.AUTO)
+print(len(parser.feed(LINE)) + len(parser.flush()))
+"""
+
+
+def _run(cache: Path, refuse: bool) -> subprocess.CompletedProcess[str]:
+    """A process that reads one refusal line with a fresh parser; with `refuse`, any derivation fails it."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    code = f"LINE = {REFUSAL!r}\nREFUSE = {refuse}\n" + _DERIVE_NOTHING
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=120)
+
+
+REFUSAL = '(APIServer pid=1) INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 503 Service Unavailable'
+
+
+def test_what_the_parsers_derive_at_start_is_derived_once_and_read_back_the_same(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    first = _run(cache, refuse=True)
+    assert first.returncode != 0 and "derived again" in first.stderr  # nothing to read yet: it derives
+    warm = _run(cache, refuse=False)
+    assert warm.returncode == 0 and warm.stdout.strip() == "1", warm.stderr
+    (copy,) = (cache / "deepinfer-agent").glob("derived-*.json")
+    held = json.loads(copy.read_text())
+    assert len(held["needles"]) > 200 and len(held["trie"]) >= 3
+    again = _run(cache, refuse=True)
+    assert again.returncode == 0 and again.stdout.strip() == "1", again.stderr  # one event, nothing derived
+    # and each held value is what deriving it now gives
+    from parsers import needles, signature
+
+    for key, value in held["needles"].items():
+        flags, text = key.split(":", 1)
+        parsed = needles._sre_parse.parse(text, int(flags))
+        fresh = None if parsed.state.flags & 2 else needles._sequence(list(parsed))
+        assert (None if value is None else tuple(value)) == (tuple(sorted(fresh)) if fresh else None), text
+    for key, value in held["trie"].items():
+        assert value == signature._trie_pattern(signature._trie(key[2:].split("\0")), key[0] == "1")
+
+
+def test_a_damaged_copy_of_what_was_derived_is_derived_again(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    assert _run(cache, refuse=False).returncode == 0
+    (copy,) = (cache / "deepinfer-agent").glob("derived-*.json")
+    for damage in ('{"needles": [1, 2]', '["a list"]', '{"needles": 7}', "\x00\xff",
+                   '{"needles": {"0:Engine iteration timed out": 5}, "trie": {"0:NVRM": 7}}'):
+        copy.write_text(damage)
+        done = _run(cache, refuse=False)
+        assert done.returncode == 0 and done.stdout.strip() == "1", done.stderr
+        assert len(json.loads(copy.read_text())["needles"]) > 200  # written whole again
