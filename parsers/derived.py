@@ -13,13 +13,13 @@ exit, only when something was derived that it did not hold, and never by a proce
 from __future__ import annotations
 
 import atexit
-import contextlib
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any, TypeVar
+
+from parsers.cachedir import user_cache_dir, write_copy
 
 T = TypeVar("T")
 
@@ -50,9 +50,7 @@ def keep(kind: str, key: str, value: T) -> T:
 
 
 def _copy_path() -> Path | None:
-    from parsers.catalogue import _user_cache_dir
-
-    cache = _user_cache_dir()
+    cache = user_cache_dir()
     if cache is None:
         return None
     digest = hashlib.sha256(sys.version.encode())
@@ -76,14 +74,4 @@ def _load() -> dict[str, dict[str, Any]]:
 def _save() -> None:
     if _path is None or _memo is None:
         return
-    temporary = _path.with_name(f".{_path.name}.{os.getpid()}.tmp")
-    try:
-        _path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(json.dumps(_memo, ensure_ascii=False), encoding="utf-8")
-        temporary.replace(_path)
-        for old in _path.parent.glob("derived-*.json"):
-            if old != _path:
-                old.unlink(missing_ok=True)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
+    write_copy(_path, json.dumps(_memo, ensure_ascii=False), "derived-*.json")

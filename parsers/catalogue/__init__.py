@@ -29,7 +29,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.records import EventKind, Phase, Server
+from parsers.cachedir import user_cache_dir, write_copy
 
 HERE = Path(__file__).resolve().parent
 CACHE_FORMAT = "2"  # part of the copy's name: raise it when what the copy holds changes
@@ -289,7 +289,7 @@ def load(directory: Path = HERE, cache_dir: Path | None = None) -> tuple[Source,
     """Every catalogue file, in name order: from the JSON copy in `cache_dir` (default: the user's cache
     directory) when there is one for these bytes, else from the YAML, validated, and then copied there."""
     paths = sorted(directory.glob("*.yaml"))
-    cache_dir = cache_dir if cache_dir is not None else _user_cache_dir()
+    cache_dir = cache_dir if cache_dir is not None else user_cache_dir()
     copy, digest = _copy_path(paths, cache_dir) if cache_dir is not None else (None, "")
     cached = _read_copy(copy, digest, [p.stem for p in paths]) if copy is not None else None
     if cached is not None:
@@ -300,14 +300,6 @@ def load(directory: Path = HERE, cache_dir: Path | None = None) -> tuple[Source,
     if copy is not None:
         _write_copy(copy, digest, sources)
     return sources
-
-
-def _user_cache_dir() -> Path | None:
-    """$XDG_CACHE_HOME/deepinfer-agent, else ~/.cache/deepinfer-agent; None for a user without a home."""
-    try:
-        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "deepinfer-agent"
-    except RuntimeError:
-        return None
 
 
 def _copy_path(paths: list[Path], cache_dir: Path) -> tuple[Path, str]:
@@ -359,17 +351,7 @@ def _write_copy(copy: Path, digest: str, sources: tuple[Source, ...]) -> None:
             return
     except (TypeError, ValueError):
         return
-    temporary = copy.with_name(f".{copy.name}.{os.getpid()}.tmp")
-    try:
-        copy.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(text, encoding="utf-8")
-        temporary.replace(copy)
-        for old in copy.parent.glob("catalogue-*.json"):
-            if old != copy:
-                old.unlink(missing_ok=True)
-    except OSError:
-        with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
+    write_copy(copy, text, "catalogue-*.json")
 
 
 def statements(directory: Path = HERE) -> Iterator[tuple[Source, Statement]]:
