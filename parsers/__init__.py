@@ -123,6 +123,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
              r"|is preempted (?:by|in) PreemptionMode|No available memory for the cache blocks"
              r"|max seq len \(\d+\) is larger than|EngineCore"
              r"|Memory profiling results|Loading model weights took|EngineDeadError"
+             r"|Available KV cache memory: -?[\d.]+ GiB|GPU KV cache size: [\d,]+ tokens"
+             r"|Model loading took [\d.]+ GiB memory"
              # its process names in the start-up and death lines a crash tail keeps
              r"|\bWorkerProc (?:hit an exception|failed)|RPCServer process died|Engine process failed to start"
              r"|Engine core initialization failed|\bMQLLMEngine\b|\bAsyncLLMEngine\b", 3),

@@ -81,7 +81,9 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
          r"|cudaMalloc failed: out of memory"
          r"|ggml_backend_\w+_buffer_type_alloc_buffer: allocating|failed to allocate \w+ buffer of size"
          r"|NCCL WARN Cuda failure 'out of memory'|HIP error: out of memory"
-         r"|hipErrorOutOfMemory|would exceed allowed memory\. \(out of memory\)",
+         r"|hipErrorOutOfMemory|would exceed allowed memory\. \(out of memory\)"
+         # ROCm's runtime (HSA) out of device memory, as HIP's allocator or a kernel launch reports it
+         r"|HSA_STATUS_ERROR_OUT_OF_RESOURCES",
          Severity.ERROR, incident=True),
     # the bare wording, as an error prints it; advice about it ("if you see CUDA out of memory, lower …") is none
     signature(EventKind.OOM, r"\b(?:CUDA|HIP) out of memory", Severity.ERROR, incident=True,
@@ -89,7 +91,8 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
 )
 
 CUDA_SIGNATURES: tuple[Signature, ...] = (
-    signature(EventKind.CUDA_ERROR, r"CUDA (?:driver )?error: (?!out of memory)([^.\n]{1,120})"
+    # ROCm's HIP runtime prints its errors as CUDA's (torch's C10_HIP_CHECK: `HIP error: invalid argument`)
+    signature(EventKind.CUDA_ERROR, r"(?:CUDA|HIP) (?:driver )?error: (?!out of memory)([^.\n]{1,120})"
          r"|cudaError(?!MemoryAllocation)(\w+)", Severity.ERROR,
          extract=_cuda_error, incident=True),
     signature(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+"
@@ -120,7 +123,8 @@ NCCL_SIGNATURES: tuple[Signature, ...] = (
 
 GPU_SIGNATURES: tuple[Signature, ...] = OOM_SIGNATURES + NCCL_SIGNATURES + CUDA_SIGNATURES
 
-HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "NCCL", "Nccl", "nccl", "CUBLAS", "CUDNN",
+HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "HIP error", "HSA_STATUS", "NCCL", "Nccl", "nccl",
+             "CUBLAS", "CUDNN",
              "Watchdog", "watchdog", "Barrier timed out", "illegal memory", "device-side assert",
              "launch failure", "failed to allocate", "Traceback", "Error", "error", "Exception",
              "shared memory broadcast", "No available block", "Timed out",

@@ -88,6 +88,11 @@ def _dummy(m: re.Match[str]) -> dict[str, FieldValue]:
 VLLM_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.OOM,
         r"No available memory for the cache blocks", Severity.CRITICAL, Phase.STARTUP, incident=True),
+    # The profile left less than nothing for the cache (weights and activations over util × VRAM): the worker
+    # logs the negative size, then the check of the cache's size raises "No available memory for the cache
+    # blocks" (v1/core/kv_cache_utils.py check_enough_kv_cache_memory, V0's raise_if_cache_size_invalid)
+    signature(EventKind.OOM,
+        r"Available KV cache memory: -[\d.]+ GiB", Severity.CRITICAL, Phase.STARTUP, incident=True),
     signature(EventKind.OOM,
         r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
         r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len,
@@ -165,13 +170,14 @@ _PREFIX = re.compile(
 # execute_model's errors are re-raised (execute_model_with_error_logging dumps the batch and raises); the
 # other tracebacks of core.py (a failed utility call, a request that fails pre-processing) never reach the
 # model, and a line naming them keeps the record what it is; so does one through the busy loop's own step
-# (`step`, `step_with_batch_queue`: the executor's call out to the model). V0's multiprocessing engine.py logs
-# `repr(e)` with the traceback in one place, `MQLLMEngine.start`, when its startup or engine loop raised: the engine
-# then shuts down (its cleanup follows), so that record is the engine's end even when the paste kept no frame.
+# (`step`, `step_with_batch_queue`: the executor's call out to the model). V0's multiprocessing engine.py logs an
+# error in two places only, both with the traceback: `MQLLMEngine.start` (`repr(e)`, when its startup or engine loop
+# raised: the engine then shuts down, its cleanup follows) and `run_mp_engine` (`e` itself, when building or running
+# the engine raised: it marks the engine not alive and re-raises), so any ERROR record of that file is the engine's
+# end, even when the paste kept no frame.
 _BACKGROUND_RECORD = re.compile(r"async_llm_engine\.py:\d+$")
 _CORE_RECORD = re.compile(r"(?<![A-Za-z_])core\.py:\d+$")  # the key runs the stamp into the file
 _MQ_ENGINE_RECORD = re.compile(r"(?<![A-Za-z_])engine\.py:\d+$")  # not llm_engine.py, async_llm_engine.py
-_EXCEPTION_REPR = re.compile(r"(?:[a-z_]\w{0,40}\.){0,6}[A-Z]\w{0,60}(?:Error|Exception|Exit|Interrupt)\(")
 _FRAME = re.compile(r"\s*File \"")
 _FORWARD_FRAME = re.compile(
     r"\s*File \"[^\"]*/vllm/(?:(?:v1/attention|v1/worker|v1/sample|v1/executor|model_executor|attention)/"
@@ -288,7 +294,7 @@ class VllmParser(StreamParser):
             dead = (any(_FORWARD_FRAME.match(line) for line in lines)
                     and not any(_NOT_FATAL.search(line) for line in lines))
         elif _MQ_ENGINE_RECORD.search(key) is not None:
-            dead = _EXCEPTION_REPR.match(lines[0]) is not None
+            dead = True
         else:
             return out
         if dead:

@@ -1,0 +1,49 @@
+"""Shapes the fresh12 batch showed the parsers missing, each rendered from its engine's or client's source format and
+beside its near miss. The catalogued statements themselves are rendered by test_catalogue behind every prefix; these
+are the ones that live in parser code (a record's file, a fact's pattern, a signature) and the cases a wrapper or
+paste makes."""
+
+from __future__ import annotations
+
+from agent.records import CapacityFact, Event, ServerStats
+from tests.unit.wordings import kinds, records
+
+SITE = "/usr/local/lib/python3.12/dist-packages"
+
+
+# vllm-project/vllm vllm/engine/multiprocessing/engine.py (0.6–0.10) run_mp_engine: building or running the engine
+# raised -> `logger.exception(e)`, `engine_alive.value = False`, re-raise: the record is the exception's own text
+def test_v0s_run_mp_engine_logging_the_exception_is_the_engines_death() -> None:
+    lines = ["ERROR 06-26 19:39:06 [engine.py:458] UR error",
+             "ERROR 06-26 19:39:06 [engine.py:458] Traceback (most recent call last):",
+             f'ERROR 06-26 19:39:06 [engine.py:458]   File "{SITE}/vllm/engine/multiprocessing/engine.py", line 446, '
+             "in run_mp_engine"]
+    assert kinds(lines) == ["engine_dead"]
+    # 0.6's prefix (no brackets), ROCm's HIP error: the HIP runtime's error is a GPU runtime error like CUDA's
+    hip = ["ERROR 11-29 09:36:15 engine.py:366] HIP error: invalid argument",
+           "ERROR 11-29 09:36:15 engine.py:366] HIP kernel errors might be asynchronously reported at some other API "
+           "call, so the stacktrace below might be incorrect."]
+    assert kinds(hip) == ["cuda_error", "engine_dead"]
+    assert kinds(["INFO 11-29 09:36:15 engine.py:366] Aborted request cmpl-1."]) == []
+
+
+# ROCm's HSA runtime out of device memory (hsa_status_t HSA_STATUS_ERROR_OUT_OF_RESOURCES), as HIP reports a failed
+# allocation or launch; a name that is never printed for anything but exhausted resources
+def test_rocms_hsa_out_of_resources_is_an_oom() -> None:
+    line = ("HSA_STATUS_ERROR_OUT_OF_RESOURCES: The runtime failed to allocate the necessary resources. This error may "
+            "also occur when the core runtime library needs to spawn threads or create internal OS-specific events.")
+    assert kinds([line]) == ["oom"]
+
+
+# vllm/v1/worker/gpu_worker.py determine_available_memory logs the KV budget; a negative one is what the profile left
+# (weights and activations over util x VRAM), and check_enough_kv_cache_memory then raises "No available memory for
+# the cache blocks"; the wording alone tells vLLM's stream even without its logger's prefix
+def test_a_negative_kv_budget_is_a_startup_oom_and_the_budget_lines_tell_vllm() -> None:
+    lines = ["Loading model weights took 27.5376 GB", "Available KV cache memory: -0.87 GiB"]
+    assert kinds(lines) == ["oom"]
+    # the weights are a fact; a budget below zero is no cache size
+    assert {r.name for r in records(lines) if isinstance(r, CapacityFact)} == {"weights_bytes"}
+    plain = records(["Model loading took 13.72 GiB memory and 62.336108 seconds",
+                     "Available KV cache memory: 36.56 GiB"])
+    assert not [r for r in plain if isinstance(r, Event)]
+    assert {r.name for r in plain if isinstance(r, CapacityFact)} >= {"kv_cache_bytes"}
