@@ -47,3 +47,22 @@ def test_a_negative_kv_budget_is_a_startup_oom_and_the_budget_lines_tell_vllm() 
                      "Available KV cache memory: 36.56 GiB"])
     assert not [r for r in plain if isinstance(r, Event)]
     assert {r.name for r in plain if isinstance(r, CapacityFact)} >= {"kv_cache_bytes"}
+
+
+# InternLM/lmdeploy: TurboMind's C++ sizing lines (BlockManager.cc, LlamaBatch.cc, LlamaTritonModel.cc) and the
+# PyTorch engine's `Building CacheEngine with config: \n{cache_config}.` (pytorch/engine/executor/base.py)
+def test_lmdeploys_kv_blocks_session_cut_and_cache_config_are_facts() -> None:
+    def facts(line: str) -> dict[str, float | str]:
+        return {r.name: r.value for r in records([line]) if isinstance(r, CapacityFact)}
+
+    assert facts("[TM][INFO] [BlockManager] max_block_count = 1740") == {"gpu_blocks": 1740.0}
+    assert facts("[TM][WARNING] No enough blocks for `session_len` (131072), `session_len` truncated to 111360.") == {
+        "max_model_len": 111360.0}
+    assert facts("[TM][WARNING] [LlamaTritonModel] `max_context_token_num` is not set, default to 40960.") == {
+        "max_batch_prefill_tokens": 40960.0}
+    config = ("CacheConfig(max_batches=256, block_size=64, num_cpu_blocks=0, num_gpu_blocks=2658, window_size=-1, "
+              "cache_max_entry_count=0.8, max_prefill_token_num=4096, enable_prefix_caching=False, quant_policy=0)")
+    assert facts(config) == {"max_num_seqs": 256.0, "block_size": 64.0, "gpu_blocks": 2658.0}
+    # before the blocks are counted the config holds 0 of them: no fact of that
+    assert "gpu_blocks" not in facts(config.replace("num_gpu_blocks=2658", "num_gpu_blocks=0"))
+    assert facts("[TM][INFO] [BlockManager] block_size = 0.844 MB") == {}
