@@ -15,7 +15,19 @@ from collections.abc import Callable
 from datetime import timedelta, timezone
 
 from agent.records import Record, Server, ServerStats
-from parsers import catalogued, families, gpu, http_access, kernel, lmdeploy, mlc, trtllm, vllm_rs, xinference
+from parsers import (
+    catalogued,
+    exposition,
+    families,
+    gpu,
+    http_access,
+    kernel,
+    lmdeploy,
+    mlc,
+    trtllm,
+    vllm_rs,
+    xinference,
+)
 from parsers.base import StreamParser
 from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
@@ -42,7 +54,7 @@ class GenericParser(StreamParser):
                   *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
-              *mlc.HOT_WORDS)
+              *mlc.HOT_WORDS, *exposition.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)
@@ -75,6 +87,11 @@ class GenericParser(StreamParser):
         """The start-up facts of engines without a parser of their own, whose streams are read here: each
         reader is asked only when the line holds one of its words."""
         msg = split.msg
+        if (found := exposition.gauge(msg)) is not None:
+            name, value = found
+            number: float | int = value if name == "kv_usage_ratio" else int(value)
+            return self.sample(ServerStats(split.ts, self.source, self.server, path=path, offset=offset,
+                                           **{name: number}), split.tag)
         return [self.fact(split, name, value) for words, facts in _FACT_READERS if any(w in msg for w in words)
                 for name, value in facts(msg)]
 

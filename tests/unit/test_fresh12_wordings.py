@@ -66,3 +66,25 @@ def test_lmdeploys_kv_blocks_session_cut_and_cache_config_are_facts() -> None:
     # before the blocks are counted the config holds 0 of them: no fact of that
     assert "gpu_blocks" not in facts(config.replace("num_gpu_blocks=2658", "num_gpu_blocks=0"))
     assert facts("[TM][INFO] [BlockManager] block_size = 0.844 MB") == {}
+
+
+# An engine's /metrics pasted into a thread: a load gauge's sample is a load sample (the names a live scrape reads,
+# agent/sources/engine_metrics.py, and Triton's per-model queue depth); HELP/TYPE lines and counters are not load
+def test_an_expositions_load_gauges_are_samples_and_a_queue_that_fills_is_pending() -> None:
+    lines = ["# HELP nv_inference_pending_request_count Instantaneous number of pending requests awaiting execution.",
+             "# TYPE nv_inference_pending_request_count gauge",
+             'nv_inference_pending_request_count{model="default",version="1"} 17']
+    out = records(lines)
+    assert [r.waiting for r in out if isinstance(r, ServerStats)] == [17]
+    assert kinds(lines) == ["pending"]
+    llama = records(["llamacpp:requests_processing 3", "llamacpp:requests_deferred 0",
+                     "llamacpp:kv_cache_usage_ratio 0.42"])
+    samples = [r for r in llama if isinstance(r, ServerStats)]
+    assert [(s.running, s.waiting, s.kv_usage_ratio) for s in samples] == [(3, None, None), (None, 0, None),
+                                                                         (None, None, 0.42)]
+    vllm = records(['vllm:num_requests_waiting{engine="0",model_name="qwen"} 5.0'])
+    assert [r.waiting for r in vllm if isinstance(r, ServerStats)] == [5]
+    # not load: a counter, a ratio out of range, prose naming a gauge
+    assert not [r for r in records(["llamacpp:prompt_tokens_total 143", "llamacpp:kv_cache_usage_ratio 7",
+                                    "the nv_inference_pending_request_count gauge reads 17"])
+                if isinstance(r, ServerStats)]
