@@ -89,9 +89,12 @@ class GenericParser(StreamParser):
         msg = split.msg
         if (found := exposition.gauge(msg)) is not None:
             name, value = found
-            number: float | int = value if name == "kv_usage_ratio" else int(value)
-            return self.sample(ServerStats(split.ts, self.source, self.server, path=path, offset=offset,
-                                           **{name: number}), split.tag)
+            count = None if name == "kv_usage_ratio" else int(value)
+            stats = ServerStats(split.ts, self.source, self.server, path=path, offset=offset,
+                                running=count if name == "running" else None,
+                                waiting=count if name == "waiting" else None,
+                                kv_usage_ratio=value if name == "kv_usage_ratio" else None)
+            return self.sample(stats, split.tag)
         return [self.fact(split, name, value) for words, facts in _FACT_READERS if any(w in msg for w in words)
                 for name, value in facts(msg)]
 
