@@ -134,6 +134,7 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"(?:Prefill|Decode) batch[.,] #|^new fill batch\. #seq: ", 3),  # 0.1's router: the latter
             (r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{3})?(?: (?:TP|DP|PP|EP)\d+)*\] ", 1),
             (r"--mem-fraction-static|#retracted_reqs|KV cache pool is full|max_total_num_tokens="
+             r"|Decode out of memory happened|[Ww]atchdog timeout \(self\.watchdog_timeout=\d"
              r"|Exception in (?:ModelTpServer|ControllerSingle|ControllerMulti):"
              r"|Initialization failed\. (?:warmup error|Please see the error messages above)"
              r"|Rank \d+ scheduler is dead|Child process unexpectedly failed|Received sigquit from a child process"

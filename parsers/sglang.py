@@ -23,7 +23,7 @@ from parsers.signature import Signature, hot, signature, size_bytes
 
 
 def _retract(m: re.Match[str]) -> dict[str, FieldValue]:
-    return {"count": int(m.group(1))}
+    return {"count": int(m.group(1))} if m.group(1) else {}
 
 
 def _kv_oom(m: re.Match[str]) -> dict[str, FieldValue]:
@@ -35,9 +35,12 @@ def _kv_oom(m: re.Match[str]) -> dict[str, FieldValue]:
 
 SGLANG_SIGNATURES: tuple[Signature, ...] = (
     # ≤0.2 wrote "decode out of memory happened, #retracted_reqs: …" (lower case, comma)
+    # (the counts cut off by a paste, or the message quoted by its words alone, is still a retraction: nothing
+    # else in SGLang, or in any other engine, says "Decode out of memory happened"; the source's own literal,
+    # `"Decode out of memory happened. "` in a diff, goes on to its f-string and is none)
     signature(EventKind.PREEMPTION,
-        r"(?:[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests)[.,] "
-         r"#retracted_reqs: (\d+)", Severity.WARNING, Phase.RUNTIME, _retract),
+        r"(?:[Dd]ecode out of memory happened|KV cache pool is full\. Retract requests)[.,] #retracted_reqs: (\d+)"
+        r"|Decode out of memory happened(?=[\"'`]|\.?$|\.\s+[A-Z(])", Severity.WARNING, Phase.RUNTIME, _retract),
     signature(EventKind.OOM, r"Not enough memory\. Please try to increase --mem-fraction-static", Severity.CRITICAL,
          Phase.STARTUP, incident=True),
     # the KV pool itself ran dry (no retraction possible): the scheduler raises and dies

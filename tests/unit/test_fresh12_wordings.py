@@ -88,3 +88,25 @@ def test_an_expositions_load_gauges_are_samples_and_a_queue_that_fills_is_pendin
     assert not [r for r in records(["llamacpp:prompt_tokens_total 143", "llamacpp:kv_cache_usage_ratio 7",
                                     "the nv_inference_pending_request_count gauge reads 17"])
                 if isinstance(r, ServerStats)]
+
+
+# sgl-project/sglang scheduler.py: the decode retraction's message, counts cut off by a paste or quoted by its words;
+# its source literal in a diff (`"Decode out of memory happened. "` then the f-string) is no retraction
+def test_sglangs_decode_retraction_by_its_words_alone_is_a_preemption() -> None:
+    assert kinds(['sometimes no enough memory and thus occur "Decode out of memory happened". This lowers '
+                  "throughput"]) == ["preemption"]
+    assert kinds(["[2025-06-01 10:00:00 TP0] Decode out of memory happened."]) == ["preemption"]
+    assert kinds(['            logger.info("Decode out of memory happened. "',
+                  '                f"#retracted_reqs: {len(retracted_reqs)}, "']) == []
+    # the watchdog's wording names SGLang's stream, whose watchdog kills the scheduler
+    assert kinds(["it crash with Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)."]) == [
+        "deadline_exceeded", "engine_dead"]
+
+
+# libstdc++'s verbose terminate handler (vterminate.cc) prints `  what():  <message>` under its first line and aborts:
+# the second line alone, as a paste keeps it, is the process's end
+def test_the_terminate_handlers_what_line_is_the_processs_end() -> None:
+    what = ("  what():  [PG ID 2 PG GUID 3 Rank 1] Process group watchdog thread terminated with exception: "
+            "CUDA error: an illegal memory access was encountered")
+    assert kinds([what]) == ["cuda_error", "engine_dead"]
+    assert kinds(["the exception's what(): method returns the message"]) == []
