@@ -93,6 +93,9 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     ("kv_cache_tokens", re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'"), _slot_pool),
     ("kv_cache_dtype", re.compile(r"(?:KV self size|size) += +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
+# A slot's line about a request (`slot operator(): id 0 | task 44674 | … n_ctx_slot = 8192`; server.cpp's SLT_*
+# macros print the task's id, -1 while the slot is being set up at start): its sizes are that request's, no facts
+_REQUEST_SLOT = re.compile(r"\| task \d{1,12} \|")
 # Ollama runs llama.cpp's server with `--ctx-size` num_ctx × `--parallel` (server/sched.go scales it): the
 # whole cache, as llama.cpp's `n_ctx` is; each slot's share is what `n_ctx_slot` is, a request's limit
 _OLLAMA_CMD = re.compile(r"^starting llama server ?cmd=[^\n]{0,2000}? --ctx-size (\d+)\b")
@@ -289,7 +292,7 @@ class LlamaCppParser(StreamParser):
             return out
         if _IDLE.search(msg) is not None:
             self._deferring = False
-        for name, pattern, conv in _FACTS:
+        for name, pattern, conv in () if _REQUEST_SLOT.search(msg) else _FACTS:
             m = pattern.search(msg)
             if m is not None:
                 if conv is _slot_pool:

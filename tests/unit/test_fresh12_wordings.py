@@ -110,3 +110,13 @@ def test_the_terminate_handlers_what_line_is_the_processs_end() -> None:
             "CUDA error: an illegal memory access was encountered")
     assert kinds([what]) == ["cuda_error", "engine_dead"]
     assert kinds(["the exception's what(): method returns the message"]) == []
+
+
+# ggml-org/llama.cpp tools/server/server.cpp: SLT_INF prints `slot <func>: id N | task T | …`, T = -1 while a slot is
+# set up at start; a line with a request's task id carries that request's sizes, no start-up facts
+def test_a_slot_line_about_a_request_gives_no_start_up_facts() -> None:
+    assert not [r for r in records(["slot operator(): id  0 | task 44674 | ...  n_ctx_slot = 8192",
+                                    "slot update_slots: id  0 | task 5 | input truncated, n_ctx = 4096, n_keep = 0"])
+                if isinstance(r, CapacityFact)]
+    start = records(["slot   load_model: id  0 | task -1 | new slot n_ctx_slot = 4096"])
+    assert [(r.name, r.value) for r in start if isinstance(r, CapacityFact)] == [("max_model_len", 4096.0)]
