@@ -120,3 +120,13 @@ def test_a_slot_line_about_a_request_gives_no_start_up_facts() -> None:
                 if isinstance(r, CapacityFact)]
     start = records(["slot   load_model: id  0 | task -1 | new slot n_ctx_slot = 4096"])
     assert [(r.name, r.value) for r in start if isinstance(r, CapacityFact)] == [("max_model_len", 4096.0)]
+
+
+# mlc-ai/mlc-llm python/mlc_llm/serve/engine.py stamps `[YYYY-MM-DD HH:MM:SS] INFO engine.py:N:` as SGLang does; its
+# start-up wordings keep the stream MLC's (read by the generic path), so its KV budget is a fact
+def test_mlcs_python_engine_lines_are_not_taken_for_sglangs() -> None:
+    lines = ['[2024-01-14 15:35:39] INFO engine.py:186: Estimated KVCacheConfig "max_total_sequence_length": 18267.',
+             "[2024-01-14 15:35:39] INFO engine.py:191: Estimated total single GPU memory usage: 23374.68 MB "
+             "(Parameters: 12852.51 MB. KVCache: 9590.18 MB. Temporary buffer: 932.00 MB)"]
+    facts = {r.name: r.value for r in records(lines) if isinstance(r, CapacityFact)}
+    assert facts["kv_cache_tokens"] == 18267.0 and round(float(facts["weights_bytes"]) / 1024**2, 2) == 12852.51
