@@ -122,6 +122,10 @@ _OLLAMA_SIZES = (
     ("kv_cache_bytes", re.compile(r"^kv cache device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
     ("activation_peak_bytes", re.compile(r"^compute graph device=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
 )
+# Ollama's scheduler, placing a model (server/sched.go): the slots it will run (`parallel`, OLLAMA_NUM_PARALLEL or
+# its default) and the VRAM free for it, in bytes, before it loads
+_OLLAMA_FIT = re.compile(r"^new model will fit in available VRAM[^\"\n]{0,40}, loading\"? [^\n]{0,2000}?"
+                         r"\bparallel=(\d{1,4}) available=(\d{1,16})\b")
 # Timings: per slot every few seconds (`tg = 12.93 t/s, tg_3s = 12.57 t/s`), and a request's summary in every
 # era's wording (`prompt eval time = … ms / 25 tokens (… ms per token, 33.25 tokens per second)`).
 _TG = re.compile(r"\btg(_3s)? = +(\d{1,9}(?:\.\d{1,4})?) t/s")
@@ -166,7 +170,8 @@ class LlamaCppParser(StreamParser):
     READY = re.compile(r"server is listening|HTTP server listening|: listening on http|all slots are idle"
                        r"|llama runner started"
                        r"|model loaded")
-    HOT = hot("allocate", "insufficient memory", "more system memory", "send_error", "Context size",
+    HOT = hot("allocate", "will fit in available VRAM", "insufficient memory", "more system memory", "send_error",
+              "Context size",
               "server busy", "pending requests", "llama runner", "GGML_ASSERT", "loading model", "load model",
               "Segmentation fault", "core dumped", "deadline", "should_stop", "n_ctx", "n_seq_max", "n_slots",
               "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
@@ -313,6 +318,9 @@ class LlamaCppParser(StreamParser):
             out += [self.fact(split, "activation_peak_bytes", size_bytes(m.group(2), "MiB")),
                     self.fact(split, "compute_buffer_failed_bytes", 0.0)]
         out.extend(self._allocation_facts(split, msg))
+        if (m := _OLLAMA_FIT.search(msg)) is not None:
+            out += [self.fact(split, "max_num_seqs", float(m.group(1))),
+                    self.fact(split, "device_free_bytes", float(m.group(2)))]
         # Ollama's estimate for a CPU-only load (`offload to cpu`, `library=cpu`) sizes RAM, not the GPU's
         if "=\"" in msg and not msg.startswith("offload to cpu") and "library=cpu" not in msg:
             for name, pattern in _OLLAMA_SIZES:

@@ -130,3 +130,16 @@ def test_mlcs_python_engine_lines_are_not_taken_for_sglangs() -> None:
              "(Parameters: 12852.51 MB. KVCache: 9590.18 MB. Temporary buffer: 932.00 MB)"]
     facts = {r.name: r.value for r in records(lines) if isinstance(r, CapacityFact)}
     assert facts["kv_cache_tokens"] == 18267.0 and round(float(facts["weights_bytes"]) / 1024**2, 2) == 12852.51
+
+
+# ollama/ollama server/sched.go: placing a model, the scheduler logs the slots it will run (`parallel`) and the VRAM
+# free for it in bytes (`available`), before the runner starts
+def test_ollamas_scheduler_placing_a_model_gives_its_slots_and_free_vram() -> None:
+    line = ('time=2025-07-24T18:29:07.044+09:00 level=INFO source=sched.go:788 msg="new model will fit in available '
+            'VRAM in single GPU, loading" model=/models/blobs/sha256-e7 gpu=0 parallel=2 available=36083236864 '
+            'required="20.1 GiB"')
+    facts = {r.name: r.value for r in records([line]) if isinstance(r, CapacityFact)}
+    assert facts == {"max_num_seqs": 2.0, "device_free_bytes": 36083236864.0}
+    assert not [r for r in records(['time=2025-07-24T18:29:07.044+09:00 level=INFO source=sched.go:788 msg="updated '
+                                    'VRAM based on existing loaded models" gpu=GPU-1 library=cuda total="23.6 GiB"'])
+                if isinstance(r, CapacityFact) and r.name == "max_num_seqs"]
