@@ -50,7 +50,9 @@ def test_corpus_is_large_sourced_and_new() -> None:
     assert len(ids) == len(set(ids))
     cited = (ROOT / "tests/data/logs/README.md").read_text() + (ROOT / "tests/data/startup/README.md").read_text()
     for ex in EXCERPTS:
-        assert ex.url.startswith("https://github.com/"), ex.id
+        # public threads on GitHub, and (fresh12 on) two blog posts that quote a real engine's output
+        assert ex.url.startswith("https://github.com/") or ex.id.startswith("fresh12-"), ex.id
+        assert ex.url.startswith("https://"), ex.id
         assert ex.url not in cited.split(), f"{ex.id}: already cited in the repo"
         assert ex.lines and any(line.strip() for line in ex.lines), ex.id
         assert ex.expect <= {"oom", "preemption", "queue", "timeout", "http_429", "http_503", "engine_dead",
@@ -154,6 +156,13 @@ def test_split_meets_the_targets(which: str) -> None:
 # Its misses were then fixed from source (Open MPI, V1's busy-loop step, V0's MQLLMEngine, NCCL's CUDA OOM, Kong,
 # one-api, Anthropic's TypeScript client, Vercel, Envoy's details, llama-box, LoRAX's warmup span): macro-F1 0.947,
 # no false alarm; the floor is that after-fix score.
+# `fresh12` (146 excerpts) was collected and labelled blind by three collectors (the engines twice over, everything in
+# front of them once), committed with its labels, and scored once as it came: macro-F1 0.750, one false alarm, six
+# field mismatches. Its misses were then fixed from source (V0's run_mp_engine record, HIP and HSA errors, a negative
+# KV budget, LMDeploy's sizing lines and loop's end, TensorRT-LLM's raised memory error, vLLM wrappers' failed start,
+# pasted /metrics gauges, reqwest, Envoy, Ray Serve, LiteLLM, Cloudflare's 524, SGLang's retraction and watchdog
+# wordings, terminate's what(), a request's slot line, MLC, Ollama's scheduler, Triton's full queue, FastChat) and
+# four labels corrected on reading the source: macro-F1 0.932, no false alarm; the floor is that after-fix score.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -164,9 +173,10 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh6", 60, 0.907, 0, 0),
     ("fresh7", 60, 0.922, 0, 0),
     ("fresh8", 60, 0.987, 0, 0),
-    ("fresh9", 60, 0.951, 0, 0),  # first score 0.810
+    ("fresh9", 60, 0.957, 0, 0),  # first score 0.810
     ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
     ("fresh11", 85, 0.946, 0, 0),  # first score 0.839, one field mismatch
+    ("fresh12", 140, 0.931, 0, 1),  # first score 0.750, one false alarm, six field mismatches
 ]
 
 
