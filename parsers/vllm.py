@@ -173,8 +173,9 @@ _PREFIX = re.compile(
 # (`step`, `step_with_batch_queue`: the executor's call out to the model). V0's multiprocessing engine.py logs an
 # error in two places only, both with the traceback: `MQLLMEngine.start` (`repr(e)`, when its startup or engine loop
 # raised: the engine then shuts down, its cleanup follows) and `run_mp_engine` (`e` itself, when building or running
-# the engine raised: it marks the engine not alive and re-raises), so any ERROR record of that file is the engine's
-# end, even when the paste kept no frame.
+# the engine raised: it marks the engine not alive and re-raises), so an ERROR record of that file that opens with
+# its message is the engine's end, even when the paste kept no frame (one that opens with a frame is a paste's cut
+# of the traceback, read by the frames it names).
 _BACKGROUND_RECORD = re.compile(r"async_llm_engine\.py:\d+$")
 _CORE_RECORD = re.compile(r"(?<![A-Za-z_])core\.py:\d+$")  # the key runs the stamp into the file
 _MQ_ENGINE_RECORD = re.compile(r"(?<![A-Za-z_])engine\.py:\d+$")  # not llm_engine.py, async_llm_engine.py
@@ -294,7 +295,7 @@ class VllmParser(StreamParser):
             dead = (any(_FORWARD_FRAME.match(line) for line in lines)
                     and not any(_NOT_FATAL.search(line) for line in lines))
         elif _MQ_ENGINE_RECORD.search(key) is not None:
-            dead = True
+            dead = not lines[0][:1].isspace()  # the record's own message, not a paste's run of its frames
         else:
             return out
         if dead:
