@@ -124,7 +124,7 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
              r"|max seq len \(\d+\) is larger than|EngineCore"
              r"|Memory profiling results|Loading model weights took|EngineDeadError"
              r"|Available KV cache memory: -?[\d.]+ GiB|GPU KV cache size: [\d,]+ tokens"
-             r"|Model loading took [\d.]+ GiB memory"
+             r"|Model loading took [\d.]+ GiB memory|Aborted due to the lack of CPU swap space"
              # its process names in the start-up and death lines a crash tail keeps
              r"|\bWorkerProc (?:hit an exception|failed)|RPCServer process died|Engine process failed to start"
              r"|Engine core initialization failed|\bMQLLMEngine\b|\bAsyncLLMEngine\b", 3),

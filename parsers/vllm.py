@@ -93,6 +93,12 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
     # blocks" (v1/core/kv_cache_utils.py check_enough_kv_cache_memory, V0's raise_if_cache_size_invalid)
     signature(EventKind.OOM,
         r"Available KV cache memory: -[\d.]+ GiB", Severity.CRITICAL, Phase.STARTUP, incident=True),
+    # V0's scheduler preempting by swap found the CPU swap space (--swap-space) full: it raises, and the step
+    # with it (core/scheduler.py _preempt_by_swap -> _swap_out); a swap preemption, and the memory it needed gone
+    signature(EventKind.PREEMPTION, r"Aborted due to the lack of CPU swap space", Severity.ERROR, Phase.RUNTIME,
+              lambda m: {"mode": "swap"}),
+    signature(EventKind.OOM, r"Aborted due to the lack of CPU swap space", Severity.ERROR, Phase.RUNTIME,
+              lambda m: {"pool": "cpu_swap"}, incident=True),
     signature(EventKind.OOM,
         r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
         r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len,

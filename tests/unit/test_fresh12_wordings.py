@@ -143,3 +143,11 @@ def test_ollamas_scheduler_placing_a_model_gives_its_slots_and_free_vram() -> No
     assert not [r for r in records(['time=2025-07-24T18:29:07.044+09:00 level=INFO source=sched.go:788 msg="updated '
                                     'VRAM based on existing loaded models" gpu=GPU-1 library=cuda total="23.6 GiB"'])
                 if isinstance(r, CapacityFact) and r.name == "max_num_seqs"]
+
+
+# vllm-project/vllm vllm/core/scheduler.py (V0) _swap_out: a swap preemption with the CPU swap space full raises
+# "Aborted due to the lack of CPU swap space. Please increase the swap space to avoid this error."
+def test_v0s_swap_preemption_out_of_cpu_swap_space_is_a_preemption_and_an_oom() -> None:
+    line = ("RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap space to avoid this "
+            "error.")
+    assert kinds([line]) == ["oom", "preemption"]
