@@ -20,9 +20,12 @@ GAUGES = {
     "llamacpp:requests_processing": "running", "llamacpp:requests_deferred": "waiting",
     "llamacpp:kv_cache_usage_ratio": "kv_usage_ratio",
     "nv_inference_pending_request_count": "waiting",
+    # trtllm-serve's /metrics (tensorrt_llm/metrics: the `pytrtllm:` prefix)
+    "pytrtllm:num_requests_running": "running", "pytrtllm:num_requests_waiting": "waiting",
 }
 HOT_WORDS = ("vllm:num_requests_", "cache_usage_perc", "sglang:num_", "sglang:token_usage", "tgi_batch_current_size",
-             "tgi_queue_size", "llamacpp:requests_", "llamacpp:kv_cache_usage", "nv_inference_pending_request_count")
+             "tgi_queue_size", "llamacpp:requests_", "llamacpp:kv_cache_usage", "nv_inference_pending_request_count",
+             "pytrtllm:num_requests_")
 _SAMPLE = re.compile(r"^\s*(" + "|".join(re.escape(name) for name in GAUGES) + r")(?:\{[^{}\n]{0,1000}\})? "
                      r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)(?: -?\d{1,16})?\s*$")
 

@@ -165,11 +165,14 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
               extract=_flashinfer, incident=True),
     signature(EventKind.OOM, r"alloc_buffer: allocating ([\d.]+) MiB on device \d+: \w{1,40} failed", Severity.ERROR,
               extract=_ggml, incident=True),
-    # catch-all: an error or failure line that says out of memory; advice and warnings about it are not one
+    # catch-all: an error or failure line that says out of memory; advice and warnings about it are not one, nor
+    # ggml's pinned host buffer (ggml-cuda.cu ggml_cuda_host_malloc warns "failed to allocate N MiB of pinned memory:
+    # out of memory" and returns nothing, and its caller takes ordinary host memory instead)
     signature(EventKind.OOM, r"(?:[Ee]rror|ERROR|[Ff]ailed|FAILED|[Ee]xception|panic)\b"
               r"[^\n]{0,160}?\b[Oo]ut of memory\b",
               Severity.ERROR, incident=True,
-              unless=r"(?i:\bif\b[^\n]{0,80}out.of.memory|\bconsider\b|\bto avoid\b|\bprevent\b)"),
+              unless=r"(?i:\bif\b[^\n]{0,80}out.of.memory|\bconsider\b|\bto avoid\b|\bprevent\b"
+                     r"|\bMiB of pinned memory: )"),
 )
 
 # Ollama's refusals as its clients relay them (the server's own GIN line is the 503 in http_access)

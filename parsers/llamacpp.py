@@ -93,6 +93,9 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     ("kv_cache_tokens", re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'"), _slot_pool),
     ("kv_cache_dtype", re.compile(r"(?:KV self size|size) += +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
 )
+# The JSON form's start-up sizes (server.cpp's `LOG_INFO("initializing slots", {{"n_slots", …}})` and `("new slot",
+# {{"n_ctx_slot", …}})`, mid-2024): the field that carries each message's size
+_JSON_SIZES = {"initializing slots": "n_slots", "new slot": "n_ctx_slot"}
 # A slot's line about a request (`slot operator(): id 0 | task 44674 | … n_ctx_slot = 8192`; server.cpp's SLT_*
 # macros print the task's id, -1 while the slot is being set up at start): its sizes are that request's, no facts
 _REQUEST_SLOT = re.compile(r"\| task \d{1,12} \|")
@@ -223,6 +226,8 @@ class LlamaCppParser(StreamParser):
         msg: str = record["msg"]
         if msg == "request" and isinstance(record.get("status"), int):
             msg = f'request | status={record["status"]} method="{record.get("method")}" path="{record.get("path")}"'
+        elif msg in _JSON_SIZES and isinstance(size := record.get(_JSON_SIZES[msg]), int):
+            msg = f"{msg}, {_JSON_SIZES[msg]} = {size}"  # the start-up size, as the text form words it
         stamp = record.get("timestamp")
         ts = float(stamp) if isinstance(stamp, int | float) and not isinstance(stamp, bool) else None
         level = record.get("level")

@@ -151,3 +151,20 @@ def test_v0s_swap_preemption_out_of_cpu_swap_space_is_a_preemption_and_an_oom() 
     line = ("RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap space to avoid this "
             "error.")
     assert kinds([line]) == ["oom", "preemption"]
+
+
+# fresh13's shapes that live in parser code: ggml-cuda.cu's ggml_cuda_host_malloc warns of pinned host memory it could
+# not get and falls back to ordinary memory; llama.cpp's mid-2024 JSON log gives its slots' sizes as fields;
+# trtllm-serve's /metrics gauges
+def test_pinned_host_memory_is_no_oom_json_slot_sizes_are_facts_and_trtllm_gauges_are_load() -> None:
+    assert kinds(["ggml_cuda_host_malloc: failed to allocate 349659.17 MiB of pinned memory: out of memory"]) == []
+    assert kinds(["ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4096.00 MiB on device 0: cudaMalloc "
+                  "failed: out of memory"]) == ["oom"]
+    json_lines = ['{"function":"initialize","level":"INFO","line":448,"msg":"initializing slots","n_slots":4,'
+                  '"tid":"1","timestamp":1713627866}',
+                  '{"function":"initialize","level":"INFO","line":457,"msg":"new slot","n_ctx_slot":8192,'
+                  '"slot_id":0,"tid":"1","timestamp":1713627866}']
+    facts = {r.name: r.value for r in records(json_lines) if isinstance(r, CapacityFact)}
+    assert facts["max_num_seqs"] == 4.0 and facts["max_model_len"] == 8192.0
+    gauges = records(['pytrtllm:num_requests_waiting{model_name="deepseek-ai/DeepSeek-V3-0324"} 2.0'])
+    assert [r.waiting for r in gauges if isinstance(r, ServerStats)] == [2]
