@@ -82,8 +82,9 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
          r"|ggml_backend_\w+_buffer_type_alloc_buffer: allocating|failed to allocate \w+ buffer of size"
          r"|NCCL WARN Cuda failure 'out of memory'|HIP error: out of memory"
          r"|hipErrorOutOfMemory|would exceed allowed memory\. \(out of memory\)"
-         # ROCm's runtime (HSA) out of device memory, as HIP's allocator or a kernel launch reports it
-         r"|HSA_STATUS_ERROR_OUT_OF_RESOURCES",
+         # ROCm's runtime (HSA) out of device memory, as HIP's allocator or a kernel launch reports it; Habana's
+         # PyTorch bridge out of HPU memory (`FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::N`)
+         r"|HSA_STATUS_ERROR_OUT_OF_RESOURCES|MODULE:PT_DEVMEM Allocation failed",
          Severity.ERROR, incident=True),
     # the bare wording, as an error prints it; advice about it ("if you see CUDA out of memory, lower …") is none
     signature(EventKind.OOM, r"\b(?:CUDA|HIP) out of memory", Severity.ERROR, incident=True,
@@ -123,8 +124,8 @@ NCCL_SIGNATURES: tuple[Signature, ...] = (
 
 GPU_SIGNATURES: tuple[Signature, ...] = OOM_SIGNATURES + NCCL_SIGNATURES + CUDA_SIGNATURES
 
-HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "HIP error", "HSA_STATUS", "NCCL", "Nccl", "nccl",
-             "CUBLAS", "CUDNN",
+HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "HIP error", "HSA_STATUS", "PT_DEVMEM", "NCCL",
+             "Nccl", "nccl", "CUBLAS", "CUDNN",
              "Watchdog", "watchdog", "Barrier timed out", "illegal memory", "device-side assert",
              "launch failure", "failed to allocate", "Traceback", "Error", "error", "Exception",
              "shared memory broadcast", "No available block", "Timed out",

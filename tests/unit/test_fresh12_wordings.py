@@ -169,3 +169,10 @@ def test_pinned_host_memory_is_no_oom_json_slot_sizes_are_facts_and_trtllm_gauge
     assert facts["max_num_seqs"] == 4.0 and facts["max_model_len"] == 8192.0
     gauges = records(['pytrtllm:num_requests_waiting{model_name="deepseek-ai/DeepSeek-V3-0324"} 2.0'])
     assert [r.waiting for r in gauges if isinstance(r, ServerStats)] == [2]
+
+
+# Habana's PyTorch bridge (tgi-gaudi, vLLM's HPU fork): `FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for
+# size::N (M)MB` is the HPU's device memory run out
+def test_habanas_device_memory_allocation_failure_is_an_oom() -> None:
+    assert kinds(["Check $HABANA_LOGS/ for details[Rank:0] FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for "
+                  "size::1073741824 (1024)MB"]) == ["oom"]
