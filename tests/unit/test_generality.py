@@ -167,8 +167,9 @@ def test_split_meets_the_targets(which: str) -> None:
 # scored once: macro-F1 0.741, one false alarm, seven field mismatches. Its misses were then fixed from source (Spring,
 # Vert.x, Gemini's printed 429, LiteLLM's limiter, aiohttp's any-message form, HAProxy's refused 503, Anthropic's 529,
 # Ray's dead actor and stopped replica, KServe, TensorRT-LLM's KV check, V0's CPU swap space, ggml's pinned memory,
-# llama.cpp's JSON slot sizes, trtllm-serve's gauges, a binding's failed decode, Habana's device memory): macro-F1
-# 0.925, no false alarm, five field mismatches (timeouts still missed); the floor is that after-fix score.
+# llama.cpp's JSON slot sizes, trtllm-serve's gauges, a binding's failed decode, Habana's device memory, llama-swap's
+# health check): macro-F1 0.932, no false alarm, three field mismatches (timeouts still missed); the floor is that
+# after-fix score.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -183,7 +184,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
     ("fresh11", 85, 0.946, 0, 0),  # first score 0.839, one field mismatch
     ("fresh12", 140, 0.931, 0, 1),  # first score 0.750, one false alarm, six field mismatches
-    ("fresh13", 110, 0.924, 0, 5),  # first score 0.741, one false alarm, seven field mismatches
+    ("fresh13", 110, 0.931, 0, 3),  # first score 0.741, one false alarm, seven field mismatches
 ]
 
 
