@@ -177,7 +177,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
                                r"|\bin paged KV cache\b|KV cache primary pool|Max KV cache blocks per sequence"
                                r"|Failed to initialize executor on rank|Executor creation failed due to insufficient"
                                r"|\bkv_cache_free_gpu_mem_fraction\b|\bNumber of tokens per block: \d+\."
-                               r"|\bTRTGptModel max\w+: |\{\"cpuMemUsage\":\d+,\"gpuMemUsage\":", 3),),
+                               r"|\bTRTGptModel max\w+: |\{\"cpuMemUsage\":\d+,\"gpuMemUsage\":"
+                               r"|\bmaxTokensInPagedKvCache must be large enough", 3),),
         Server.VLLM_RS: ((r"\bvllm_rs::|\bKVCacheSwap\b|\bGPU Kvcache: |KV cached blocks swapped (?:out to CPU|in GPU)"
                           r"|Trying to swap out preempt Seq", 3),),
         Server.LLAMA_BOX: ((r"\bllama-box\b|batching, waiting previous batch finished", 3),),
