@@ -31,7 +31,8 @@ STATS_LINE = ("INFO 11-29 09:00:00 [loggers.py:123] Engine 000: Avg prompt throu
 # What `scan` of a plain vLLM log in text mode has no use for: the store, the exporter, the judge, typer's
 # rich rendering, the other engines' parsers, and (from the catalogue's copy) PyYAML.
 NOT_FOR_SCAN = ("sqlite_utils", "sqlite3", "prometheus_client", "rich", "agent.judge", "agent.sinks", "agent.daemon",
-                "agent.tools", "parsers.sglang", "parsers.tgi", "parsers.llamacpp", "parsers.generic", "yaml")
+                "agent.tools", "parsers.sglang", "parsers.tgi", "parsers.llamacpp", "parsers.generic", "yaml",
+                "pydantic")
 
 
 def _imported(args: list[str], cache: Path, log: Path) -> tuple[set[str], str]:
