@@ -139,7 +139,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
              r"|Initialization failed\. (?:warmup error|Please see the error messages above)"
              r"|Rank \d+ scheduler is dead|Child process unexpectedly failed|Received sigquit from a child process"
              r"|SIGQUIT received\. signum=|crashed with exit code -?\d+\. Triggering SIGQUIT"
-             r"|\b(?:Scheduler|TokenizerManager|DetokenizerManager|TpModelWorkerClient) hit an exception", 3),
+             r"|\b(?:Scheduler|TokenizerManager|DetokenizerManager|TpModelWorkerClient) hit an exception"
+             r"|Rank \d+ scheduler died during initialization|timed out after [\d.]+s in KVPoll\.", 3),
             # MLC LLM's Python engine stamps its lines `[YYYY-MM-DD HH:MM:SS] INFO file.py:N:` too: its start-up
             # wordings (parsers/mlc.py) count against SGLang, so the stream stays with the generic path that reads them
             (r"Estimated KVCacheConfig|Estimated total single GPU memory usage|The actual engine mode is \"", -2),

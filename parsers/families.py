@@ -159,8 +159,11 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
     # libllama's context and cache are allocated once, when the model loads
     signature(EventKind.OOM, r"failed to allocate (?:compute|KV) buffers?|failed to allocate buffer for kv cache",
               Severity.ERROR, Phase.STARTUP, incident=True),
+    # not Kubernetes' scheduler ("0/3 nodes are available: 3 Insufficient memory", a pod that "cannot be scheduled
+    # because of insufficient memory"): a node's RAM request, no allocation that failed
     signature(EventKind.OOM, r"unable to allocate \w{1,20} buffer|insufficient memory"
-              r"|model requires more system memory", Severity.ERROR, incident=True),
+              r"|model requires more system memory", Severity.ERROR, incident=True,
+              unless=r"(?i:cannot be scheduled|nodes are available|FailedScheduling)"),
     signature(EventKind.OOM, r"Failed to allocate memory for \w{1,80} with size (\d{1,15})", Severity.ERROR,
               extract=_flashinfer, incident=True),
     signature(EventKind.OOM, r"alloc_buffer: allocating ([\d.]+) MiB on device \d+: \w{1,40} failed", Severity.ERROR,

@@ -210,7 +210,10 @@ def _trie_pattern(node: dict[str, Any], longest: bool = False) -> str:
 ADVICE = (r"(?i:^\s*(?:if|when|whenever)\s|\b(?:if|when) you (?:get|see|hit|receive|are getting)\b"
           r"|\b(?:error|status|response)\b[^\n]{0,40}\bmeans\b"
           r"|\b(?:would|should|could|might|shall)(?:\s+\w+){0,5}?\s+(?:return|respond|reply)\b"
-          r"|\b(?:be|want|like|prefer|propose|ought) to (?:return|respond|reply)\b)")
+          r"|\b(?:be|want|like|prefer|propose|ought) to (?:return|respond|reply)\b"
+          # a change's or a design's description of what the server does ("rejects overflow requests with HTTP
+          # 503"): a log line reports what was answered, in the past or as an event, never "rejects … with"
+          r"|\b(?:rejects|returns|responds)\b[^\n]{0,80}?\bwith (?:an? )?(?:HTTP |status )?(?:429|503)\b)")
 
 
 # A log statement quoted in a sentence: an inline code span (`…`) with words around it on the same line, as

@@ -20,6 +20,7 @@ import re
 from collections.abc import Callable
 
 GIB = 1024**3
+MIB = 1024**2
 
 FACTS: tuple[tuple[str, re.Pattern[str], Callable[[str], float]], ...] = (
     ("kv_cache_bytes", re.compile(r"\bAllocated ([\d.]+) GiB for max tokens in paged KV cache \(\d+\)"),
@@ -27,6 +28,11 @@ FACTS: tuple[tuple[str, re.Pattern[str], Callable[[str], float]], ...] = (
     ("kv_cache_tokens", re.compile(r"\bAllocated [\d.]+ GiB for max tokens in paged KV cache \((\d+)\)"), float),
     ("kv_cache_tokens", re.compile(r"\bMax tokens in paged KV cache: (\d+)\. Allocating \d+ bytes"), float),
     ("kv_cache_tokens", re.compile(r"\bUsing (\d+) tokens in paged KV cache\b"), float),
+    # the engine's weights and the execution context's activations, once the runtime has loaded the engine
+    # (cpp/tensorrt_llm/runtime/tllmRuntime.cpp, `TllmRuntime`'s constructor and `setNbContexts`)
+    ("weights_bytes", re.compile(r"\bLoaded engine size: (\d+) MiB\b"), lambda v: float(v) * MIB),
+    ("activation_peak_bytes", re.compile(r"\bAllocated ([\d.]+) MiB for execution context memory\b"),
+     lambda v: float(v) * MIB),
     # the limits the model was built with (batch_manager/trtGptModel.h, `TrtGptModel`'s constructor)
     ("max_num_seqs", re.compile(r"\bTRTGptModel maxNumSequences: (\d+)\b"), float),
     ("max_model_len", re.compile(r"\bTRTGptModel maxSequenceLen: (\d+)\b"), float),
@@ -41,7 +47,7 @@ _ITERATION = re.compile(r'\{"cpuMemUsage":')  # where each object of a list star
 _COUNT = {name: re.compile(rf'"{name}":(\d{{1,12}})\b') for name in
           ("numActiveRequests", "numQueuedRequests", "usedNumBlocks", "maxNumBlocks")}
 HOT_WORDS = ("TRTGptModel max", "paged KV cache", "tokens per block", "KV cache primary pool",
-             "KV cache blocks per sequence")
+             "KV cache blocks per sequence", "Loaded engine size", "for execution context memory")
 
 
 def facts(msg: str) -> list[tuple[str, float]]:

@@ -99,6 +99,10 @@ VLLM_SIGNATURES: tuple[Signature, ...] = (
               lambda m: {"mode": "swap"}),
     signature(EventKind.OOM, r"Aborted due to the lack of CPU swap space", Severity.ERROR, Phase.RUNTIME,
               lambda m: {"pool": "cpu_swap"}, incident=True),
+    # nothing catches it: the step raises it out of the engine (the sync `LLM` returns it to its caller, the async
+    # engine's background loop ends), so the exception's own line is the engine's end as well
+    signature(EventKind.ENGINE_DEAD, r"\bRuntimeError: Aborted due to the lack of CPU swap space", Severity.CRITICAL,
+              Phase.RUNTIME, incident=True),
     signature(EventKind.OOM,
         r"max seq len \((?P<max_model_len>\d+)\) is larger than the maximum number of tokens that can "
         r"be stored in KV cache \((?P<kv_cache_tokens>\d+)\)", Severity.CRITICAL, Phase.STARTUP, _seq_len,
