@@ -58,7 +58,9 @@ KIND_CLASS = {
     EventKind.OOM: "oom", EventKind.PREEMPTION: "preemption", EventKind.PENDING: "queue",
     EventKind.QUEUE_FULL: "queue", EventKind.DEADLINE_EXCEEDED: "timeout", EventKind.HTTP_429: "http_429",
     EventKind.HTTP_503: "http_503", EventKind.ENGINE_DEAD: "engine_dead", EventKind.CUDA_ERROR: "cuda_error",
-    EventKind.NCCL_TIMEOUT: "nccl_timeout", EventKind.XID: "xid", EventKind.GPU_LOST: "gpu_lost",
+    # a GPU fallen off the bus is the driver's Xid 79 (or its notice without the code): the labels' `xid`, which has
+    # no finer class for the one Xid that means the GPU is gone
+    EventKind.NCCL_TIMEOUT: "nccl_timeout", EventKind.XID: "xid", EventKind.GPU_LOST: "xid",
     EventKind.REQUEST_FAILED: "request_failed",
 }
 CLASS_KIND = {"timeout": "deadline_exceeded"}  # `fields:` names a class; the event kind may differ

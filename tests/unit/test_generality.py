@@ -170,6 +170,15 @@ def test_split_meets_the_targets(which: str) -> None:
 # llama.cpp's JSON slot sizes, trtllm-serve's gauges, a binding's failed decode, Habana's device memory, llama-swap's
 # health check): macro-F1 0.932, no false alarm, three field mismatches (timeouts still missed); the floor is that
 # after-fix score.
+# `fresh14` (134 excerpts) was collected and labelled blind by three collectors (vLLM and SGLang; llama.cpp, Ollama, TGI
+# and the other engines; everything in front of and beside them), committed, and scored once: macro-F1 0.665, three
+# false alarms, six field mismatches. Its misses were then fixed from source (AWS's SDKs, Azure's peak load, openai-
+# node's string body, Olla, Cloudflare's 524 page, SageMaker, SGLang's scheduler death and KV handshake, tt-metal,
+# ggml's Vulkan and Metal, TVM's Vulkan, glibc's heap abort, TensorRT-LLM's engine and context sizes, ONNX Runtime,
+# LMDeploy's failed rank, Ray's worker and dead actor, kubelet's liveness kill, KServe, mistral.rs, PyTorch's wrapped
+# heartbeat lines, V0's worker method and swap-space abort), three prose false alarms were silenced, a GPU fallen off
+# the bus was scored as the labels' `xid`, and two labels corrected on reading the source: macro-F1 0.978, no false
+# alarm, no field mismatch; the floor is that after-fix score. The `xid` scoring raised fresh6, fresh7 and fresh8.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -177,14 +186,15 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh3", 40, 1.0, 0, 0),
     ("fresh4", 60, 0.995, 0, 0),  # 0.9957 printed to three places
     ("fresh5", 60, 0.999, 0, 0),
-    ("fresh6", 60, 0.907, 0, 0),
-    ("fresh7", 60, 0.922, 0, 0),
-    ("fresh8", 60, 0.987, 0, 0),
+    ("fresh6", 60, 0.999, 0, 0),
+    ("fresh7", 60, 0.999, 0, 0),
+    ("fresh8", 60, 0.993, 0, 0),
     ("fresh9", 60, 0.957, 0, 0),  # first score 0.810
     ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
     ("fresh11", 85, 0.946, 0, 0),  # first score 0.839, one field mismatch
     ("fresh12", 140, 0.931, 0, 1),  # first score 0.750, one false alarm, six field mismatches
     ("fresh13", 110, 0.931, 0, 3),  # first score 0.741, one false alarm, seven field mismatches
+    ("fresh14", 134, 0.977, 0, 0),  # first score 0.665, three false alarms, six field mismatches
 ]
 
 
