@@ -144,9 +144,11 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             # MLC LLM's Python engine stamps its lines `[YYYY-MM-DD HH:MM:SS] INFO file.py:N:` too: its start-up
             # wordings (parsers/mlc.py) count against SGLang, so the stream stays with the generic path that reads them
             (r"Estimated KVCacheConfig|Estimated total single GPU memory usage|The actual engine mode is \"", -2),
+            # so does LMDeploy's metrics logger (`[YYYY-MM-DD HH:MM:SS DP0] Avg thr (in/out): …`, parsers/lmdeploy.py)
+            (r"Engine \(running/waiting\): \d|API server \(completed/routed/waiting\)", -2),
         ),
         Server.TGI: (
-            (r"text_generation_(?:launcher|router|server)|text-generation-(?:launcher|router|server)", 3),
+            (r"text_generation_(?:launcher|router|server|client)|text-generation-(?:launcher|router|server)", 3),
             (r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z +(?:INFO|WARN|ERROR|DEBUG) ", 1),
             (r"Not enough memory to handle \d+ prefill tokens|--max-batch-prefill-tokens"
              r"|Error: (?:Shard|Webserver)[A-Z]\w+|Model is overloaded|shard-manager"
@@ -171,6 +173,7 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"^(?:INFO|WARN|ERR|VERB) \[ {0,24}\w+\] ", 3),  # mid-2024 text mode
             # server timing/slot lines of any build or fork, whatever wraps them (`[pid] `, a compose prefix)
             (r"\b(?:print_timings?|update_slots|launch_slot_|log_server_r)\b|prompt eval time +=", 3),
+            (r"\bmain: failed to initialize router models\b", 3),  # llama-server's router mode
         ),
         Server.KERNEL: ((r"NVRM: ", 2), (r"kernel: \[ *\d+\.\d+\]", 1)),
         # engines without a parser of their own, named by their own tags and statements (parsers/catalogue)

@@ -93,16 +93,21 @@ ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
 # `raise asyncio.TimeoutError`, the builtin since Python 3.11; anyio's `fail_after` under httpx and the SDKs)
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"\n]{1,400})", line \d+, in ')
 _ENGINE_PACKAGE = re.compile(r"[/\\](?:vllm|sglang|text_generation_server|tensorrt_llm|lmdeploy)[/\\]")
+# an application's own `asyncio.wait_for` / `asyncio.timeout` around its call (asyncio/tasks.py, timeouts.py) with no
+# engine frame in the traceback: the application, the engine's client, gave up
+_ASYNCIO_DEADLINE = re.compile(r"[/\\]asyncio[/\\]timeouts\.py$")
 _CLIENT_PACKAGE = re.compile(r"[/\\](?:aiohttp|httpx|httpcore|openai|anthropic|requests|urllib3|litellm|langchain\w*"
                              r"|llama_index|ollama)[/\\]")
 
 
 def timeout_waiter(lines: list[str]) -> str:
     """Who waited for the bare `TimeoutError` a traceback ends in: `client` when its frames run through a client
-    library and through no engine's package, else `engine` (a frame of the engine anywhere means the engine was
-    waiting, whatever library it waited with; a traceback without frames is taken as the engine's, as before)."""
+    library or asyncio's deadline and through no engine's package, else `engine` (a frame of the engine anywhere
+    means the engine was waiting, whatever library it waited with; a traceback without frames is taken as the
+    engine's, as before)."""
     paths = [m.group("path") for line in lines if (m := _FRAME.match(line)) is not None]
-    if any(_ENGINE_PACKAGE.search(p) for p in paths) or not any(_CLIENT_PACKAGE.search(p) for p in paths):
+    if any(_ENGINE_PACKAGE.search(p) for p in paths) or not any(_CLIENT_PACKAGE.search(p) or _ASYNCIO_DEADLINE.search(p)
+                                                                for p in paths):
         return "engine"
     return "client"
 

@@ -95,6 +95,12 @@ class GenericParser(StreamParser):
                                 waiting=count if name == "waiting" else None,
                                 kv_usage_ratio=value if name == "kv_usage_ratio" else None)
             return self.sample(stats, split.tag)
+        if (load := lmdeploy.load_sample(msg)) is not None:  # LMDeploy's metrics logger
+            return self.sample(ServerStats(split.ts, self.source, self.server, running=load[0], waiting=load[1],
+                                           kv_usage_ratio=load[2], path=path, offset=offset), split.tag)
+        if (legacy := trtllm.legacy_iteration_stats(msg)) is not None:  # TensorRT-LLM's batch manager, before 0.9
+            return self.sample(ServerStats(split.ts, self.source, self.server, running=legacy[0],
+                                           kv_usage_ratio=legacy[1], path=path, offset=offset), split.tag)
         return [self.fact(split, name, value) for words, facts in _FACT_READERS if any(w in msg for w in words)
                 for name, value in facts(msg)]
 

@@ -1,10 +1,10 @@
 """CUDA, PyTorch and NCCL failure lines, the same under every server: `oom`, `cuda_error`, `nccl_timeout`.
 
-Formats: shared/reference/server-formats.md §6. PyTorch's allocator message changed wording three times
-(≤2.0 parenthesised, 2.1 "capacty" typo, ≥2.1 sentences; `torch.cuda.OutOfMemoryError` then
-`torch.OutOfMemoryError`); non-allocator OOMs (`CUDA error: out of memory`, `CUDA driver error: out of
-memory`, cuBLAS/cuDNN allocation failures, ggml's `cudaMalloc failed: out of memory`) are OOMs too.
-OOM is checked before the generic `CUDA error:` so an out-of-memory CUDA error is not a `cuda_error`.
+Formats: parsers/catalogue/pytorch.yaml and the allocator messages below. PyTorch's allocator message changed wording
+three times (≤2.0 parenthesised, 2.1 "capacty" typo, ≥2.1 sentences; `torch.cuda.OutOfMemoryError` then
+`torch.OutOfMemoryError`); non-allocator OOMs (`CUDA error: out of memory`, `CUDA driver error: out of memory`,
+cuBLAS/cuDNN allocation failures, ggml's `cudaMalloc failed: out of memory`) are OOMs too. OOM is checked before the
+generic `CUDA error:` so an out-of-memory CUDA error is not a `cuda_error`.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ line one request, so the counts match the engine's `http_requests_total{status="
 left to the timeout signatures (a request timed out or its client gave up). uvicorn logs when the response
 *starts*, so a stream that fails later shows 200; 429/503 here are refusals before any token — the
 the budget method's "rejection at admission". A 504 from a proxy is a `deadline_exceeded` (TIMEOUT_SIGNATURES).
-Formats: shared/reference/server-formats.md §5 and §4.3; GIN:
-`[GIN] 2024/12/11 - 09:58:58 | 503 |  1.2ms |  10.0.0.1 | POST     "/api/chat"`.
+Formats: uvicorn's, nginx's and Go's access logs (parsers/catalogue/nginx.yaml, go-net-http.yaml); GIN: `[GIN]
+2024/12/11 - 09:58:58 | 503 |  1.2ms |  10.0.0.1 | POST     "/api/chat"`.
 """
 
 from __future__ import annotations

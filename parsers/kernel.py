@@ -1,10 +1,11 @@
 """NVIDIA driver lines from the kernel log (dmesg, `journalctl -k`, syslog): `xid` and `gpu_lost`.
 
-`NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, GPU has fallen off the bus.` — older drivers omit
-`PCI:`. Xid 79 and the multi-line "has fallen off the bus" notice (newer drivers, sometimes without an
-Xid) mean the GPU is gone until the node reboots, so they are `gpu_lost` rather than a plain `xid`;
-the code is kept in the fields either way. Meanings are paraphrased from NVIDIA's Xid catalog
-(shared/reference/server-formats.md §6.4); unknown codes keep their number and an empty meaning.
+`NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, GPU has fallen off the bus.` — older drivers omit `PCI:`. Xid 79
+and the "has fallen off the bus" notice (multi-line in newer drivers, sometimes without an Xid; `NVRM: GPU at
+0000:01:00.0 has fallen off the bus.` in older ones) mean the GPU is gone until the node reboots, so they are
+`gpu_lost` rather than a plain `xid`; the code is kept in the fields either way. Meanings are paraphrased from
+NVIDIA's Xid catalog (its "XID Errors" reference); unknown codes keep their number and an empty
+meaning.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _xid_fields(m: re.Match[str]) -> dict[str, FieldValue]:
 
 
 _XID = r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9a-fA-F:.]{4,20})\): (?P<xid>(?!79,)\d{1,4}),"  # 79 is gpu_lost
-_LOST = (r"NVRM: The NVIDIA GPU (?P<bus>[0-9a-fA-F:.]{4,20})|GPU has fallen off the bus|GPU is lost"
+_LOST = (r"NVRM: (?:The NVIDIA GPU|GPU at) (?P<bus>[0-9a-fA-F:.]{4,20})|GPU has fallen off the bus|GPU is lost"
          r"|NVMLError_GpuIsLost|NVML_ERROR_GPU_IS_LOST")
 
 

@@ -1,12 +1,12 @@
 """llama.cpp `llama-server` (mid-2024 → newest), also as embedded in Ollama: failures, KV pressure, capacity.
 
-Formats: shared/reference/server-formats.md §4. Three prefix eras: mid-2024 `INFO [function] msg |
-k=v` or JSON; late 2024 no prefix at all (`srv  update_slots: …`, `slot launch_slot_: id 0 | task 3 |
-…`); newest `0.13.678.564 I srv …` — minutes.seconds.ms.µs *since start*, not a wall clock, so those
-lines get the envelope time or none. Ollama wraps the same engine: its own lines are Go `slog`
-(`time=… level=… source=… msg="…"`) and GIN access lines, and it prints the runner's llama.cpp lines
-verbatim. llama-server never sends 429 (excess requests wait for a slot); Ollama refuses with 503
-"server busy … maximum pending requests exceeded" once `OLLAMA_MAX_QUEUE` is full.
+Formats: parsers/catalogue/llamacpp.yaml and ollama.yaml (the logging calls, read in the source). Three prefix eras:
+mid-2024 `INFO [function] msg | k=v` or JSON; late 2024 no prefix at all (`srv  update_slots: …`, `slot launch_slot_:
+id 0 | task 3 | …`); newest `0.13.678.564 I srv …` — minutes.seconds.ms.µs *since start*, not a wall clock, so those
+lines get the envelope time or none. Ollama wraps the same engine: its own lines are Go `slog` (`time=… level=…
+source=… msg="…"`) and GIN access lines, and it prints the runner's llama.cpp lines verbatim. llama-server never
+sends 429 (excess requests wait for a slot); Ollama refuses with 503 "server busy … maximum pending requests
+exceeded" once `OLLAMA_MAX_QUEUE` is full.
 """
 
 from __future__ import annotations

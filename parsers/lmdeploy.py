@@ -4,7 +4,8 @@
 LMDeploy has no parser of its own: its stream is read by `GenericParser`, which asks here for the facts of a
 line holding `TurbomindEngineConfig(` or `PytorchEngineConfig(` (a field left `None`, filled in later on the
 `updated backend_config=` line, gives no fact), the PyTorch engine's `CacheConfig(…)`, or one of TurboMind's
-sizing lines.
+sizing lines; and for the load its metrics logger prints each interval (`--enable-metrics`,
+lmdeploy/metrics/loggers.py `LoggingStatLogger`): `Engine (running/waiting): 45 / 5, KV cache: 21.6%`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import re
 
 HOT_WORDS = ("EngineConfig(", "CacheConfig(", "[BlockManager] max_block_count", "No enough blocks for",
-             "`max_context_token_num` is not set")
+             "`max_context_token_num` is not set", "Engine (running/waiting): ")
+_LOAD = re.compile(r"\bEngine \(running/waiting\): (\d{1,9}) / (\d{1,9}), KV cache: (\d{1,3}(?:\.\d{1,3})?)%")
 _CONFIG = re.compile(r"\b(?:Turbomind|Pytorch)EngineConfig\((?P<body>[^()]{0,4000})")
 _FIELD = re.compile(r"(?<![\w.])(tp|session_len|max_batch_size|cache_block_seq_len|block_size)=(\d{1,9})\b")
 _NAMES = {"tp": "tensor_parallel_size", "session_len": "max_model_len", "max_batch_size": "max_num_seqs",
@@ -41,3 +43,10 @@ def facts(msg: str) -> list[tuple[str, float]]:
         found = [(_CACHE_NAMES[f.group(1)], float(f.group(2))) for f in _CACHE_FIELD.finditer(m.group("body"))]
         return [(name, value) for name, value in found if not (name == "gpu_blocks" and value == 0)]
     return [(name, float(m.group(1))) for name, pattern in _TURBOMIND if (m := pattern.search(msg)) is not None]
+
+
+def load_sample(msg: str) -> tuple[int, int, float] | None:
+    """(running, waiting, KV usage ratio) of the metrics logger's interval line; None for any other line."""
+    if (m := _LOAD.search(msg)) is None:
+        return None
+    return int(m.group(1)), int(m.group(2)), min(float(m.group(3)) / 100, 1.0)

@@ -112,7 +112,13 @@ def _envelope(text: str) -> tuple[list[str], str | None] | None:
         if isinstance(value, str):
             stamp = next((v for k in ("time", "timestamp", "ts", "@timestamp")
                           if isinstance(v := record.get(k), str)), None)
-            return value.rstrip("\n").split("\n"), stamp
+            lines = value.rstrip("\n").split("\n")
+            # a Node logger's error record keeps the error's cause (`Error.cause`, often the system error that
+            # says what failed: `request to … failed, reason: read ETIMEDOUT`) as an object beside the message
+            cause = record.get("cause")
+            if isinstance(cause, dict) and isinstance(said := cause.get("message"), str):
+                lines += said.rstrip("\n").split("\n")
+            return lines, stamp
     return None
 
 

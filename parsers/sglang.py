@@ -1,12 +1,12 @@
 """SGLang (0.2 → 0.5): batch lines as load samples, retraction, queue limits, scheduler crashes, capacity.
 
-Formats: shared/reference/server-formats.md §2. No level is printed; the prefix is `[date TPn]`
-(0.2.15: `[HH:MM:SS TPn]`), local time. The Prefill/Decode lines are the stats line: `#queue-req` is the
-waiting queue, `token usage` the KV usage (evictable radix-cache entries count as free). SGLang's
-preemption is called retraction ("Decode out of memory happened" ≤0.4.6, "KV cache pool is full.
-Retract requests." after) — it is KV pressure, not a CUDA OOM, and is matched before the OOM rules.
-A queue wait that runs out (`Request waiting timeout reached.`) produced no token, so it is a
-rejection (`queue_full`, phase queue); a running timeout came after work began (`deadline_exceeded`).
+Formats: parsers/catalogue/sglang.yaml (the logging calls, read in the source). No level is printed; the prefix is
+`[date TPn]` (0.2.15: `[HH:MM:SS TPn]`), local time. The Prefill/Decode lines are the stats line: `#queue-req` is the
+waiting queue, `token usage` the KV usage (evictable radix-cache entries count as free). SGLang's preemption is
+called retraction ("Decode out of memory happened" ≤0.4.6, "KV cache pool is full. Retract requests." after) — it is
+KV pressure, not a CUDA OOM, and is matched before the OOM rules. A queue wait that runs out (`Request waiting
+timeout reached.`) produced no token, so it is a rejection (`queue_full`, phase queue); a running timeout came after
+work began (`deadline_exceeded`).
 """
 
 from __future__ import annotations
@@ -116,9 +116,11 @@ _FACTS = (
     # total_gpu_memory), so the judge can size it when "Not enough memory" stops the start
     ("device_free_bytes", re.compile(r"Load weight begin\. avail mem=([\d.]+) GB"),
      lambda v: float(size_bytes(v, "GB"))),
-    # and what is left once the weights and the KV pool are in (init_memory_pool's last line): the room the CUDA
-    # graphs and the activations get, which a graph-capture OOM right after it ran out of
-    ("free_after_kv_bytes", re.compile(r"Memory pool end\. avail mem=([\d.]+) GB"),
+    # and what is left once the weights and the KV pool are in (init_memory_pool's last line, or the graph
+    # runner's first when the pool's is not shown): the room the CUDA graphs and the activations get, which a
+    # graph-capture OOM right after it ran out of
+    ("free_after_kv_bytes", re.compile(r"(?:Memory pool end|Capture cuda graph begin\. This can take up to several "
+                                       r"minutes)\. avail mem=([\d.]+) GB"),
      lambda v: float(size_bytes(v, "GB"))),
 )
 _KV_SIZE = re.compile(
@@ -145,7 +147,8 @@ class SglangParser(StreamParser):
               "max_total_num_tokens", "server_args=", "KV Cache is allocated",
               "max_running_requests=", "context_len=", "max_prefill_tokens=", "mem_fraction_static=", "tp_size=",
               "kv_cache_dtype=", "page_size=", "model_path=",
-              "Load weight", "Memory pool end", "Capture cuda graph end", "fired up", "startup complete",
+              "Load weight", "Memory pool end", "Capture cuda graph begin", "Capture cuda graph end", "fired up",
+              "startup complete",
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("sglang"),
               *catalogued.hot_words("auto"), *xinference.HOT_WORDS)

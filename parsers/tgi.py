@@ -1,13 +1,12 @@
 """Hugging Face TGI (v1 → v3): overload refusals, shard crashes, start-up memory failures, capacity.
 
-Formats: shared/reference/server-formats.md §3. Two Rust processes share stdout: the launcher
-(`text_generation_launcher`, which also re-emits the Python shards' log records and their stderr) and
-the router (`text_generation_router`). The prefix is an RFC 3339 UTC time, a level, an optional span
-and the target; `--json-output` prints one JSON object per record instead. TGI has no periodic
-queue/KV line and no access log: `Model is overloaded` (HTTP 429, the `--max-concurrent-requests`
-semaphore) is its admission refusal; `Request failed during generation: …` carries the shard's error
-(often a CUDA OOM), classified by its inner text. The span holds the request's sampling parameters,
-so it never reaches a record.
+Formats: parsers/catalogue/tgi.yaml (the logging calls, read in the source). Two Rust processes share stdout: the
+launcher (`text_generation_launcher`, which also re-emits the Python shards' log records and their stderr) and the
+router (`text_generation_router`). The prefix is an RFC 3339 UTC time, a level, an optional span and the target;
+`--json-output` prints one JSON object per record instead. TGI has no periodic queue/KV line and no access log:
+`Model is overloaded` (HTTP 429, the `--max-concurrent-requests` semaphore) is its admission refusal; `Request failed
+during generation: …` carries the shard's error (often a CUDA OOM), classified by its inner text. The span holds the
+request's sampling parameters, so it never reaches a record.
 """
 
 from __future__ import annotations

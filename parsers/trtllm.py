@@ -47,7 +47,12 @@ _ITERATION = re.compile(r'\{"cpuMemUsage":')  # where each object of a list star
 _COUNT = {name: re.compile(rf'"{name}":(\d{{1,12}})\b') for name in
           ("numActiveRequests", "numQueuedRequests", "usedNumBlocks", "maxNumBlocks")}
 HOT_WORDS = ("TRTGptModel max", "paged KV cache", "tokens per block", "KV cache primary pool",
-             "KV cache blocks per sequence", "Loaded engine size", "for execution context memory")
+             "KV cache blocks per sequence", "Loaded engine size", "for execution context memory",
+             '"Active Request Count":')
+# the batch manager's older iteration log (GptManager, `logIterationData`: Triton's tensorrtllm backend before the
+# executor API), one JSON object a line with its keys in words; no queue count in it
+_LEGACY = {name: re.compile(rf'"{name}":(\d{{1,12}})\b') for name in
+           ("Active Request Count", "Used KV cache blocks", "Max KV cache blocks")}
 
 
 def facts(msg: str) -> list[tuple[str, float]]:
@@ -74,3 +79,13 @@ def iteration_stats(msg: str) -> list[tuple[int, int, float | None]]:
         ratio = min(found["usedNumBlocks"] / total, 1.0) if total and "usedNumBlocks" in found else None
         out.append((found["numActiveRequests"], found["numQueuedRequests"], ratio))
     return out
+
+
+def legacy_iteration_stats(msg: str) -> tuple[int, float | None] | None:
+    """(running, KV usage ratio or None) of the batch manager's older iteration line; None for any other line."""
+    found = {name: int(m.group(1)) for name, pattern in _LEGACY.items() if (m := pattern.search(msg))}
+    if "Active Request Count" not in found:
+        return None
+    total = found.get("Max KV cache blocks")
+    used = found.get("Used KV cache blocks")
+    return found["Active Request Count"], (min(used / total, 1.0) if total and used is not None else None)

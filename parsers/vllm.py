@@ -1,10 +1,10 @@
 """vLLM (0.4 → 0.33, V0 and V1 engines): events, load samples and start-up capacity facts.
 
-Formats: shared/reference/server-formats.md §1. The prefix has changed in every era (`LEVEL date
-file:line]`, then `[file:line]`, process tags `(APIServer pid=…)` written by a stdout wrapper with ANSI
-colour in 0.10–0.30 and by the formatter from 0.31); lines without a logger prefix (raw tracebacks,
-uvicorn) still carry the tag. Start-up capacity facts (sizes, engine arguments) are read by
-parsers/vllm_facts.py; they match anywhere in the message, so every era works without knowing which.
+Formats: parsers/catalogue/vllm.yaml (the logging calls, read in the source). The prefix has changed in every era
+(`LEVEL date file:line]`, then `[file:line]`, process tags `(APIServer pid=…)` written by a stdout wrapper with ANSI
+colour in 0.10–0.30 and by the formatter from 0.31); lines without a logger prefix (raw tracebacks, uvicorn) still
+carry the tag. Start-up capacity facts (sizes, engine arguments) are read by parsers/vllm_facts.py; they match
+anywhere in the message, so every era works without knowing which.
 
 What vLLM does *not* log matters as much: V1 has no preemption line (0.12+ adds `Preemptions: N` to
 the stats line, otherwise only `/metrics` knows), no request deadline, and before 0.29 no queue cap —
@@ -190,6 +190,7 @@ _BACKGROUND_RECORD = re.compile(r"async_llm_engine\.py:\d+$")
 _CORE_RECORD = re.compile(r"(?<![A-Za-z_])core\.py:\d+$")  # the key runs the stamp into the file
 _MQ_ENGINE_RECORD = re.compile(r"(?<![A-Za-z_])engine\.py:\d+$")  # not llm_engine.py, async_llm_engine.py
 _FRAME = re.compile(r"\s*File \"")
+_RAISED = re.compile(r"(?:[a-z_]\w{0,40}\.){0,6}[A-Z]\w{0,60}(?:Error|Exception): \S")  # a traceback's last line
 _FORWARD_FRAME = re.compile(
     r"\s*File \"[^\"]*/vllm/(?:(?:v1/attention|v1/worker|v1/sample|v1/executor|model_executor|attention)/"
     r"|v1/engine/core\.py\", line \d+, in (?:step|step_with_batch_queue)$)")
@@ -305,7 +306,10 @@ class VllmParser(StreamParser):
             dead = (any(_FORWARD_FRAME.match(line) for line in lines)
                     and not any(_NOT_FATAL.search(line) for line in lines))
         elif _MQ_ENGINE_RECORD.search(key) is not None:
-            dead = not lines[0][:1].isspace()  # the record's own message, not a paste's run of its frames
+            # the record's own message; or a paste cut into the traceback that still ends in the raised exception
+            # (the file logs a traceback only where the engine ends), not a paste's run of its frames alone
+            dead = not lines[0][:1].isspace() or (any(_FRAME.match(line) for line in lines)
+                                                  and _RAISED.match(lines[-1]) is not None)
         else:
             return out
         if dead:

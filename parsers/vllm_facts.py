@@ -66,6 +66,8 @@ _FACTS: tuple[tuple[str, str, _Conv], ...] = (
     ("requested_memory_bytes", r"x gpu_memory_utilization \([\d.]+\) = " + _NUM + r" ?GiB", _gib),
     ("weights_bytes", r"model weights take " + _NUM + r" ?GiB", _gib),
     ("weights_bytes", r"; weights memory: " + _NUM + r" ?GiB", _gib),
+    # the Gaudi fork's HPU runner (vllm/worker/hpu_model_runner.py, HabanaModelRunner.load_model)
+    ("weights_bytes", r"Pre-loading model weights on \S+ took " + _NUM + r" ?GiB of device memory", _gib),
     ("non_torch_bytes", r"non_torch_memory takes " + _NUM + r" ?GiB", _gib),
     ("non_torch_bytes", r"non-torch forward increase memory: " + _NUM + r" ?GiB", _gib),
     ("activation_peak_bytes", r"PyTorch activation peak memory takes " + _NUM + r" ?GiB", _gib),

@@ -3,7 +3,7 @@
 Pure data. Both ways of seeing an Xid (NVML's `nvmlEventTypeXidCriticalError` and the kernel's
 `NVRM: Xid (PCI:…): 79, …` line) must describe the same code the same way, so the table lives here and
 nowhere else. Meanings are paraphrased from NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors,
-cross-checked against leptonai/gpud's table; see shared/reference/server-formats.md §6.4). An unknown
+cross-checked against leptonai/gpud's table). An unknown
 code keeps its number and gets an empty meaning: new drivers add codes faster than any table.
 """
 

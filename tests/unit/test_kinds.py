@@ -1,5 +1,5 @@
 """One real (or source-rendered) line per event kind and server: the table a reviewer reads to see what
-each parser recognises. Lines are from shared/reference/server-formats.md and public issues."""
+each parser recognises. Lines are from the engines' logging calls (parsers/catalogue) and public issues."""
 
 from __future__ import annotations
 
