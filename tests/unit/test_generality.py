@@ -179,6 +179,16 @@ def test_split_meets_the_targets(which: str) -> None:
 # heartbeat lines, V0's worker method and swap-space abort), three prose false alarms were silenced, a GPU fallen off
 # the bus was scored as the labels' `xid`, and two labels corrected on reading the source: macro-F1 0.978, no false
 # alarm, no field mismatch; the floor is that after-fix score. The `xid` scoring raised fresh6, fresh7 and fresh8.
+# `fresh15` (111 excerpts) was collected and labelled blind the same way right after fresh14's fixes, committed, and
+# scored once: macro-F1 0.729, no false alarm, eleven field mismatches (timeouts in .NET's, Apple's and Node's words).
+# Its misses were then fixed from source (.NET's HttpClient, Azure.Core and Polly timeouts, Apple's NSURLError -1001,
+# node-fetch's ETIMEDOUT and a JSON record's cause, Mistral's SDK and tier capacity, Dio's status, DCGM's Xid, an older
+# driver's fallen-off-the-bus, HAProxy's JSON `sC`, Cloudflare's 524 as a status code, BentoML's busy runner and failed
+# runner, Ray Serve's replica at capacity and a compiled graph's channel timeout, tritonserver's bad option, SGLang's PD
+# waiting timeout and its graph capture's free memory, ggml's Vulkan device lost and CANN's error, V0's worker method
+# failures and MQ engine traceback, Ollama 0.1's runner exit, llama-server's router start, LMDeploy's metrics line,
+# TensorRT-LLM's older iteration line, vLLM Gaudi's weights, TGI's client target, an application's asyncio deadline):
+# macro-F1 0.952, no false alarm, one field mismatch; the floor is that after-fix score.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -192,9 +202,10 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh9", 60, 0.957, 0, 0),  # first score 0.810
     ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
     ("fresh11", 85, 0.946, 0, 0),  # first score 0.839, one field mismatch
-    ("fresh12", 140, 0.931, 0, 1),  # first score 0.750, one false alarm, six field mismatches
+    ("fresh12", 140, 0.934, 0, 1),  # first score 0.750, one false alarm, six field mismatches
     ("fresh13", 110, 0.931, 0, 3),  # first score 0.741, one false alarm, seven field mismatches
     ("fresh14", 134, 0.977, 0, 0),  # first score 0.665, three false alarms, six field mismatches
+    ("fresh15", 111, 0.951, 0, 1),  # first score 0.729, no false alarm, eleven field mismatches
 ]
 
 
