@@ -114,7 +114,7 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             (r"\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker_\w+|Worker|RayWorkerWrapper)(?: rank=\d+| TP\d+)?"
              r" pid=\d+", 3),
             (r"vLLM API server version|vLLM server version|Initializing an? (?:V\d )?LLM engine|vllm\.\w"
-             r"|[/\\]vllm[/\\]", 3),
+             r"|[/\\]vllm[/\\]|\bcumem_allocator\.cpp:\d", 3),  # the last: its sleep-mode allocator's own printf
             # the logger prefix, wherever a runtime or a Ray/process tag put it on the line
             (r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w.]+\.py:\d+\] ", 2),
             (r"Avg prompt throughput: [\d.]+ tokens/s", 3),
@@ -162,6 +162,8 @@ _SIGNS: dict[Server, tuple[tuple[re.Pattern[str], int], ...]] = {
             # the same `tracing` prefix from vllm.rs, another Rust engine (parsers/vllm_rs.py): its words count
             # against TGI, so its stream stays with the generic path that reads it
             (r"\bvllm_rs::|\bKVCacheSwap\b|\bGPU Kvcache: ", -2),
+            # and mistral.rs's (parsers/mistralrs.py), read by the generic path
+            (r"\bmistralrs_\w{1,40}::", -2),
         ),
         Server.LLAMACPP: (
             (r"llama_model_loader|llama_context:|llama_new_context_with_model|llm_load_\w+|ggml_\w+|\[GIN\]", 3),

@@ -23,6 +23,7 @@ from parsers import (
     http_access,
     kernel,
     lmdeploy,
+    mistralrs,
     mlc,
     trtllm,
     vllm_rs,
@@ -54,7 +55,7 @@ class GenericParser(StreamParser):
                   *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
     HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
-              *mlc.HOT_WORDS, *exposition.HOT_WORDS)
+              *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)
@@ -98,6 +99,9 @@ class GenericParser(StreamParser):
         if (load := lmdeploy.load_sample(msg)) is not None:  # LMDeploy's metrics logger
             return self.sample(ServerStats(split.ts, self.source, self.server, running=load[0], waiting=load[1],
                                            kv_usage_ratio=load[2], path=path, offset=offset), split.tag)
+        if (counts := mistralrs.load_sample(msg)) is not None:  # mistral.rs's engine logger
+            return self.sample(ServerStats(split.ts, self.source, self.server, running=counts[0], waiting=counts[1],
+                                           path=path, offset=offset), split.tag)
         if (legacy := trtllm.legacy_iteration_stats(msg)) is not None:  # TensorRT-LLM's batch manager, before 0.9
             return self.sample(ServerStats(split.ts, self.source, self.server, running=legacy[0],
                                            kv_usage_ratio=legacy[1], path=path, offset=offset), split.tag)

@@ -60,6 +60,9 @@ _FACTS = (
     ("max_batch_prefill_tokens", re.compile(r"\bwarmup\{[^}]{0,200}\bmax_prefill_tokens=(\d+)")),
     ("gpu_memory_utilization", re.compile(r"\bcuda_memory_fraction: ([\d.]+)")),
     ("tensor_parallel_size", re.compile(r"\bnum_shard: Some\((\d+)\)")),
+    # the launcher's own default for a model whose context is longer (launcher/src/main.rs, 2.1 on): the
+    # `--max-total-tokens` it will use, far under what the model supports
+    ("max_model_len", re.compile(r"\bbut tgi will now set its default to (\d+) instead\b")),
 )
 _MODEL = re.compile(r"\bmodel_id: \"([^\"]{1,300})\"")
 
@@ -76,8 +79,8 @@ class TgiParser(StreamParser):
               "max_concurrent_requests", "max_batch_size", "max_total_tokens", "max_batch_prefill_tokens",
               "cuda_memory_fraction", "num_shard", "model_id", "Args {", "Starting download", "Starting shard",
               "Connected", "Error: ", "Server error", "Method Warmup",
-              "failed during generation", *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS,
-              *families.HOT_WORDS,
+              "failed during generation", "set its default to", *gpu.HOT_WORDS, *kernel.HOT_WORDS,
+              *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("tgi"),
               *catalogued.hot_words("auto"))
 

@@ -1,0 +1,43 @@
+"""Shapes the fresh16 batch showed the parsers missing that live in parser code (a load line's reader, a fact's
+pattern, a stream's detection); the catalogued statements are rendered by test_catalogue behind every prefix."""
+
+from __future__ import annotations
+
+from agent.records import CapacityFact, Server, ServerStats
+from parsers import detect
+from tests.unit.wordings import kinds, records
+
+
+# EricLBuehler/mistral.rs mistralrs-core/src/engine/logger.rs: the interval summary. Its `tracing` prefix is TGI's
+# shape too, so the target's crate keeps the stream from TGI's parser
+def test_mistral_rs_interval_line_is_a_load_sample() -> None:
+    lines = ["2025-06-06T22:31:38.341568Z  INFO mistralrs_core::engine::logger: Throughput (T/s) 320.60, Prefix cache "
+             "hitrate 0.00%, 0 running, 0 waiting",
+             "2025-06-06T22:31:58.342118Z  INFO mistralrs_core::engine::logger: Throughput (T/s) 334.00, Prefix cache "
+             "hitrate 0.00%, 3 running, 2 waiting"]
+    assert detect(lines) is not Server.TGI
+    samples = [(r.running, r.waiting) for r in records(lines) if isinstance(r, ServerStats)]
+    assert samples == [(0, 0), (3, 2)]
+    assert kinds(lines) == ["pending"]
+    assert not [r for r in records(["2025-06-06T22:31:38.341568Z  INFO mistralrs_core::engine::logger: Throughput "
+                                    "(T/s) 320.60"]) if isinstance(r, ServerStats)]
+
+
+# huggingface/text-generation-inference launcher/src/main.rs: the default total tokens the launcher picks for a model
+# whose context is longer; the limit the requests then meet
+def test_tgis_own_default_for_a_long_context_is_the_max_length() -> None:
+    line = ("2025-03-11T06:56:10.640185Z  INFO text_generation_launcher: Model supports up to 131072 but tgi will now "
+            "set its default to 4096 instead. This is to save VRAM by refusing large prompts in order to allow more "
+            "users on the same hardware.")
+    assert {r.name: r.value for r in records([line]) if isinstance(r, CapacityFact)} == {"max_model_len": 4096.0}
+    assert kinds([line]) == []
+
+
+# vllm-project/vllm csrc/cumem_allocator.cpp (sleep mode): its CUDA_CHECK prints without vLLM's logger, and the file
+# names vLLM's stream; an allocation's out of memory is an OOM, the calls that then fail are CUDA errors
+def test_vllms_sleep_mode_allocator_errors_name_vllm() -> None:
+    lines = ["CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:56",
+             "CUDA Error: invalid argument at /workspace/csrc/cumem_allocator.cpp:57"]
+    assert detect(lines) is Server.VLLM
+    assert kinds(lines) == ["cuda_error", "oom"]
+    assert kinds(lines[:1]) == ["oom"]
