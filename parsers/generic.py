@@ -25,6 +25,7 @@ from parsers import (
     lmdeploy,
     mistralrs,
     mlc,
+    server_args,
     trtllm,
     vllm_rs,
     xinference,
@@ -44,6 +45,11 @@ _FACT_READERS: tuple[tuple[tuple[str, ...], Callable[[str], list[tuple[str, floa
     (xinference.HOT_WORDS, xinference.facts), (mlc.HOT_WORDS, mlc.facts))
 
 
+_HOT_WORDS = (*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
+              *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
+              *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS)
+
+
 class GenericParser(StreamParser):
     """Server-independent signatures only; `server` stays `auto` (not recognised)."""
 
@@ -53,9 +59,7 @@ class GenericParser(StreamParser):
     REFUSAL_LINES = True
     SIGNATURES = (*gpu.GPU_SIGNATURES, *kernel.KERNEL_SIGNATURES, *catalogued.signatures("auto"),
                   *http_access.HTTP_SIGNATURES, *http_access.TIMEOUT_SIGNATURES, *families.FAMILY_SIGNATURES)
-    HOT = hot(*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
-              *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
-              *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS)
+    HOT = hot(*_HOT_WORDS)
 
     def split(self, text: str) -> Split:
         m = _CLF_TIME.search(text)
@@ -127,3 +131,9 @@ class LlamaBoxParser(GenericParser):
     shows more of those than of llama.cpp's: a whole llama-box log, full of libllama's lines, stays llama.cpp's."""
 
     server = Server.LLAMA_BOX
+    HOT = hot(*_HOT_WORDS, *server_args.HOT_WORDS)
+
+    def line_records(self, split: Split, path: str | None, offset: int | None) -> list[Record]:
+        """What the generic path reads, and the server's own command line (its slots and context)."""
+        return [*super().line_records(split, path, offset),
+                *(self.fact(split, name, value) for name, value in server_args.command_line_facts(split.msg))]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import timezone, tzinfo
 
 from agent.records import EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import catalogued, families, gpu, http_access, kernel
+from parsers import catalogued, families, gpu, http_access, kernel, server_args
 from parsers.base import StreamParser
 from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature, size_bytes
@@ -99,10 +99,7 @@ _JSON_SIZES = {"initializing slots": "n_slots", "new slot": "n_ctx_slot"}
 # A slot's line about a request (`slot operator(): id 0 | task 44674 | … n_ctx_slot = 8192`; server.cpp's SLT_*
 # macros print the task's id, -1 while the slot is being set up at start): its sizes are that request's, no facts
 _REQUEST_SLOT = re.compile(r"\| task \d{1,12} \|")
-# Ollama runs llama.cpp's server with `--ctx-size` num_ctx × `--parallel` (server/sched.go scales it): the
-# whole cache, as llama.cpp's `n_ctx` is; each slot's share is what `n_ctx_slot` is, a request's limit
-_OLLAMA_CMD = re.compile(r"^starting llama server ?cmd=[^\n]{0,2000}? --ctx-size (\d+)\b")
-_OLLAMA_PARALLEL = re.compile(r" --parallel (\d+)\b")
+# the servers' command lines (Ollama's runner, llama-box): parsers/server_args.py
 # slog always closes a quoted value: a command line whose quote is still open was cut (a terminal or a viewer
 # wrapped it mid-path), and the next line, with no prefix of its own, holds the rest
 _OLLAMA_CMD_CUT = re.compile(r'^starting llama server ?cmd="[^"\n]{0,2000}$')
@@ -179,7 +176,7 @@ class LlamaCppParser(StreamParser):
               "Segmentation fault", "core dumped", "deadline", "should_stop", "n_ctx", "n_seq_max", "n_slots",
               "MiB (", "KV self size", "no slot is available", "defer task", "slots are idle", "processing task",
               "server is listening", "HTTP server listening", "listening on http", "model loaded", "loaded meta data",
-              "starting llama server", "--ctx-size", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
+              *server_args.HOT_WORDS, "--ctx-size", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
               "prompt processing", "compute buffer size", "MiB free", "buffer of size", "compute buffer",
               "KV buffer size", "compute graph",
@@ -255,11 +252,7 @@ class LlamaCppParser(StreamParser):
 
     def _ollama_cmd(self, split: Split, ctx: int, parallel: re.Match[str] | None) -> list[Record]:
         """The runner's command line: the cache, and with `--parallel` the slots and each slot's context."""
-        out: list[Record] = [self.fact(split, "kv_cache_tokens", float(ctx))]
-        if parallel is not None and (slots := int(parallel.group(1))) > 0:
-            out += [self.fact(split, "max_num_seqs", float(slots)),
-                    self.fact(split, "max_model_len", float(ctx // slots))]
-        return out
+        return [self.fact(split, name, value) for name, value in server_args.facts(ctx, parallel)]
 
     def _cut_cmd(self, split: Split, msg: str) -> list[Record]:
         """A runner command line cut before its `--ctx-size`: remembered for one line; the line right after it,
@@ -268,7 +261,7 @@ class LlamaCppParser(StreamParser):
         if _OLLAMA_CMD_CUT.match(msg) is not None:
             self._cut_cmd_at = self.lines_seen
         elif cut_at == self.lines_seen - 1 and split.level is None and (m := _CTX_SIZE.search(msg)) is not None:
-            return self._ollama_cmd(split, int(m.group(1)), _OLLAMA_PARALLEL.search(msg, m.end()))
+            return self._ollama_cmd(split, int(m.group(1)), server_args.PARALLEL.search(msg, m.end()))
         return []
 
     def _allocation_facts(self, split: Split, msg: str) -> list[Record]:
@@ -310,8 +303,8 @@ class LlamaCppParser(StreamParser):
                     continue
                 value = next(g for g in m.groups() if g is not None)
                 out.append(self.fact(split, name, conv(value)))
-        if (m := _OLLAMA_CMD.search(msg)) is not None:
-            out.extend(self._ollama_cmd(split, int(m.group(1)), _OLLAMA_PARALLEL.search(msg, m.end())))
+        if (m := server_args.COMMAND.search(msg)) is not None:
+            out.extend(self._ollama_cmd(split, int(m.group(1)), server_args.PARALLEL.search(msg)))
         else:
             out.extend(self._cut_cmd(split, msg))
         if (m := _KV_MIB.search(msg)) is not None:  # allocated: an earlier start's failed KV buffer is over

@@ -41,3 +41,21 @@ def test_vllms_sleep_mode_allocator_errors_name_vllm() -> None:
     assert detect(lines) is Server.VLLM
     assert kinds(lines) == ["cuda_error", "oom"]
     assert kinds(lines[:1]) == ["oom"]
+
+
+# gpustack/llama-box prints its command line at start; its `--ctx-size` is shared by the `--parallel` slots, as in
+# llama.cpp's server and Ollama's runner command (parsers/server_args.py), whichever parser reads the stream
+def test_llama_boxs_command_line_gives_its_slots_and_their_context() -> None:
+    line = ("[2025-07-12 01:25:26.526801] I arguments  : /usr/local/lib/python3.10/dist-packages/gpustack/third_party/"
+            "bin/llama-box/llama-box --host 0.0.0.0 --embeddings --gpu-layers 13 --parallel 2 --ctx-size 8192 --port "
+            "40514")
+    expected = {"kv_cache_tokens": 8192.0, "max_num_seqs": 2.0, "max_model_len": 4096.0}
+    behind_gpustack = ["2025-07-12T01:25:26+00:00 - gpustack.worker.backends.llama_box - INFO - Starting llama-box "
+                       "server", line]
+    assert detect(behind_gpustack) is Server.LLAMA_BOX
+    assert {r.name: r.value for r in records(behind_gpustack) if isinstance(r, CapacityFact)} == expected
+    behind_ggml = ["[2025-07-12 01:25:27.527114] I ggml_cuda_init: GGML_CUDA_FORCE_MMQ:    no", line]
+    assert detect(behind_ggml) is Server.LLAMACPP
+    assert {r.name: r.value for r in records(behind_ggml) if isinstance(r, CapacityFact)} == expected
+    assert not [r for r in records(["[2025-07-12 01:25:26.526801] I version    : v0.0.136 (b376289)"])
+                if isinstance(r, CapacityFact)]
