@@ -16,6 +16,7 @@ from datetime import timedelta, timezone
 
 from agent.records import Record, Server, ServerStats
 from parsers import (
+    argdumps,
     catalogued,
     exposition,
     families,
@@ -39,15 +40,16 @@ _LEADING_TIME = re.compile(r"\[?(\d{4})[-/](\d\d)[-/](\d\d)[T ](\d\d):(\d\d):(\d
 
 
 # (words, reader): TensorRT-LLM's KV budget and limits, LMDeploy's configuration, Xinference's engine arguments,
-# MLC LLM's inferred engine configuration (parsers/trtllm.py, lmdeploy.py, xinference.py, mlc.py)
+# MLC LLM's inferred engine configuration, koboldcpp's and FastChat's argument dumps (parsers/trtllm.py, lmdeploy.py,
+# xinference.py, mlc.py, argdumps.py)
 _FACT_READERS: tuple[tuple[tuple[str, ...], Callable[[str], list[tuple[str, float]]]], ...] = (
     (trtllm.HOT_WORDS, trtllm.facts), (lmdeploy.HOT_WORDS, lmdeploy.facts),
-    (xinference.HOT_WORDS, xinference.facts), (mlc.HOT_WORDS, mlc.facts))
+    (xinference.HOT_WORDS, xinference.facts), (mlc.HOT_WORDS, mlc.facts), (argdumps.HOT_WORDS, argdumps.facts))
 
 
 _HOT_WORDS = (*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
-              *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS)
+              *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS, *argdumps.HOT_WORDS)
 
 
 class GenericParser(StreamParser):

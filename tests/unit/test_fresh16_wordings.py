@@ -59,3 +59,17 @@ def test_llama_boxs_command_line_gives_its_slots_and_their_context() -> None:
     assert {r.name: r.value for r in records(behind_ggml) if isinstance(r, CapacityFact)} == expected
     assert not [r for r in records(["[2025-07-12 01:25:26.526801] I version    : v0.0.136 (b376289)"])
                 if isinstance(r, CapacityFact)]
+
+
+# The argparse dumps of koboldcpp (its `contextsize`) and FastChat's model worker (its `limit_model_concurrency`),
+# servers without a parser of their own (parsers/argdumps.py)
+def test_koboldcpp_and_fastchat_argument_dumps_give_their_limits() -> None:
+    def facts(line: str) -> dict[str, float | str]:
+        return {r.name: r.value for r in records([line]) if isinstance(r, CapacityFact)}
+
+    assert facts("Namespace(bantokens=None, blasbatchsize=512, contextsize=16384, gpulayers=43, host='')") == {
+        "max_model_len": 16384.0}
+    assert facts("2023-04-08 03:22:40 | INFO | model_worker | args: Namespace(host='localhost', port=21002, "
+                 "limit_model_concurrency=5, stream_interval=2)") == {"max_concurrent_requests": 5.0}
+    assert facts("Namespace(host='localhost', port=21002)") == {}
+    assert facts("contextsize=16384 is what I set") == {}

@@ -214,7 +214,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh13", 110, 0.950, 0, 3),  # first score 0.741, one false alarm, seven field mismatches
     ("fresh14", 134, 0.977, 0, 0),  # first score 0.665, three false alarms, six field mismatches
     ("fresh15", 111, 0.951, 0, 1),  # first score 0.729, no false alarm, eleven field mismatches
-    ("fresh16", 90, 0.975, 0, 2),  # first score 0.705, no false alarm, five field mismatches
+    ("fresh16", 90, 0.983, 0, 2),  # first score 0.705, no false alarm, five field mismatches
 ]
 
 
