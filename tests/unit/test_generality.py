@@ -197,6 +197,13 @@ def test_split_meets_the_targets(which: str) -> None:
 # LLM's CUDA runtime errors, Triton's UNAVAILABLE model row, llama-swap's upstream exit, GPUStack's RPC server, Tabby's
 # llama-server exit, mistral.rs's interval line, TGI's default total tokens, Zed's queue status): macro-F1 0.972, no
 # false alarm, two field mismatches; the floor is that after-fix score.
+# `fresh17` (56 excerpts) was collected and labelled blind by two collectors (the engines; everything in front of and
+# beside them) right after fresh16's fixes, committed, and scored once: macro-F1 0.630, no false alarm, five field
+# mismatches. Its misses, all catalogued from their source or their own threads (OmniRoute's timeouts, queue budget and
+# cooling credentials, RamaLama's health check and failed serve, LocalAI's backend that could not load, OpenRouter's
+# relayed 429, Envoy's router upstream timeout, LiteLLM's limiter 429, OpenLLM's `Service Busy`, SkyServe's no ready
+# replicas, GPUStack's heartbeat timeout): macro-F1 0.953, no false alarm, no field mismatch; the floor is that after-
+# fix score.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -215,6 +222,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh14", 134, 0.977, 0, 0),  # first score 0.665, three false alarms, six field mismatches
     ("fresh15", 111, 0.951, 0, 1),  # first score 0.729, no false alarm, eleven field mismatches
     ("fresh16", 90, 0.983, 0, 2),  # first score 0.705, no false alarm, five field mismatches
+    ("fresh17", 56, 0.952, 0, 0),  # first score 0.630, no false alarm, five field mismatches
 ]
 
 
