@@ -18,6 +18,4 @@ _LIMITS = (
 
 def facts(msg: str) -> list[tuple[str, float]]:
     """The limits a `Namespace(…)` dump sets; [] for any other line."""
-    if "Namespace(" not in msg:
-        return []
     return [(name, float(m.group(1))) for name, pattern in _LIMITS if (m := pattern.search(msg)) is not None]

@@ -93,11 +93,10 @@ ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
 # `raise asyncio.TimeoutError`, the builtin since Python 3.11; anyio's `fail_after` under httpx and the SDKs)
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"\n]{1,400})", line \d+, in ')
 _ENGINE_PACKAGE = re.compile(r"[/\\](?:vllm|sglang|text_generation_server|tensorrt_llm|lmdeploy)[/\\]")
-# an application's own `asyncio.wait_for` / `asyncio.timeout` around its call (asyncio/tasks.py, timeouts.py) with no
-# engine frame in the traceback: the application, the engine's client, gave up
-_ASYNCIO_DEADLINE = re.compile(r"[/\\]asyncio[/\\]timeouts\.py$")
+# (and an application's own `asyncio.wait_for` / `asyncio.timeout` around its call, asyncio/timeouts.py: with no
+# engine frame in the traceback, the application, the engine's client, gave up)
 _CLIENT_PACKAGE = re.compile(r"[/\\](?:aiohttp|httpx|httpcore|openai|anthropic|requests|urllib3|litellm|langchain\w*"
-                             r"|llama_index|ollama)[/\\]")
+                             r"|llama_index|ollama)[/\\]|[/\\]asyncio[/\\]timeouts\.py$")
 
 
 def timeout_waiter(lines: list[str]) -> str:
@@ -106,8 +105,7 @@ def timeout_waiter(lines: list[str]) -> str:
     means the engine was waiting, whatever library it waited with; a traceback without frames is taken as the
     engine's, as before)."""
     paths = [m.group("path") for line in lines if (m := _FRAME.match(line)) is not None]
-    if any(_ENGINE_PACKAGE.search(p) for p in paths) or not any(_CLIENT_PACKAGE.search(p) or _ASYNCIO_DEADLINE.search(p)
-                                                                for p in paths):
+    if any(_ENGINE_PACKAGE.search(p) for p in paths) or not any(_CLIENT_PACKAGE.search(p) for p in paths):
         return "engine"
     return "client"
 

@@ -47,6 +47,14 @@ _FACT_READERS: tuple[tuple[tuple[str, ...], Callable[[str], list[tuple[str, floa
     (xinference.HOT_WORDS, xinference.facts), (mlc.HOT_WORDS, mlc.facts), (argdumps.HOT_WORDS, argdumps.facts))
 
 
+# (words, reader): the load lines of engines without a parser of their own, each (running, waiting, KV usage ratio),
+# None where the line does not say: LMDeploy's metrics logger, mistral.rs's engine logger, TensorRT-LLM's batch
+# manager before the executor API (parsers/lmdeploy.py, mistralrs.py, trtllm.py)
+LoadReader = Callable[[str], tuple[int | None, int | None, float | None] | None]
+_LOAD_READERS: tuple[tuple[tuple[str, ...], LoadReader], ...] = (
+    (lmdeploy.LOAD_WORDS, lmdeploy.load_sample), (mistralrs.HOT_WORDS, mistralrs.load_sample),
+    (trtllm.LEGACY_WORDS, trtllm.legacy_iteration_stats))
+
 _HOT_WORDS = (*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
               *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS, *argdumps.HOT_WORDS)
@@ -102,15 +110,11 @@ class GenericParser(StreamParser):
                                 waiting=count if name == "waiting" else None,
                                 kv_usage_ratio=value if name == "kv_usage_ratio" else None)
             return self.sample(stats, split.tag)
-        if (load := lmdeploy.load_sample(msg)) is not None:  # LMDeploy's metrics logger
-            return self.sample(ServerStats(split.ts, self.source, self.server, running=load[0], waiting=load[1],
-                                           kv_usage_ratio=load[2], path=path, offset=offset), split.tag)
-        if (counts := mistralrs.load_sample(msg)) is not None:  # mistral.rs's engine logger
-            return self.sample(ServerStats(split.ts, self.source, self.server, running=counts[0], waiting=counts[1],
-                                           path=path, offset=offset), split.tag)
-        if (legacy := trtllm.legacy_iteration_stats(msg)) is not None:  # TensorRT-LLM's batch manager, before 0.9
-            return self.sample(ServerStats(split.ts, self.source, self.server, running=legacy[0],
-                                           kv_usage_ratio=legacy[1], path=path, offset=offset), split.tag)
+        for words, read in _LOAD_READERS:
+            if any(w in msg for w in words) and (load := read(msg)) is not None:
+                running, waiting, usage = load
+                return self.sample(ServerStats(split.ts, self.source, self.server, running=running, waiting=waiting,
+                                               kv_usage_ratio=usage, path=path, offset=offset), split.tag)
         return [self.fact(split, name, value) for words, facts in _FACT_READERS if any(w in msg for w in words)
                 for name, value in facts(msg)]
 

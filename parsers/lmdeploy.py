@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 
+LOAD_WORDS = ("Engine (running/waiting): ",)
 HOT_WORDS = ("EngineConfig(", "CacheConfig(", "[BlockManager] max_block_count", "No enough blocks for",
-             "`max_context_token_num` is not set", "Engine (running/waiting): ")
+             "`max_context_token_num` is not set", *LOAD_WORDS)
 _LOAD = re.compile(r"\bEngine \(running/waiting\): (\d{1,9}) / (\d{1,9}), KV cache: (\d{1,3}(?:\.\d{1,3})?)%")
 _CONFIG = re.compile(r"\b(?:Turbomind|Pytorch)EngineConfig\((?P<body>[^()]{0,4000})")
 _FIELD = re.compile(r"(?<![\w.])(tp|session_len|max_batch_size|cache_block_seq_len|block_size)=(\d{1,9})\b")
@@ -45,7 +46,7 @@ def facts(msg: str) -> list[tuple[str, float]]:
     return [(name, float(m.group(1))) for name, pattern in _TURBOMIND if (m := pattern.search(msg)) is not None]
 
 
-def load_sample(msg: str) -> tuple[int, int, float] | None:
+def load_sample(msg: str) -> tuple[int | None, int | None, float | None] | None:
     """(running, waiting, KV usage ratio) of the metrics logger's interval line; None for any other line."""
     if (m := _LOAD.search(msg)) is None:
         return None

@@ -12,8 +12,8 @@ _LOAD = re.compile(r"\bThroughput \(T/s\) [\d.]{1,12}, Prefix cache hitrate [\d.
                    r"(\d{1,9}) waiting\b")
 
 
-def load_sample(msg: str) -> tuple[int, int] | None:
-    """(running, waiting) of the interval line; None for any other line."""
+def load_sample(msg: str) -> tuple[int | None, int | None, float | None] | None:
+    """(running, waiting, no KV usage) of the interval line; None for any other line."""
     if (m := _LOAD.search(msg)) is None:
         return None
-    return int(m.group(1)), int(m.group(2))
+    return int(m.group(1)), int(m.group(2)), None

@@ -46,9 +46,9 @@ STATS_WORD = '"numActiveRequests":'  # every IterationStats object has it
 _ITERATION = re.compile(r'\{"cpuMemUsage":')  # where each object of a list starts (its first key)
 _COUNT = {name: re.compile(rf'"{name}":(\d{{1,12}})\b') for name in
           ("numActiveRequests", "numQueuedRequests", "usedNumBlocks", "maxNumBlocks")}
+LEGACY_WORDS = ('"Active Request Count":',)
 HOT_WORDS = ("TRTGptModel max", "paged KV cache", "tokens per block", "KV cache primary pool",
-             "KV cache blocks per sequence", "Loaded engine size", "for execution context memory",
-             '"Active Request Count":')
+             "KV cache blocks per sequence", "Loaded engine size", "for execution context memory", *LEGACY_WORDS)
 # the batch manager's older iteration log (GptManager, `logIterationData`: Triton's tensorrtllm backend before the
 # executor API), one JSON object a line with its keys in words; no queue count in it
 _LEGACY = {name: re.compile(rf'"{name}":(\d{{1,12}})\b') for name in
@@ -81,11 +81,12 @@ def iteration_stats(msg: str) -> list[tuple[int, int, float | None]]:
     return out
 
 
-def legacy_iteration_stats(msg: str) -> tuple[int, float | None] | None:
-    """(running, KV usage ratio or None) of the batch manager's older iteration line; None for any other line."""
+def legacy_iteration_stats(msg: str) -> tuple[int | None, int | None, float | None] | None:
+    """(running, no queue count, KV usage ratio or None) of the batch manager's older iteration line; None for any
+    other line."""
     found = {name: int(m.group(1)) for name, pattern in _LEGACY.items() if (m := pattern.search(msg))}
     if "Active Request Count" not in found:
         return None
     total = found.get("Max KV cache blocks")
     used = found.get("Used KV cache blocks")
-    return found["Active Request Count"], (min(used / total, 1.0) if total and used is not None else None)
+    return found["Active Request Count"], None, (min(used / total, 1.0) if total and used is not None else None)
