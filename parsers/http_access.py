@@ -76,11 +76,19 @@ def _body_503(m: re.Match[str]) -> dict[str, FieldValue]:
     return {"status": 503, **({"reason": reason.lower().replace(" ", "_")} if reason else {})}
 
 
+# Ollama's 500 at a client's or proxy's usual deadline: the handler logs 500 when its request's context is
+# cancelled, and GIN prints a latency over a minute truncated to the second (gin's logger.go), so a deadline of N
+# minutes reads `Nm0s`, or `Nm1s` with the handler's own second, or `4m59s` when it fired just before (an hour
+# is `1h0m0s`). The minutes are the usual clients' and proxies' deadlines (60 s; 2, 3, 5, 10, 15, 20, 30 and 60
+# minutes): a failure of another cause seldom ends on one of them to the second.
+_GIN_DEADLINE = (r"\| 500 \| +(?:1h0m[01]|(?:1|2|3|5|10|15|20|30)m[01]|(?:1|2|4|9|14|19|29|59)m59)(?:\.\d{1,9})?s \|")
+
+
 FAILED_SIGNATURES: tuple[Signature, ...] = tuple(
     signature(EventKind.REQUEST_FAILED, p.replace(_STATUS, _FAILED), Severity.ERROR, Phase.RUNTIME, _failed,
               severity_of=_failed_severity,
               # Ollama's 500 at a round 5 or 30 minutes is a deadline (TIMEOUT_SIGNATURES), not a failure
-              unless=r"\| 500 \| +(?:4m59|5m0|29m59|30m0)(?:\.\d{1,9})?s \|")
+              unless=_GIN_DEADLINE)
     for p in _PATTERNS)
 
 
@@ -93,11 +101,11 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
                  r"(?:[^\n]{0,40}?[\"']message[\"']: ?[\"']"
                  r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?) 503\b"
-                 r"|\b503 Service (?:Temporarily )?Unavailable\b",
+                 r"|\b503 \(?Service (?:Temporarily )?Unavailable\b",
                  Severity.WARNING, Phase.ADMISSION, _body_503, unless=ADVICE),
        # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings,
        # a client's `… failed with status: 429`
-       signature(EventKind.HTTP_429, r"\b429 (?:Client Error: )?Too Many Requests\b"
+       signature(EventKind.HTTP_429, r"\b429 (?:Client Error: |\()?Too Many Requests\b"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?|failed with status:?) 429\b"
                  r"|[\"'](?:error_|status_)?code\\?[\"']: ?429\b",
                  Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}, unless=ADVICE))
@@ -130,12 +138,11 @@ TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
               lambda m: {"scope": "request", "timeout_on": "unknown"}, unless=_LOADING),
     # a proxy's 504 as its client tells it, and Ollama's own 500 at a round 5 or 30 minutes (a client's or
     # proxy's deadline cut the request; the handler logs 500 when its context is cancelled)
-    signature(EventKind.DEADLINE_EXCEEDED, r"\b504 Gateway Time-?out\b"
+    signature(EventKind.DEADLINE_EXCEEDED, r"\b504 \(?Gateway Time-?out\b"
               r"|\b(?:HTTP code|Error code:|[Ss]tatus [Cc]ode:?) 504\b",
               Severity.WARNING, Phase.RUNTIME,
               lambda m: {"scope": "request", "timeout_by": "proxy", "timeout_on": "unknown"}),
-    signature(EventKind.DEADLINE_EXCEEDED,
-              r"\[GIN\] [\d/]{10} - [\d:]{8} \| 500 \| +(?:4m59|5m0|29m59|30m0)(?:\.\d{1,9})?s \|",
+    signature(EventKind.DEADLINE_EXCEEDED, r"\[GIN\] [\d/]{10} - [\d:]{8} " + _GIN_DEADLINE,
               Severity.WARNING, Phase.RUNTIME, lambda m: {"scope": "request", "timeout_on": "unknown"}),
 )
 HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE", "upstream timed out", "| 500 |",
