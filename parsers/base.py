@@ -63,7 +63,7 @@ from parsers.prefix import (
 )
 from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, redact, redact_fields, scrub
 from parsers.refusals import OneRefusal
-from parsers.signature import Signature, index_of
+from parsers.signature import Prefilter, Signature, hot, index_of
 from parsers.stamps import Stamps
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
@@ -105,7 +105,7 @@ class StreamParser:
     """
 
     server: Server = Server.AUTO
-    HOT: re.Pattern[str] = re.compile(r"(?!)")  # literal keywords that make a line worth a look
+    HOT: Prefilter | re.Pattern[str] = hot()  # literal keywords that make a line worth a look
     SIGNATURES: tuple[Signature, ...] = ()
     STARTING: re.Pattern[str] = re.compile(r"(?!)")  # a (re)start began: failures are start-up
     READY: re.Pattern[str] = re.compile(r"(?!)")  # the server is serving
@@ -126,7 +126,8 @@ class StreamParser:
         passes the pre-filter, which `_hot` tells with two `in`s instead of the search (~7 µs on a refusal's
         access line, whose match lies near its end)."""
         super().__init_subclass__(**kwargs)
-        cls.ERROR_STATUS_HOT = cls.HOT.search('" 4') is not None and cls.HOT.search('" 5') is not None
+        hot_in = cls.HOT.within if isinstance(cls.HOT, Prefilter) else lambda text: cls.HOT.search(text) is not None
+        cls.ERROR_STATUS_HOT = hot_in('" 4') and hot_in('" 5')
         cls._refusal_readings = {}
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:

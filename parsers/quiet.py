@@ -18,6 +18,7 @@ from parsers.base import StreamParser
 from parsers.http_access import TIMED_WORDS
 from parsers.paste import ESCAPED_TRACEBACK
 from parsers.redact import QUOTED_MAX, REQUEST_WORDS
+from parsers.signature import Prefilter
 
 MAX_QUIET = QUOTED_MAX  # a longer line may open a request's text whatever it holds (`opens_request_text`)
 # Every request log holds one of these (`is_request_log`): a line with a quote, a backslash or over MAX_QUIET
@@ -93,7 +94,7 @@ def quiet_literals(parser: type[StreamParser]) -> tuple[bytes, ...] | None:
     when `HOT` is not a finite set of literals. Envoy's timed access line has no such word: parsers/_lane.c
     tells its shape (a status, then a column, then a number) itself."""
     if parser not in _KNOWN:
-        hot = finite_language(parser.HOT)
+        hot = parser.HOT.literals if isinstance(parser.HOT, Prefilter) else finite_language(parser.HOT)
         # and a traceback quoted with its newlines escaped, which `feed` reads as its lines (parsers/paste.py), and
         # the words of a line that prints a request's duration, which `feed` reads even off the pre-filter
         words = None if hot is None else {*hot, parser.STATS_WORD, parser.STATS_WORD2, ESCAPED_TRACEBACK,

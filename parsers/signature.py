@@ -155,15 +155,47 @@ def json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def hot(*literals: str) -> re.Pattern[str]:
+class Prefilter:
     """The pre-filter: a line must contain one of the literals to be looked at.
 
     The literals are folded into a trie-shaped pattern (`C(?:UDA|UBLAS|…)`) rather than a flat
     alternation: `re` tries every branch at every position, and sixty flat branches cost twice as much
     as the trie on a boring line. A literal that extends a shorter one is dropped (the shorter suffices).
+    The pattern is compiled on the first search, not at import: compiling the parsers' tries was a third of
+    `scan`'s start-up, and a process whose lines all pass the compiled lane's literal test (parsers/_lane.c,
+    which takes `literals`) or that reads no line never searches.
     """
-    pattern = trie_pattern(literals)
-    return re.compile("(?!)" if pattern is None else pattern)
+
+    def __init__(self, literals: Iterable[str]) -> None:
+        words = sorted(set(literals))
+        kept: list[str] = []
+        for word in words:  # sorted, a literal's shorter prefix is the last one kept before it
+            if not (kept and word.startswith(kept[-1])):
+                kept.append(word)
+        self.literals: frozenset[str] = frozenset(kept)  # every string the pattern matches
+        self._words = tuple(literals)
+        self.search: Callable[[str], re.Match[str] | None] = self._compile_then_search
+
+    flags = 0  # as a compiled pattern's: the trie has none
+
+    @property
+    def pattern(self) -> str:
+        """The trie's text, which the first search compiles (`(?!)`, matching nothing, for no literal)."""
+        return trie_pattern(self._words) or "(?!)"
+
+    def _compile_then_search(self, text: str) -> re.Match[str] | None:
+        self.search = re.compile(self.pattern).search
+        return self.search(text)
+
+    def within(self, text: str) -> bool:
+        """Whether `text` holds one of the literals, without the pattern (for a test made once, at a class's
+        creation)."""
+        return any(word in text for word in self.literals)
+
+
+def hot(*literals: str) -> Prefilter:
+    """The pre-filter of `literals` (see `Prefilter`)."""
+    return Prefilter(literals)
 
 
 def trie_pattern(literals: Iterable[str], longest: bool = False) -> str | None:

@@ -211,7 +211,8 @@ def test_what_the_parsers_derive_at_start_is_derived_once_and_read_back_the_same
     assert warm.returncode == 0 and warm.stdout.strip() == "1", warm.stderr
     (copy,) = (cache / "deepinfer-agent").glob("derived-*.json")
     held = json.loads(copy.read_text())
-    assert len(held["needles"]) > 200 and len(held["trie"]) >= 3
+    # every signature's literals, and the tries of the pre-filters the line met (each built on its first search)
+    assert len(held["needles"]) > 200 and len(held["trie"]) >= 2
     again = _run(cache, refuse=True)
     assert again.returncode == 0 and again.stdout.strip() == "1", again.stderr  # one event, nothing derived
     # and each held value is what deriving it now gives
