@@ -23,7 +23,7 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timezone, tzinfo
 from typing import ClassVar
 
@@ -61,7 +61,15 @@ from parsers.prefix import (
     source_last,
     syslog_month,
 )
-from parsers.redact import is_request_log, opens_request_text, opens_unclosed_quote, redact, redact_fields, scrub
+from parsers.redact import (
+    is_request_log,
+    opens_request_text,
+    opens_unclosed_quote,
+    redact,
+    redact_fields,
+    request_outcome,
+    scrub,
+)
 from parsers.refusals import OneRefusal
 from parsers.signature import Prefilter, Signature, hot, index_of
 from parsers.stamps import Stamps
@@ -301,6 +309,8 @@ class StreamParser:
         if is_request_log(split.msg):
             # A prompt with newlines in it goes on over the next lines, which carry no prefix of their own.
             self._request_lines = 1 if opens_unclosed_quote(split.msg) else 0
+            if (outcome := request_outcome(split.msg)) is not None:
+                out.extend(self.events_for(replace(split, msg=outcome), (outcome,), path, offset))
             return out
         self._track_phase(split.msg)
         if split.level in ("ERROR", "CRITICAL", "E") or OPENS_BLOCK.search(split.msg[:2000]) is not None:

@@ -82,7 +82,8 @@ ENGINE_TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
               Phase.STARTUP, _timeout("engine", Knob.OLLAMA_LOAD_TIMEOUT, "connect"), incident=True,
               unless=CLIENT_LEFT_LOAD),
     BARE_TIMEOUT := signature(
-        EventKind.DEADLINE_EXCEEDED, r"^(?:[\w.]{0,80}\.)?TimeoutError(?::|$)", Severity.ERROR, None,
+        # (a traceback pasted indented, or with a terminal's padding after it, as a report's "Stack trace:" shows it)
+        EventKind.DEADLINE_EXCEEDED, r"^\s{0,8}(?:[\w.]{0,80}\.)?TimeoutError(?::|\s{0,200}$)", Severity.ERROR, None,
         _timeout("engine"), incident=True,
         # a network wait (a model download, a remote store) is not the engine waiting on itself
         unless=r"(?i:errno|connect|socket|https?pool|read timed out|huggingface|\burl\b)"),
@@ -164,8 +165,11 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
               Severity.ERROR, Phase.STARTUP, incident=True),
     # not Kubernetes' scheduler ("0/3 nodes are available: 3 Insufficient memory", a pod that "cannot be scheduled
     # because of insufficient memory"): a node's RAM request, no allocation that failed
+    # and a loader that refuses a model its estimate does not fit (Ollama's "model requires more system memory",
+    # LM Studio's guardrail: "Model loading aborted due to insufficient system resources")
     signature(EventKind.OOM, r"unable to allocate \w{1,20} buffer|insufficient memory"
-              r"|model requires more system memory", Severity.ERROR, incident=True,
+              r"|model requires more system memory|loading aborted due to insufficient system resources",
+              Severity.ERROR, incident=True,
               unless=r"(?i:cannot be scheduled|nodes are available|FailedScheduling)"),
     signature(EventKind.OOM, r"Failed to allocate memory for \w{1,80} with size (\d{1,15})", Severity.ERROR,
               extract=_flashinfer, incident=True),
@@ -211,7 +215,8 @@ HOT_WORDS = ("TimeoutError", "timed out", "didn't reply", "No heartbeat", "atchd
              "n_batch = 1", "NoKvSlot", "kv cache slot", "Context size has been exceeded", "Free memory on device",
              "on kv cache allocation",
              "out of memory", "Out of memory", "allocate",
-             "insufficient memory", "more system memory", "server busy", "pending requests", "no slots available",
+             "insufficient memory", "more system memory", "insufficient system resources", "server busy",
+             "pending requests", "no slots available",
              "timeout reached",
              "terminated", "no longer running", "terminating server", "Engine loop has died",
              "Engine loop is not running", "Background loop has errored")

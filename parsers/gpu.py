@@ -84,7 +84,9 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
          r"|hipErrorOutOfMemory|would exceed allowed memory\. \(out of memory\)"
          # ROCm's runtime (HSA) out of device memory, as HIP's allocator or a kernel launch reports it; Habana's
          # PyTorch bridge out of HPU memory (`FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::N`)
-         r"|HSA_STATUS_ERROR_OUT_OF_RESOURCES|MODULE:PT_DEVMEM Allocation failed",
+         r"|HSA_STATUS_ERROR_OUT_OF_RESOURCES|MODULE:PT_DEVMEM Allocation failed"
+         # the driver API's name for it (cuGetErrorName)
+         r"|CUDA_ERROR_OUT_OF_MEMORY",
          Severity.ERROR, incident=True),
     # the bare wording, as an error prints it; advice about it ("if you see CUDA out of memory, lower …") is none
     signature(EventKind.OOM, r"\b(?:CUDA|HIP) out of memory", Severity.ERROR, incident=True,
@@ -99,7 +101,9 @@ CUDA_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+"
          r"|CUDNN_STATUS_(?!ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)\w+|an illegal memory access was encountered"
          r"|device-side assert triggered|unspecified launch failure|misaligned address"
-         r"|NCCL error(?:: | in: [^\n]{0,200}?, )unhandled cuda error|ncclUnhandledCudaError)", Severity.ERROR,
+         r"|NCCL error(?:: | in: [^\n]{0,200}?, )unhandled cuda error|ncclUnhandledCudaError"
+         # any other driver API error by its name (`CUDA driver error (…): 719 (CUDA_ERROR_LAUNCH_FAILED)`)
+         r"|CUDA_ERROR_(?!OUT_OF_MEMORY)[A-Z_]{3,40})", Severity.ERROR,
          extract=_cuda_error, incident=True),
     # a device-side assert as the CUDA runtime prints it, before the host raises "device-side assert triggered":
     # `IndexKernel.cu:92: operator(): block: [0,0,0], thread: [4,0,0] Assertion `…` failed.`

@@ -61,8 +61,11 @@ def _failed_severity(fields: dict[str, FieldValue]) -> Severity:
 
 
 def _request_scope(m: re.Match[str]) -> dict[str, FieldValue]:
-    # a 504 is a gateway's answer (no engine sends one): the proxy gave up, on what the line does not say
-    return {**_fields(m), "scope": "request", "timeout_by": "proxy", "timeout_on": "unknown"}
+    # a 504 is a gateway's answer (no engine sends one): the proxy gave up, on what the line does not say; a 408
+    # says the answering server gave up on the request, whichever one wrote the line
+    fields = _fields(m)
+    by: dict[str, FieldValue] = {"timeout_by": "proxy"} if fields["status"] == 504 else {}
+    return {**fields, "scope": "request", **by, "timeout_on": "unknown"}
 
 
 def _signatures(kind: EventKind, status: str, phase: Phase) -> tuple[Signature, ...]:
@@ -130,22 +133,30 @@ _LOADING = r"waiting for (?:llama runner|server) to start|load(?:ing)? model"
 # (nginx's stage, Envoy's flags and duration, Go's "awaiting headers" / "reading body", LiteLLM's seconds) are
 # catalogued (parsers/catalogue/*.yaml) and come before these in every parser.
 TIMEOUT_SIGNATURES: tuple[Signature, ...] = (
-    *_signatures(EventKind.DEADLINE_EXCEEDED, "504", Phase.RUNTIME),
+    # a gateway's 504, and a 408: the server or the gateway in front gave up on the request (nginx's
+    # client_header/body timeouts, Envoy's stream idle timeout, LiteLLM's answer for its upstream's timeout)
+    *_signatures(EventKind.DEADLINE_EXCEEDED, "504|408", Phase.RUNTIME),
     signature(EventKind.DEADLINE_EXCEEDED, _DEADLINE + r"(?P<tokens>[1-9]\d{0,9})", Severity.WARNING,
               Phase.GENERATION, _tokens, unless=_LOADING),
     signature(EventKind.DEADLINE_EXCEEDED, r"(?:(?i:deadline exceeded)|DEADLINE_EXCEEDED|DeadlineExceeded)",
               Severity.WARNING, Phase.RUNTIME,
               lambda m: {"scope": "request", "timeout_on": "unknown"}, unless=_LOADING),
-    # a proxy's 504 as its client tells it, and Ollama's own 500 at a round 5 or 30 minutes (a client's or
-    # proxy's deadline cut the request; the handler logs 500 when its context is cancelled)
+    # a proxy's 504 as its client tells it (a browser's console puts the status text in parentheses), and
+    # Ollama's own 500 at a client's usual deadline (`_GIN_DEADLINE`)
     signature(EventKind.DEADLINE_EXCEEDED, r"\b504 \(?Gateway Time-?out\b"
-              r"|\b(?:HTTP code|Error code:|[Ss]tatus [Cc]ode:?) 504\b",
+              r"|\b(?:HTTP code|Error code:|[Ss]tatus [Cc]ode:?) 504\b"
+              # a client that prints the status and the proxy's error page after it (Squid's, nginx's)
+              r"|: 504 <(?:!DOCTYPE|html)\b",
               Severity.WARNING, Phase.RUNTIME,
               lambda m: {"scope": "request", "timeout_by": "proxy", "timeout_on": "unknown"}),
+    # a 408 as a client tells it (the OpenAI SDKs retry it; LiteLLM answers it for an upstream that timed out)
+    signature(EventKind.DEADLINE_EXCEEDED, r"\b408 \(?Request Time-?out\b"
+              r"|\b(?:HTTP code|Error code:|[Ss]tatus [Cc]ode:?) 408\b",
+              Severity.WARNING, Phase.RUNTIME, lambda m: {"scope": "request", "timeout_on": "unknown"}),
     signature(EventKind.DEADLINE_EXCEEDED, r"\[GIN\] [\d/]{10} - [\d:]{8} " + _GIN_DEADLINE,
               Severity.WARNING, Phase.RUNTIME, lambda m: {"scope": "request", "timeout_on": "unknown"}),
 )
-HOT_WORDS = ("429", "503", "504", "eadline", "DEADLINE", "upstream timed out", "| 500 |",
+HOT_WORDS = ("429", "503", "504", "408", "eadline", "DEADLINE", "upstream timed out", "| 500 |",
              # any other error status on an access line (uvicorn/nginx `HTTP/1.1" 404`, GIN `| 404 |`, llama.cpp)
              '" 4', '" 5', "[GIN]", "log_server_r", "request |")
 

@@ -1,4 +1,5 @@
-"""NVIDIA driver lines from the kernel log (dmesg, `journalctl -k`, syslog): `xid` and `gpu_lost`.
+"""NVIDIA driver lines from the kernel log (dmesg, `journalctl -k`, syslog): `xid`, `gpu_lost` and the driver's
+failed allocations (`oom`).
 
 `NVRM: Xid (PCI:0000:3b:00): 79, pid=…, name=…, GPU has fallen off the bus.` — older drivers omit `PCI:`. Xid 79
 and the "has fallen off the bus" notice (multi-line in newer drivers, sometimes without an Xid; `NVRM: GPU at
@@ -44,6 +45,11 @@ KERNEL_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.GPU_LOST, _LOST, Severity.CRITICAL, Phase.RUNTIME, _lost_fields, incident=True),
     signature(EventKind.XID, _XID, Severity.ERROR, Phase.RUNTIME, _xid_fields, severity_of=lambda f: xid_severity(
         int(f["xid"] or 0))),
+    # the resource manager's failed allocation (src/nvidia/src/kernel/mem_mgr/mem_desc.c, `NV_CHECK_OK` on
+    # memdescAlloc): the driver could not back a process's request; on a unified-memory GPU (GB10) the engine's
+    # own allocation, the kernel's side of its out of memory
+    signature(EventKind.OOM, r"NVRM: [^\n]{0,200}?Out of memory \[NV_ERR_NO_MEMORY\]", Severity.ERROR, Phase.RUNTIME,
+              incident=True),
     # gpud's reason for an Xid it read from kmsg (components/accelerator/nvidia/xid, newXIDErrorReason):
     # `XID %d(%s) detected on %s`, later `XID %d (%s) detected on GPU %s`, `XID %d detected on …` for a code its
     # catalog lacks. It names the code, so it is an `xid` whatever the code; the kernel line it came from (and

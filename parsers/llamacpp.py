@@ -104,16 +104,26 @@ _REQUEST_SLOT = re.compile(r"\| task \d{1,12} \|")
 # wrapped it mid-path), and the next line, with no prefix of its own, holds the rest
 _OLLAMA_CMD_CUT = re.compile(r'^starting llama server ?cmd="[^"\n]{0,2000}$')
 _CTX_SIZE = re.compile(r"(?:^| )--ctx-size (\d+)\b")
-_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +([\d.]+) MiB"
+# The buffers' sizes are printed with `%.2f` under the process's locale: `1024.00`, or `1024,00` where the
+# decimal mark is a comma; a device is its backend's name (`CUDA0`, `SYCL1`, `Vulkan0`) or an RPC server's
+# (`RPC[10.0.2.209:50052]`)
+_MIB = r"(\d{1,9}(?:[.,]\d{1,6})?) MiB"
+_DEVICE = r"(?!CPU)(?!\w{1,20}_Host)(?:\w{1,20}|RPC\[[^\]\s]{1,60}\])"
+_KV_MIB = re.compile(r"(?:KV self size|llama_kv_cache\w{0,20}: +size) += +" + _MIB
                      # each accelerator's share (a CPU or host buffer is RAM); the total line, where printed, wins
-                     r"|llama_kv_cache\w{0,20}: +(?!CPU)(?!\w{1,20}_Host)\w{1,20} KV buffer size = +([\d.]+) MiB")
+                     + r"|llama_kv_cache\w{0,20}: +" + _DEVICE + " KV buffer size = +" + _MIB)
 # Weights on an accelerator (a CPU or host buffer is RAM): `load_tensors: CUDA0 model buffer size = … MiB`
 # (`llm_load_tensors:` in older builds, no `model` in some forks). One fact per device; the last one wins.
-_WEIGHTS_MIB = re.compile(r"load_tensors: +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) (?:model )?buffer size = +([\d.]+) MiB")
+_WEIGHTS_MIB = re.compile(r"load_tensors: +(" + _DEVICE + ") (?:model )?buffer size = +" + _MIB)
 # The graph's scratch memory on an accelerator, reserved at start-up: llama.cpp's activation peak
 # (`llama_context:      CUDA0 compute buffer size =   560.00 MiB`; a host buffer is RAM)
-_COMPUTE_MIB = re.compile(r"(?:llama_context|llama_new_context_with_model): +((?!CPU)(?!\w{1,20}_Host)\w{1,20}) "
-                          r"compute buffer size = +([\d.]+) MiB")
+_COMPUTE_MIB = re.compile(r"(?:llama_context|llama_new_context_with_model): +(" + _DEVICE + ") "
+                          r"compute buffer size = +" + _MIB)
+
+
+def _mib(number: str) -> int:
+    """Bytes of a buffer's `%.2f` MiB, whichever decimal mark the locale printed."""
+    return size_bytes(number.replace(",", "."), "MiB")
 # Ollama's own start-up lines (Go slog, message already unquoted by the splitter)
 _OLLAMA_SIZES = (
     ("weights_bytes", re.compile(r"^model weights (?:buffer|device)=(?!CPU)\w{1,20} size=\"([\d.]+) ([KMGT]i?B|B)\"")),
@@ -308,12 +318,12 @@ class LlamaCppParser(StreamParser):
         else:
             out.extend(self._cut_cmd(split, msg))
         if (m := _KV_MIB.search(msg)) is not None:  # allocated: an earlier start's failed KV buffer is over
-            out += [self.fact(split, "kv_cache_bytes", size_bytes(m.group(1) or m.group(2), "MiB")),
+            out += [self.fact(split, "kv_cache_bytes", _mib(m.group(1) or m.group(2))),
                     self.fact(split, "kv_buffer_failed_bytes", 0.0)]
         if (m := _WEIGHTS_MIB.search(msg)) is not None:
-            out.append(self.fact(split, "weights_bytes", size_bytes(m.group(2), "MiB")))
+            out.append(self.fact(split, "weights_bytes", _mib(m.group(2))))
         if (m := _COMPUTE_MIB.search(msg)) is not None:  # reserved: so is an earlier failed compute buffer
-            out += [self.fact(split, "activation_peak_bytes", size_bytes(m.group(2), "MiB")),
+            out += [self.fact(split, "activation_peak_bytes", _mib(m.group(2))),
                     self.fact(split, "compute_buffer_failed_bytes", 0.0)]
         out.extend(self._allocation_facts(split, msg))
         if (m := _OLLAMA_FIT.search(msg)) is not None:

@@ -120,6 +120,22 @@ def is_request_log(text: str) -> bool:
     return False
 
 
+# SGLang's request log (`--log-requests`, managers/tokenizer_manager.py: `Finish: obj=…, out=…`) ends with the
+# request's meta_info, whose finish reason an abort fills with the scheduler's own words and the status the client
+# got (FINISH_ABORT.to_json: `{'type': 'abort', 'message': 'Request running timeout reached.', 'status_code': 503,
+# …}`). That message is the engine's, never the request's content.
+_ABORTED = re.compile(r"'finish_reason': \{'type': 'abort', 'message': '(?P<msg>[^'\\\n]{1,300})'")
+
+
+def request_outcome(text: str) -> str | None:
+    """The engine's words on how a logged request ended (SGLang's abort message), which its signatures may read
+    though the line logs a request's content: nothing else of the line is read."""
+    if "'abort'" not in text:
+        return None
+    m = _ABORTED.search(text)
+    return None if m is None else m.group("msg")
+
+
 def redact(text: str) -> str:
     """What may be kept of a message: credentials, quoted strings, bodies and query strings removed.
 

@@ -244,8 +244,10 @@ ADVICE = (r"(?i:^\s*(?:if|when|whenever)\s|\b(?:if|when) you (?:get|see|hit|rece
           r"|\b(?:would|should|could|might|shall)(?:\s+\w+){0,5}?\s+(?:return|respond|reply)\b"
           r"|\b(?:be|want|like|prefer|propose|ought) to (?:return|respond|reply)\b"
           # a change's or a design's description of what the server does ("rejects overflow requests with HTTP
-          # 503"): a log line reports what was answered, in the past or as an event, never "rejects … with"
-          r"|\b(?:rejects|returns|responds)\b[^\n]{0,80}?\bwith (?:an? )?(?:HTTP |status )?(?:429|503)\b)")
+          # 503", "new requests will be rejected immediately with an HTTP 503"): a log line reports what was
+          # answered, in the past or as an event, never "rejects … with" or what "will be rejected with"
+          r"|\b(?:rejects|returns|responds|(?:will|would|should|must|can) be (?:rejected|refused|answered))\b"
+          r"[^\n]{0,80}?\bwith (?:an? )?(?:HTTP |status )?(?:429|503)\b)")
 
 
 # A log statement quoted in a sentence: an inline code span (`…`) with words around it on the same line, as

@@ -45,3 +45,23 @@ def test_a_consoles_status_text_in_parentheses_is_read(line: str, kind: str) -> 
 
 def test_a_consoles_other_status_is_no_incident() -> None:
     assert kinds(["xhr.js:247  POST http://localhost:3000/api/chat 400 (Bad Request)"]) == []
+
+
+# a 408: the answering server gave up on the request (nginx's client timeouts, LiteLLM's answer for an upstream that
+# timed out), on an access line or as a client tells it; whoever wrote the line, no proxy is named for it
+@pytest.mark.parametrize("line", [
+    'INFO:     10.0.0.1:5000 - "POST /v1/chat/completions HTTP/1.1" 408 Request Timeout',
+    '10.0.0.1 - - [01/Jan/2025:10:00:00 +0000] "POST /v1/chat/completions HTTP/1.1" 408 0 "-" "python-httpx/0.27"',
+    "openai.APIStatusError: Error code: 408 - {'error': {'message': 'Request Timeout'}}",
+    "HTTP/1.1 408 Request Timeout",
+])
+def test_a_408_is_a_request_timeout(line: str) -> None:
+    (event,) = [r for r in records([line]) if isinstance(r, Event)]
+    assert event.kind.value == "deadline_exceeded" and event.fields["scope"] == "request"
+    assert "timeout_by" not in event.fields
+
+
+def test_a_504_access_line_names_the_proxy() -> None:
+    line = '10.0.0.1 - - [01/Jan/2025:10:00:00 +0000] "POST /v1/chat/completions HTTP/1.1" 504 0 "-" "curl/8.5"'
+    (event,) = [r for r in records([line]) if isinstance(r, Event)]
+    assert event.fields["timeout_by"] == "proxy"

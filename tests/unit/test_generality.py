@@ -204,6 +204,16 @@ def test_split_meets_the_targets(which: str) -> None:
 # relayed 429, Envoy's router upstream timeout, LiteLLM's limiter 429, OpenLLM's `Service Busy`, SkyServe's no ready
 # replicas, GPUStack's heartbeat timeout): macro-F1 0.953, no false alarm, no field mismatch; the floor is that after-
 # fix score.
+# `fresh18` (100 excerpts; 104 collected, four dropped as cited by the fixtures' READMEs) was collected and labelled
+# blind by three collectors (vLLM and SGLang with committed log files; llama.cpp, Ollama and their kin; everything in
+# front of them) right after fresh17's fixes and one commit on Ollama's GIN deadlines, committed, and scored once:
+# macro-F1 0.910 (0.908 on the 100 kept), one false alarm, five field mismatches. Its misses, fixed from their source
+# (SGLang's abort message in its request log, wrk's socket timeouts, Envoy's `stream timeout` body, a 504 before a
+# proxy's error page, CUDA driver error names, NVRM's NV_ERR_NO_MEMORY, vLLM's WorkerProc initialization failure,
+# vLLM-Omni's stage that died before READY, an indented bare TimeoutError, ggml's SYCL exception exit and RPC crash,
+# llama.cpp's buffers under a decimal-comma locale and on RPC devices, LM Studio's load guardrail, a proposal's "will
+# be rejected with an HTTP 503"), with seven labels corrected on reading the source (tests/data/real/README.md):
+# macro-F1 0.985, no false alarm, no field mismatch; the floor is that after-fix score.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -214,15 +224,16 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh6", 60, 0.999, 0, 0),
     ("fresh7", 60, 0.999, 0, 0),
     ("fresh8", 60, 0.993, 0, 0),
-    ("fresh9", 60, 0.957, 0, 0),  # first score 0.810
-    ("fresh10", 17, 0.978, 0, 0),  # first score 0.889, one field mismatch
+    ("fresh9", 60, 0.964, 0, 0),  # first score 0.810
+    ("fresh10", 17, 0.989, 0, 0),  # first score 0.889, one field mismatch
     ("fresh11", 85, 0.946, 0, 0),  # first score 0.839, one field mismatch
     ("fresh12", 140, 0.937, 0, 1),  # first score 0.750, one false alarm, six field mismatches
-    ("fresh13", 110, 0.950, 0, 3),  # first score 0.741, one false alarm, seven field mismatches
+    ("fresh13", 110, 0.955, 0, 2),  # first score 0.741, one false alarm, seven field mismatches
     ("fresh14", 134, 0.977, 0, 0),  # first score 0.665, three false alarms, six field mismatches
     ("fresh15", 111, 0.951, 0, 1),  # first score 0.729, no false alarm, eleven field mismatches
     ("fresh16", 90, 0.983, 0, 2),  # first score 0.705, no false alarm, five field mismatches
     ("fresh17", 56, 0.952, 0, 0),  # first score 0.630, no false alarm, five field mismatches
+    ("fresh18", 100, 0.984, 0, 0),  # first score 0.908 (0.910 on 104), one false alarm, five field mismatches
 ]
 
 
