@@ -169,6 +169,11 @@ def classify(ex: Excerpt) -> list[Record]:
     return records
 
 
+# Facts that name the engine rather than size it: the labels' `facts` are start-up capacity facts (sizes, counts,
+# limits), and a version line alone is none
+IDENTITY_FACTS = frozenset({"engine_version", "engine_core"})
+
+
 def classes_of(records: Iterable[Record]) -> set[str]:
     found: set[str] = set()
     for r in records:
@@ -176,7 +181,7 @@ def classes_of(records: Iterable[Record]) -> set[str]:
             found.add(KIND_CLASS[r.kind])
         elif isinstance(r, ServerStats):
             found.add("stats")
-        elif isinstance(r, CapacityFact):
+        elif isinstance(r, CapacityFact) and r.name not in IDENTITY_FACTS:
             found.add("facts")
     return found
 

@@ -106,9 +106,9 @@ HTTP_SIGNATURES: tuple[Signature, ...] = (
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?) 503\b"
                  r"|\b503 \(?Service (?:Temporarily )?Unavailable\b",
                  Severity.WARNING, Phase.ADMISSION, _body_503, unless=ADVICE),
-       # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings,
-       # a client's `… failed with status: 429`
-       signature(EventKind.HTTP_429, r"\b429 (?:Client Error: |\()?Too Many Requests\b"
+       # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings
+       # (VS Code's `Server error: 429 too many requests`), a client's `… failed with status: 429`
+       signature(EventKind.HTTP_429, r"\b429 (?:Client Error: |\()?(?i:too many requests)\b"
                  r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?|failed with status:?) 429\b"
                  r"|[\"'](?:error_|status_)?code\\?[\"']: ?429\b",
                  Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}, unless=ADVICE))

@@ -214,6 +214,15 @@ def test_split_meets_the_targets(which: str) -> None:
 # llama.cpp's buffers under a decimal-comma locale and on RPC devices, LM Studio's load guardrail, a proposal's "will
 # be rejected with an HTTP 503"), with seven labels corrected on reading the source (tests/data/real/README.md):
 # macro-F1 0.985, no false alarm, no field mismatch; the floor is that after-fix score.
+# `fresh19` (78 excerpts) was collected and labelled blind by two collectors (the engines, mostly from committed log
+# files; everything in front of and around them) right after fresh18's fixes and one commit of client timeouts (a 408,
+# Ruby's net/http, Node's connect ETIMEDOUT, Cloudflare's plain 524), committed, and scored once: macro-F1 0.838, no
+# false alarm, six field mismatches. Its misses, fixed from their source (undici's timeout as a JSON record and as the
+# AI SDK wraps it, BentoML's runner readiness timeout and its access line's 503, Cloud Run's start-up timeout,
+# SkyServe's failed replica, Ray's dead actor, agent-lightning's requeued rollout, GPT4All's Vulkan out of device
+# memory, koboldcpp's request summary as a load sample, a 429 in lower case), with one label corrected (a llama.cpp
+# batch retry that succeeded is no OOM) and the version line no longer counted as a capacity fact: macro-F1 0.947, no
+# false alarm, one field mismatch; the floor is that after-fix score.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -229,11 +238,12 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh11", 85, 0.946, 0, 0),  # first score 0.839, one field mismatch
     ("fresh12", 140, 0.937, 0, 1),  # first score 0.750, one false alarm, six field mismatches
     ("fresh13", 110, 0.955, 0, 2),  # first score 0.741, one false alarm, seven field mismatches
-    ("fresh14", 134, 0.977, 0, 0),  # first score 0.665, three false alarms, six field mismatches
+    ("fresh14", 134, 0.984, 0, 0),  # first score 0.665, three false alarms, six field mismatches
     ("fresh15", 111, 0.951, 0, 1),  # first score 0.729, no false alarm, eleven field mismatches
     ("fresh16", 90, 0.983, 0, 2),  # first score 0.705, no false alarm, five field mismatches
     ("fresh17", 56, 0.952, 0, 0),  # first score 0.630, no false alarm, five field mismatches
-    ("fresh18", 100, 0.984, 0, 0),  # first score 0.908 (0.910 on 104), one false alarm, five field mismatches
+    ("fresh18", 100, 0.985, 0, 0),  # first score 0.908 (0.910 on 104), one false alarm, five field mismatches
+    ("fresh19", 78, 0.946, 0, 1),  # first score 0.838, no false alarm, six field mismatches
 ]
 
 

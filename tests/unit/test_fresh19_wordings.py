@@ -1,0 +1,38 @@
+"""Shapes the fresh19 batch showed the parsers missing that live in parser code (koboldcpp's request summary as a
+load sample, a 429 in lower case); the catalogued statements are rendered by test_catalogue behind every prefix."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.records import Server, ServerStats
+from parsers import make_parser
+from tests.unit.wordings import kinds, records
+
+# LostRuins/koboldcpp koboldcpp.py: the generate handler's closing summary, before 1.50 and after
+SUMMARIES = [
+    ("ContextLimit: 614/2048, Processing:0.43s (5.5ms/T), Generation:3.62s (55.8ms/T), Total:4.06s (16.02T/s)",
+     614 / 2048),
+    ("CtxLimit: 3768/4096, Process:0.44s (442.0ms/T = 2.26T/s), Generate:0.00s (3.0ms/T = 333.33T/s), Total:0.45s "
+     "(2.25T/s)", 3768 / 4096),
+]
+
+
+# one request runs at a time, and its context is what the KV cache holds: the summary is a load sample, read alike
+# whether the stream is unrecognised or llama.cpp's (koboldcpp prints libllama's lines too)
+@pytest.mark.parametrize(("line", "usage"), SUMMARIES)
+@pytest.mark.parametrize("server", [Server.AUTO, Server.LLAMACPP])
+def test_koboldcpps_request_summary_is_a_load_sample(line: str, usage: float, server: Server) -> None:
+    parser = make_parser(server)
+    samples = [r for r in parser.feed(line) + parser.flush() if isinstance(r, ServerStats)]
+    assert [(s.running, s.waiting, s.kv_usage_ratio) for s in samples] == [(1, None, usage)]
+
+
+def test_a_context_past_its_limit_is_no_sample() -> None:
+    line = "CtxLimit: 5000/4096, Process:0.44s (442.0ms/T = 2.26T/s), Generate:0.00s (3.0ms/T), Total:0.45s (2.25T/s)"
+    assert not [r for r in records([line]) if isinstance(r, ServerStats)]
+
+
+# microsoft/vscode-copilot-chat: `Server error: 429 too many requests`, the status text in lower case
+def test_a_429_in_lower_case_is_a_refusal() -> None:
+    assert kinds(["2026-01-16 17:24:11.367 [error] Server error: 429 too many requests"]) == ["http_429"]
