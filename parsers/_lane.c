@@ -27,6 +27,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 #define MAX_QUIET_LINE 65536  /* parsers/base.py's MAX_LINE_CHARS: a longer line is cut before it is read */
@@ -79,46 +80,83 @@ static int wraps_build(Wraps *w, PyObject *wraps) {
 typedef struct {
     unsigned char cls[256];
     unsigned char pairs[65536 / 8];    /* the first two bytes of each literal, as a bit set */
-    Py_ssize_t head[256];              /* per first byte: the first literal (index), -1 for none */
-    Py_ssize_t *next;                  /* the next literal with the same first byte */
+    unsigned char twos[65536 / 8];     /* the literals of two bytes, as a bit set */
+    unsigned char threes[65536 / 8];   /* a hash of the first three bytes of each longer literal, as a bit set */
+    int32_t pair_head[65536];          /* per first two bytes: the first literal (index), -1 for none */
+    int32_t *next;                     /* the next literal with the same first two bytes */
+    uint32_t *head4;                   /* each literal's first four bytes (a literal of three: its three) */
     const char **text;
     Py_ssize_t *len;
     Py_ssize_t count;
+    PyObject *source;                  /* the tuple it was built from, held (its bytes are `text`) */
 } Filter;
+
+/* A 16-bit hash of three bytes: most positions where two bytes start a literal fail it. */
+static inline unsigned hash3(const unsigned char *p) {
+    return (((unsigned)p[0] << 8) ^ ((unsigned)p[1] << 4) ^ ((unsigned)p[2] * 2654435761u >> 16)) & 0xffffu;
+}
+
+/* The first four bytes at p (three when n is 3, the fourth zero), for one comparison before memcmp. */
+static inline uint32_t head4(const unsigned char *p, Py_ssize_t n) {
+    uint32_t v = 0;
+    memcpy(&v, p, n >= 4 ? 4 : 3);
+    return v;
+}
+
+/* The filter of the last literals asked for. A caller passes the same tuple call after call (parsers/quiet.py
+ * keeps one per parser class), so it is built once, not once per block. */
+static Filter cache;
 
 static void filter_free(Filter *f) {
     PyMem_Free(f->next);
+    PyMem_Free(f->head4);
     PyMem_Free(f->text);
     PyMem_Free(f->len);
+    f->next = NULL;
+    f->head4 = NULL;
+    f->text = NULL;
+    f->len = NULL;
+    Py_CLEAR(f->source);
 }
 
-/* Build the filter from a tuple of bytes (the literals). Returns 0, or -1 with an exception set. */
-static int filter_build(Filter *f, PyObject *literals) {
+/* The filter of a tuple of bytes (the literals), built unless it is the cached one's. NULL with an exception
+ * set on an error (the cache is then empty). */
+static const Filter *filter_of(PyObject *literals) {
+    Filter *f = &cache;
+    if (f->source == literals)
+        return f;
+    filter_free(f);
     memset(f->cls, 0, sizeof f->cls);
     memset(f->pairs, 0, sizeof f->pairs);
-    for (int c = 0; c < 256; c++) {
-        f->head[c] = -1;
+    memset(f->twos, 0, sizeof f->twos);
+    memset(f->threes, 0, sizeof f->threes);
+    memset(f->pair_head, 0xff, sizeof f->pair_head);  /* -1 */
+    for (int c = 0; c < 256; c++)
         if (c >= 0x80 || c == 0 || c == 0x1b || c == '\r')
             f->cls[c] = BAD;
-    }
     f->cls['"'] |= QUOTE;
     f->cls['\''] |= RISKY;
     f->cls['\\'] |= RISKY;
     f->count = PyTuple_GET_SIZE(literals);
-    f->next = PyMem_New(Py_ssize_t, f->count ? f->count : 1);
+    if (f->count > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "too many literals");
+        return NULL;
+    }
+    f->next = PyMem_New(int32_t, f->count ? f->count : 1);
+    f->head4 = PyMem_New(uint32_t, f->count ? f->count : 1);
     f->text = PyMem_New(const char *, f->count ? f->count : 1);
     f->len = PyMem_New(Py_ssize_t, f->count ? f->count : 1);
-    if (f->next == NULL || f->text == NULL || f->len == NULL) {
+    if (f->next == NULL || f->head4 == NULL || f->text == NULL || f->len == NULL) {
         filter_free(f);
         PyErr_NoMemory();
-        return -1;
+        return NULL;
     }
     for (Py_ssize_t i = 0; i < f->count; i++) {
         PyObject *item = PyTuple_GET_ITEM(literals, i);
         if (!PyBytes_Check(item)) {
             filter_free(f);
             PyErr_SetString(PyExc_TypeError, "literals must be bytes");
-            return -1;
+            return NULL;
         }
         const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(item);
         Py_ssize_t n = PyBytes_GET_SIZE(item);
@@ -137,10 +175,18 @@ static int filter_build(Filter *f, PyObject *literals) {
         unsigned pair = ((unsigned)s[0] << 8) | s[1];
         f->pairs[pair >> 3] |= (unsigned char)(1u << (pair & 7));
         f->cls[s[0]] |= FIRST;
-        f->next[i] = f->head[s[0]];
-        f->head[s[0]] = i;
+        if (n == 2) {
+            f->twos[pair >> 3] |= (unsigned char)(1u << (pair & 7));
+            continue;
+        }
+        unsigned three = hash3(s);
+        f->threes[three >> 3] |= (unsigned char)(1u << (three & 7));
+        f->head4[i] = head4(s, n);
+        f->next[i] = f->pair_head[pair];
+        f->pair_head[pair] = (int32_t)i;
     }
-    return 0;
+    f->source = Py_NewRef(literals);
+    return f;
 }
 
 /* Whether parsers/paste.py's `unpaste` might take a wrapper off the line [p, end): its first byte can start
@@ -220,10 +266,20 @@ static int quiet(const Filter *f, const unsigned char *p, const unsigned char *e
         if ((t & FIRST) && q + 1 < end) {
             unsigned pair = ((unsigned)q[0] << 8) | q[1];
             if (f->pairs[pair >> 3] & (1u << (pair & 7))) {
-                for (Py_ssize_t i = f->head[*q]; i >= 0; i = f->next[i]) {
-                    Py_ssize_t n = f->len[i];
-                    if (end - q >= n && memcmp(q, f->text[i], (size_t)n) == 0)
-                        return 0;
+                if (f->twos[pair >> 3] & (1u << (pair & 7)))
+                    return 0;  /* a literal of two bytes */
+                unsigned three = end - q >= 3 ? hash3(q) : 0;
+                /* only the literals that start with these two bytes, when one starts with these three:
+                 * their first four bytes in one comparison, then the rest */
+                if (end - q >= 3 && (f->threes[three >> 3] & (1u << (three & 7)))) {
+                    uint32_t have4 = head4(q, end - q), have3 = head4(q, 3);
+                    for (int32_t i = f->pair_head[pair]; i >= 0; i = f->next[i]) {
+                        Py_ssize_t n = f->len[i];
+                        if (end - q < n || (n >= 4 ? have4 : have3) != f->head4[i])
+                            continue;
+                        if (n <= 4 || memcmp(q + 4, f->text[i] + 4, (size_t)(n - 4)) == 0)
+                            return 0;
+                    }
                 }
             }
         }
@@ -404,15 +460,20 @@ static PyObject *stats_line(const char *s, Py_ssize_t n, Py_ssize_t start, Py_ss
     PyObject *waiting = int_of(s + f[3][0], f[3][1]);
     PyObject *kv = float_of(s + f[4][0], f[4][1]);
     PyObject *rate = hit ? float_of(s + f[5][0], f[5][1]) : Py_NewRef(Py_None);
+    PyObject *first = PyLong_FromSsize_t(start), *last = PyLong_FromSsize_t(stop), *sec = PyLong_FromLong(second);
+    PyObject *items[12] = {first, last, minute, sec, tag, eng, pt, gt, running, waiting, kv, rate};
     PyObject *out = NULL;
-    if (minute && tag && eng && pt && gt && running && waiting && kv && rate)
-        out = Py_BuildValue("(nnNiNNNNNNNN)", start, stop, minute, second, tag, eng, pt, gt, running, waiting,
-                            kv, rate);
-    else {
-        Py_XDECREF(minute); Py_XDECREF(tag); Py_XDECREF(eng); Py_XDECREF(pt); Py_XDECREF(gt);
-        Py_XDECREF(running); Py_XDECREF(waiting); Py_XDECREF(kv); Py_XDECREF(rate);
+    int whole = 1;
+    for (int i = 0; i < 12; i++)
+        whole &= items[i] != NULL;
+    if (whole && (out = PyTuple_New(12)) != NULL) {  /* built directly: Py_BuildValue's format costs ~3 k */
+        for (int i = 0; i < 12; i++)
+            PyTuple_SET_ITEM(out, i, items[i]);  /* steals each */
+        return out;
     }
-    return out;
+    for (int i = 0; i < 12; i++)
+        Py_XDECREF(items[i]);
+    return NULL;
 }
 
 /* Whether [p, end) is ASCII without NUL, ESC or CR: the only lines read as stats lines here. */
@@ -455,7 +516,7 @@ static PyObject *split(PyObject *self, PyObject *args) {
         PyBuffer_Release(&view);
         return NULL;
     }
-    Filter filter;
+    const Filter *filter = NULL;
     int filtering = literals != Py_None;
     if (max_line <= 0) {
         PyBuffer_Release(&view);
@@ -475,7 +536,7 @@ static PyObject *split(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_TypeError, "literals must be a tuple of bytes or None");
             return NULL;
         }
-        if (filter_build(&filter, literals) < 0) {
+        if ((filter = filter_of(literals)) == NULL) {
             PyBuffer_Release(&view);
             return NULL;
         }
@@ -500,7 +561,7 @@ static PyObject *split(PyObject *self, PyObject *args) {
         int holds = held(&wraps, text_end - at);  /* for a quiet or stats line (ASCII) bytes are characters */
         int is_quiet = filtering && !holds && text_end - at <= MAX_QUIET_LINE
                        && !maybe_pasted(buf + at, buf + text_end)
-                       && quiet(&filter, buf + at, buf + text_end, guards, max_quiet);
+                       && quiet(filter, buf + at, buf + text_end, guards, max_quiet);
         if (is_quiet) {
             if (run == 0)
                 run_start = at;
@@ -510,7 +571,10 @@ static PyObject *split(PyObject *self, PyObject *args) {
                 goto fail;
             run = 0;
             PyObject *line = NULL;
-            if (stats && !holds && (nl != NULL || final) && plain_ascii(buf + at, buf + text_end)) {
+            /* the stats word first (memchr's pace): most lines that are not quiet are not stats lines */
+            if (stats && !holds && (nl != NULL || final)
+                && find((const char *)buf + at, text_end - at, 0, STATS_WORD) >= 0
+                && plain_ascii(buf + at, buf + text_end)) {
                 line = stats_line((const char *)buf + at, text_end - at, at, at + piece);
                 if (line == NULL)
                     goto fail;
@@ -538,15 +602,11 @@ static PyObject *split(PyObject *self, PyObject *args) {
     }
     if (run && add_run(out, run, run_start, at) < 0)
         goto fail;
-    if (filtering)
-        filter_free(&filter);
     PyBuffer_Release(&view);
     PyObject *result = Py_BuildValue("(NnO)", out, at, done ? Py_True : Py_False);
     return result;
 fail:
     Py_XDECREF(out);
-    if (filtering)
-        filter_free(&filter);
     PyBuffer_Release(&view);
     return NULL;
 }

@@ -266,3 +266,31 @@ def test_lines_as_long_as_a_terminal_scan_the_same(tmp_path: Path, monkeypatch: 
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     monkeypatch.setattr(plain_lane, "READ_BYTES", block)
     _both_ways(log, 1, monkeypatch, lane_calls, server)
+
+
+# The literal test itself, against Python's `in`: a line of a few letters is quiet exactly when it holds none of the
+# literals, whatever their lengths (one, two, three, four and more bytes, where the C filter takes different
+# paths), and whichever literals an earlier call asked for (the filter of the last tuple is kept between calls).
+_LETTERS = st.text(alphabet="abcz", min_size=1, max_size=7)
+
+
+@needs_lane
+@settings(max_examples=300, deadline=None)
+@given(first=st.lists(_LETTERS, min_size=1, max_size=12), second=st.lists(_LETTERS, min_size=1, max_size=12),
+       lines=st.lists(st.text(alphabet="abcz ", max_size=60), min_size=1, max_size=20))
+def test_the_lanes_literal_test_is_pythons_in(first: list[str], second: list[str], lines: list[str]) -> None:
+    from parsers.compiled import LANE
+    from parsers.quiet import REQUEST_GUARDS
+
+    assert LANE is not None
+    buf = b"".join(b"q" + line.encode() + b"\n" for line in lines)
+    for words in (first, second, first):
+        literals = tuple(sorted({w.encode() for w in words}))
+        for _ in range(2):  # the same tuple again: the kept filter
+            items, used, done = LANE.split(buf, True, -1, -1, MAX_LINE_BYTES, MAX_QUIET, literals, REQUEST_GUARDS,
+                                           False, ())
+            assert used == len(buf)
+            quiet: list[bool] = []
+            for item in items:
+                quiet += [True] * item[0] if isinstance(item, tuple) else [False]
+            assert quiet == [not any(w in "q" + line for w in words) for line in lines]
