@@ -28,6 +28,7 @@ from parsers import (
     mistralrs,
     mlc,
     server_args,
+    textgen,
     trtllm,
     vllm_rs,
     xinference,
@@ -56,11 +57,14 @@ LoadReader = Callable[[str], tuple[int | None, int | None, float | None] | None]
 _LOAD_READERS: tuple[tuple[tuple[str, ...], LoadReader], ...] = (
     (lmdeploy.LOAD_WORDS, lmdeploy.load_sample), (mistralrs.HOT_WORDS, mistralrs.load_sample),
     (trtllm.LEGACY_WORDS, trtllm.legacy_iteration_stats), (koboldcpp.HOT_WORDS, koboldcpp.load_sample))
+# and the lines that tell a generation's speed alone (prompt, generation tokens a second): text-generation-webui's
+SpeedReader = Callable[[str], tuple[float | None, float | None] | None]
+_SPEED_READERS: tuple[tuple[tuple[str, ...], SpeedReader], ...] = ((textgen.HOT_WORDS, textgen.speed_sample),)
 
 _HOT_WORDS = (*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
               *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS, *argdumps.HOT_WORDS,
-              *koboldcpp.HOT_WORDS)
+              *koboldcpp.HOT_WORDS, *textgen.HOT_WORDS)
 
 
 class GenericParser(StreamParser):
@@ -118,6 +122,10 @@ class GenericParser(StreamParser):
                 running, waiting, usage = load
                 return self.sample(ServerStats(split.ts, self.source, self.server, running=running, waiting=waiting,
                                                kv_usage_ratio=usage, path=path, offset=offset), split.tag)
+        for words, speed in _SPEED_READERS:
+            if any(w in msg for w in words) and (tps := speed(msg)) is not None:
+                return [ServerStats(split.ts, self.source, self.server, prompt_tps=tps[0], gen_tps=tps[1], path=path,
+                                    offset=offset)]
         return [self.fact(split, name, value) for words, facts in _FACT_READERS if any(w in msg for w in words)
                 for name, value in facts(msg)]
 

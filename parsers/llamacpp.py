@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import timezone, tzinfo
 
 from agent.records import EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import catalogued, families, gpu, http_access, kernel, koboldcpp, server_args
+from parsers import catalogued, families, gpu, http_access, kernel, koboldcpp, server_args, textgen
 from parsers.base import StreamParser
 from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature, size_bytes
@@ -189,7 +189,7 @@ class LlamaCppParser(StreamParser):
               *server_args.HOT_WORDS, "--ctx-size", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
               "prompt processing", "compute buffer size", "MiB free", "buffer of size", "compute buffer",
-              "KV buffer size", "compute graph", *koboldcpp.HOT_WORDS,
+              "KV buffer size", "compute graph", *koboldcpp.HOT_WORDS, *textgen.HOT_WORDS,
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("llamacpp"),
               *catalogued.hot_words("auto"))
@@ -309,6 +309,9 @@ class LlamaCppParser(StreamParser):
             running, waiting, usage = load
             return self.sample(ServerStats(split.ts, self.source, self.server, running=running, waiting=waiting,
                                            kv_usage_ratio=usage, path=path, offset=offset), split.tag)
+        if "Output generated in " in msg and (speed := textgen.speed_sample(msg)) is not None:  # the web UI's loader
+            return [ServerStats(split.ts, self.source, self.server, prompt_tps=speed[0], gen_tps=speed[1], path=path,
+                                offset=offset)]
         for name, pattern, conv in () if _REQUEST_SLOT.search(msg) else _FACTS:
             m = pattern.search(msg)
             if m is not None:

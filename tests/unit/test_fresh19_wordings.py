@@ -36,3 +36,13 @@ def test_a_context_past_its_limit_is_no_sample() -> None:
 # microsoft/vscode-copilot-chat: `Server error: 429 too many requests`, the status text in lower case
 def test_a_429_in_lower_case_is_a_refusal() -> None:
     assert kinds(["2026-01-16 17:24:11.367 [error] Server error: 429 too many requests"]) == ["http_429"]
+
+
+# oobabooga/text-generation-webui modules/text_generation.py: each generation's summary, its speed alone
+@pytest.mark.parametrize("server", [Server.AUTO, Server.LLAMACPP])
+def test_text_generation_webuis_summary_is_a_speed_sample(server: Server) -> None:
+    parser = make_parser(server)
+    line = "Output generated in 9.62 seconds (2.49 tokens/s, 24 tokens, context 1951, seed 1235884226)"
+    samples = [r for r in parser.feed(line) + parser.flush() if isinstance(r, ServerStats)]
+    assert [(s.gen_tps, s.running, s.kv_usage_ratio) for s in samples] == [(2.49, None, None)]
+    assert not [r for r in records(["Output generated in 9.62 seconds"]) if isinstance(r, ServerStats)]

@@ -287,7 +287,7 @@ def test_the_lanes_literal_test_is_pythons_in(first: list[str], second: list[str
     for words in (first, second, first):
         literals = tuple(sorted({w.encode() for w in words}))
         for _ in range(2):  # the same tuple again: the kept filter
-            items, used, done = LANE.split(buf, True, -1, -1, MAX_LINE_BYTES, MAX_QUIET, literals, REQUEST_GUARDS,
+            items, used, _done = LANE.split(buf, True, -1, -1, MAX_LINE_BYTES, MAX_QUIET, literals, REQUEST_GUARDS,
                                            False, ())
             assert used == len(buf)
             quiet: list[bool] = []
