@@ -97,19 +97,20 @@ FAILED_SIGNATURES: tuple[Signature, ...] = tuple(
 
 HTTP_SIGNATURES: tuple[Signature, ...] = (
     _signatures(EventKind.HTTP_429, "429", Phase.ADMISSION) + _signatures(EventKind.HTTP_503, "503", Phase.ADMISSION)
-    # the family under the access-line forms: a 503 as a client or a proxy in front reports it (llama.cpp and
+    # the family under the access-line forms: a 503 as a client or a proxy in front reports it (`error 503 from …`,
+    # `Error: 503 …`; llama.cpp and
     # its forks answer `{"error":{"code":503,"message":"Loading model","type":"unavailable_error"}}`); an
     # agent's JSON record may name the field `error_code` or `status_code` (`"error_code":429`)
     + (signature(EventKind.HTTP_503, r"[\"'](?:error_|status_)?code\\?[\"']: ?503\b"
                  r"(?:[^\n]{0,40}?[\"']message[\"']: ?[\"']"
                  r"(?P<reason>Loading model|[Ss]erver (?:is )?busy|Service Unavailable))?"
-                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?) 503\b"
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?|[Ee]rror:?) 503\b"
                  r"|\b503 \(?Service (?:Temporarily )?Unavailable\b",
                  Severity.WARNING, Phase.ADMISSION, _body_503, unless=ADVICE),
        # and a 429: Python requests' `429 Client Error: Too Many Requests for url: …`, SDK and proxy wordings
        # (VS Code's `Server error: 429 too many requests`), a client's `… failed with status: 429`
        signature(EventKind.HTTP_429, r"\b429 (?:Client Error: |\()?(?i:too many requests)\b"
-                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?|failed with status:?) 429\b"
+                 r"|\b(?:HTTP(?: code)?|Error code:|[Ss]tatus [Cc]ode:?|failed with status:?|[Ee]rror:?) 429\b"
                  r"|[\"'](?:error_|status_)?code\\?[\"']: ?429\b",
                  Severity.WARNING, Phase.ADMISSION, lambda m: {"status": 429}, unless=ADVICE))
     + FAILED_SIGNATURES

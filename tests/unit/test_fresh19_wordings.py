@@ -46,3 +46,19 @@ def test_text_generation_webuis_summary_is_a_speed_sample(server: Server) -> Non
     samples = [r for r in parser.feed(line) + parser.flush() if isinstance(r, ServerStats)]
     assert [(s.gen_tps, s.running, s.kv_usage_ratio) for s in samples] == [(2.49, None, None)]
     assert not [r for r in records(["Output generated in 9.62 seconds"]) if isinstance(r, ServerStats)]
+
+
+# A status after a client's or proxy's own `error`: earlier batches' misses (fresh11's LLM proxy, fresh12's and
+# fresh14's agents), read alike since
+@pytest.mark.parametrize(("line", "kind"), [
+    ("LLM proxy error 503 from https://llm.example.org/v1/messages key_id=21: Service temporarily unavailable",
+     "http_503"),
+    ('Error: 429 {"error":{"type":"rate_limit_error","message":"Rate limited"}}', "http_429"),
+    ("Aborting because error 503 for http://fortioserver:8080/echo?size=1024", "http_503"),
+])
+def test_a_status_after_an_error_word_is_a_refusal(line: str, kind: str) -> None:
+    assert kinds([line]) == [kind]
+
+
+def test_an_error_with_another_status_is_no_refusal() -> None:
+    assert kinds(["LLM proxy error 502 from https://llm.example.org/v1/messages"]) == []
