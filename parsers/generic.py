@@ -24,6 +24,7 @@ from parsers import (
     http_access,
     kernel,
     koboldcpp,
+    lightllm,
     lmdeploy,
     mistralrs,
     mlc,
@@ -51,12 +52,13 @@ _FACT_READERS: tuple[tuple[tuple[str, ...], Callable[[str], list[tuple[str, floa
 
 # (words, reader): the load lines of engines without a parser of their own, each (running, waiting, KV usage ratio),
 # None where the line does not say: LMDeploy's metrics logger, mistral.rs's engine logger, TensorRT-LLM's batch
-# manager before the executor API, koboldcpp's request summary (parsers/lmdeploy.py, mistralrs.py, trtllm.py,
-# koboldcpp.py)
+# manager before the executor API, koboldcpp's request summary, LightLLM's router (parsers/lmdeploy.py, mistralrs.py,
+# trtllm.py, koboldcpp.py, lightllm.py)
 LoadReader = Callable[[str], tuple[int | None, int | None, float | None] | None]
 _LOAD_READERS: tuple[tuple[tuple[str, ...], LoadReader], ...] = (
     (lmdeploy.LOAD_WORDS, lmdeploy.load_sample), (mistralrs.HOT_WORDS, mistralrs.load_sample),
-    (trtllm.LEGACY_WORDS, trtllm.legacy_iteration_stats), (koboldcpp.HOT_WORDS, koboldcpp.load_sample))
+    (trtllm.LEGACY_WORDS, trtllm.legacy_iteration_stats), (koboldcpp.HOT_WORDS, koboldcpp.load_sample),
+    (lightllm.HOT_WORDS, lightllm.load_sample))
 # and the lines that tell a generation's speed alone (prompt, generation tokens a second): text-generation-webui's
 SpeedReader = Callable[[str], tuple[float | None, float | None] | None]
 _SPEED_READERS: tuple[tuple[tuple[str, ...], SpeedReader], ...] = ((textgen.HOT_WORDS, textgen.speed_sample),)
@@ -64,7 +66,7 @@ _SPEED_READERS: tuple[tuple[tuple[str, ...], SpeedReader], ...] = ((textgen.HOT_
 _HOT_WORDS = (*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
               *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS, *argdumps.HOT_WORDS,
-              *koboldcpp.HOT_WORDS, *textgen.HOT_WORDS)
+              *koboldcpp.HOT_WORDS, *textgen.HOT_WORDS, *lightllm.HOT_WORDS)
 
 
 class GenericParser(StreamParser):

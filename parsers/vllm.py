@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
-from parsers import catalogued, families, gpu, http_access, kernel, vllm_stats, xinference
+from parsers import catalogued, families, gpu, http_access, kernel, lightllm, vllm_stats, xinference
 from parsers.base import StreamParser
 from parsers.prefix import ANSI, Split
 from parsers.redact import scrub
@@ -219,7 +219,8 @@ class VllmParser(StreamParser):
               "Starting vLLM", "Background loop", "Engine loop", "hit an exception", "Warming up model",
               "ERROR",  # an ERROR record opens a block whatever it says (a traceback's first frame says nothing)
               "warmup run", "init engine", "run_engine_core", "run_engine_loop", "engine_step", "run_busy_loop",
-              "_process_engine_step", "Preempted request", "await self.engine.step", *xinference.HOT_WORDS)
+              "_process_engine_step", "Preempted request", "await self.engine.step", *xinference.HOT_WORDS,
+              *lightllm.HOT_WORDS)
 
     def __init__(self, source: str = "-", ref_time: float | None = None, tz: tzinfo = timezone.utc) -> None:
         super().__init__(source, ref_time, tz)
@@ -363,6 +364,9 @@ class VllmParser(StreamParser):
                 return [self._preempt_v0(split, m, path, offset)]
         if "model config: {" in msg:  # Xinference launching this vLLM (parsers/xinference.py)
             return [self.fact(split, name, value) for name, value in xinference.facts(msg)]
+        if "unrefed token" in msg and (load := lightllm.load_sample(msg)) is not None:  # LightLLM's router
+            return self.sample(ServerStats(split.ts, self.source, self.server, kv_usage_ratio=load[2], path=path,
+                                           offset=offset), split.tag)
         return [self.fact(split, name, value) for name, value in line_facts(msg)]
 
     def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:

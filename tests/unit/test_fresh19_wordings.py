@@ -62,3 +62,18 @@ def test_a_status_after_an_error_word_is_a_refusal(line: str, kind: str) -> None
 
 def test_an_error_with_another_status_is_no_refusal() -> None:
     assert kinds(["LLM proxy error 502 from https://llm.example.org/v1/messages"]) == []
+
+
+# ModelTC/LightLLM lightllm/server/router/manager.py (fresh17's miss): the router's batch record at DEBUG, behind a
+# logger prefix of vLLM's shape; the ratio with the prompt cache's unreferenced tokens is the pool's use
+@pytest.mark.parametrize("server", [Server.AUTO, Server.VLLM])
+def test_lightllms_token_ratio_is_a_kv_sample(server: Server) -> None:
+    lines = ["DEBUG 01-12 13:52:23 [manager.py:251] dp_i 0 current batch size: 1 ",
+             "DEBUG 01-12 13:52:23 [manager.py:251] dp_i 0 token used ratio: 0.0023731948408275256 not contain prompt "
+             "cache tree unrefed token",
+             "DEBUG 01-12 13:52:23 [manager.py:251] dp_i 0 token used ratio: 0.002472715914797712 contain prompt cache "
+             "tree unrefed token"]
+    parser = make_parser(server)
+    samples = [r for line in lines for r in parser.feed(line) if isinstance(r, ServerStats)]
+    samples += [r for r in parser.flush() if isinstance(r, ServerStats)]
+    assert [s.kv_usage_ratio for s in samples] == [0.002472715914797712]
