@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timezone, tzinfo
 from typing import ClassVar
@@ -73,6 +73,19 @@ from parsers.redact import (
 from parsers.refusals import OneRefusal
 from parsers.signature import Prefilter, Signature, hot, index_of
 from parsers.stamps import Stamps
+
+# (words, reader) of load lines, as `StreamParser.read_load` asks them: (running, waiting, KV usage ratio), or a
+# speed alone (prompt, generation tokens a second), None where the line does not say
+LoadReaders = tuple[tuple[tuple[str, ...], Callable[[str], tuple[int | None, int | None, float | None] | None]], ...]
+SpeedReaders = tuple[tuple[tuple[str, ...], Callable[[str], tuple[float | None, float | None] | None]], ...]
+
+
+def _holds_any(text: str, words: tuple[str, ...]) -> bool:
+    for word in words:  # noqa: SIM110 - a loop beats any() over a generator on a parser's line path
+        if word in text:
+            return True
+    return False
+
 
 MAX_LINE_CHARS = 64 * 1024  # engine-arg dumps reach ~10 KiB; anything longer is cut, never rejected
 
@@ -445,6 +458,24 @@ class StreamParser:
     def fact(self, split: Split, name: str, value: float | str) -> CapacityFact:
         """A capacity fact stamped with the line's time and this stream's source."""
         return CapacityFact(split.ts, self.source, name, value)
+
+    def read_load(self, split: Split, path: str | None, offset: int | None, loads: LoadReaders,
+                  speeds: SpeedReaders = ()) -> list[Record] | None:
+        """The load sample of a line that one of the readers takes (engines whose load lines no parser of their
+        own reads: koboldcpp's, LightLLM's, text-generation-webui's), each asked only when the line holds one of its
+        words: (running, waiting, KV usage) or a speed alone (prompt, generation tokens a second). None when none
+        takes the line."""
+        msg = split.msg
+        for words, read in loads:
+            if _holds_any(msg, words) and (load := read(msg)) is not None:
+                running, waiting, usage = load
+                return self.sample(ServerStats(split.ts, self.source, self.server, running=running, waiting=waiting,
+                                               kv_usage_ratio=usage, path=path, offset=offset), split.tag)
+        for words, speed in speeds:
+            if _holds_any(msg, words) and (tps := speed(msg)) is not None:
+                return [ServerStats(split.ts, self.source, self.server, prompt_tps=tps[0], gen_tps=tps[1], path=path,
+                                    offset=offset)]
+        return None
 
     def sample(self, stats: ServerStats, tag: str) -> list[Record]:
         """A load sample, plus a `pending` event when this process's queue has just become non-empty

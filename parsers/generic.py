@@ -34,7 +34,7 @@ from parsers import (
     vllm_rs,
     xinference,
 )
-from parsers.base import StreamParser
+from parsers.base import LoadReaders, SpeedReaders, StreamParser
 from parsers.prefix import MONTHS, Split
 from parsers.signature import hot
 
@@ -54,14 +54,12 @@ _FACT_READERS: tuple[tuple[tuple[str, ...], Callable[[str], list[tuple[str, floa
 # None where the line does not say: LMDeploy's metrics logger, mistral.rs's engine logger, TensorRT-LLM's batch
 # manager before the executor API, koboldcpp's request summary, LightLLM's router (parsers/lmdeploy.py, mistralrs.py,
 # trtllm.py, koboldcpp.py, lightllm.py)
-LoadReader = Callable[[str], tuple[int | None, int | None, float | None] | None]
-_LOAD_READERS: tuple[tuple[tuple[str, ...], LoadReader], ...] = (
+_LOAD_READERS: LoadReaders = (
     (lmdeploy.LOAD_WORDS, lmdeploy.load_sample), (mistralrs.HOT_WORDS, mistralrs.load_sample),
     (trtllm.LEGACY_WORDS, trtllm.legacy_iteration_stats), (koboldcpp.HOT_WORDS, koboldcpp.load_sample),
     (lightllm.HOT_WORDS, lightllm.load_sample))
 # and the lines that tell a generation's speed alone (prompt, generation tokens a second): text-generation-webui's
-SpeedReader = Callable[[str], tuple[float | None, float | None] | None]
-_SPEED_READERS: tuple[tuple[tuple[str, ...], SpeedReader], ...] = ((textgen.HOT_WORDS, textgen.speed_sample),)
+_SPEED_READERS: SpeedReaders = ((textgen.HOT_WORDS, textgen.speed_sample),)
 
 _HOT_WORDS = (*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
@@ -119,15 +117,8 @@ class GenericParser(StreamParser):
                                 waiting=count if name == "waiting" else None,
                                 kv_usage_ratio=value if name == "kv_usage_ratio" else None)
             return self.sample(stats, split.tag)
-        for words, read in _LOAD_READERS:
-            if any(w in msg for w in words) and (load := read(msg)) is not None:
-                running, waiting, usage = load
-                return self.sample(ServerStats(split.ts, self.source, self.server, running=running, waiting=waiting,
-                                               kv_usage_ratio=usage, path=path, offset=offset), split.tag)
-        for words, speed in _SPEED_READERS:
-            if any(w in msg for w in words) and (tps := speed(msg)) is not None:
-                return [ServerStats(split.ts, self.source, self.server, prompt_tps=tps[0], gen_tps=tps[1], path=path,
-                                    offset=offset)]
+        if (load := self.read_load(split, path, offset, _LOAD_READERS, _SPEED_READERS)) is not None:
+            return load
         return [self.fact(split, name, value) for words, facts in _FACT_READERS if any(w in msg for w in words)
                 for name, value in facts(msg)]
 

@@ -17,7 +17,7 @@ from datetime import timezone, tzinfo
 
 from agent.records import EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import catalogued, families, gpu, http_access, kernel, koboldcpp, server_args, textgen
-from parsers.base import StreamParser
+from parsers.base import LoadReaders, SpeedReaders, StreamParser
 from parsers.prefix import Split, quoted_or_request
 from parsers.signature import Signature, hot, json_object, signature, size_bytes
 
@@ -136,6 +136,10 @@ _OLLAMA_SIZES = (
 # its default) and the VRAM free for it, in bytes, before it loads
 _OLLAMA_FIT = re.compile(r"^new model will fit in available VRAM[^\"\n]{0,40}, loading\"? [^\n]{0,2000}?"
                          r"\bparallel=(\d{1,4}) available=(\d{1,16})\b")
+# Load lines of programs built on libllama whose streams read as llama.cpp's: koboldcpp's request summary, and
+# text-generation-webui's with its llama.cpp loader
+_LOAD_READERS: LoadReaders = ((koboldcpp.HOT_WORDS, koboldcpp.load_sample),)
+_SPEED_READERS: SpeedReaders = ((textgen.HOT_WORDS, textgen.speed_sample),)
 # Timings: per slot every few seconds (`tg = 12.93 t/s, tg_3s = 12.57 t/s`), and a request's summary in every
 # era's wording (`prompt eval time = … ms / 25 tokens (… ms per token, 33.25 tokens per second)`).
 _TG = re.compile(r"\btg(_3s)? = +(\d{1,9}(?:\.\d{1,4})?) t/s")
@@ -305,13 +309,8 @@ class LlamaCppParser(StreamParser):
             return out
         if _IDLE.search(msg) is not None:
             self._deferring = False
-        if "Limit:" in msg and (load := koboldcpp.load_sample(msg)) is not None:  # koboldcpp, on libllama
-            running, waiting, usage = load
-            return self.sample(ServerStats(split.ts, self.source, self.server, running=running, waiting=waiting,
-                                           kv_usage_ratio=usage, path=path, offset=offset), split.tag)
-        if "Output generated in " in msg and (speed := textgen.speed_sample(msg)) is not None:  # the web UI's loader
-            return [ServerStats(split.ts, self.source, self.server, prompt_tps=speed[0], gen_tps=speed[1], path=path,
-                                offset=offset)]
+        if (load := self.read_load(split, path, offset, _LOAD_READERS, _SPEED_READERS)) is not None:
+            return load
         for name, pattern, conv in () if _REQUEST_SLOT.search(msg) else _FACTS:
             m = pattern.search(msg)
             if m is not None:

@@ -19,7 +19,7 @@ from datetime import timezone, tzinfo
 
 from agent.records import CapacityFact, Event, EventKind, FieldValue, Phase, Record, Server, ServerStats, Severity
 from parsers import catalogued, families, gpu, http_access, kernel, lightllm, vllm_stats, xinference
-from parsers.base import StreamParser
+from parsers.base import LoadReaders, StreamParser
 from parsers.prefix import ANSI, Split
 from parsers.redact import scrub
 from parsers.signature import Signature, hot, json_object, signature
@@ -199,6 +199,10 @@ _NOT_FATAL = re.compile(r"_handle_client_request|Invocation of \w+ method failed
 _PREEMPT_WORD = "is preempted "  # "by" until 0.6.0, "in" from 0.6.1
 
 
+# LightLLM's router lines, behind a logger prefix of vLLM's shape (parsers/lightllm.py)
+_LOAD_READERS: LoadReaders = ((lightllm.HOT_WORDS, lightllm.load_sample),)
+
+
 class VllmParser(StreamParser):
     """One vLLM log stream (API server and engine processes interleaved, any era)."""
 
@@ -364,9 +368,8 @@ class VllmParser(StreamParser):
                 return [self._preempt_v0(split, m, path, offset)]
         if "model config: {" in msg:  # Xinference launching this vLLM (parsers/xinference.py)
             return [self.fact(split, name, value) for name, value in xinference.facts(msg)]
-        if "unrefed token" in msg and (load := lightllm.load_sample(msg)) is not None:  # LightLLM's router
-            return self.sample(ServerStats(split.ts, self.source, self.server, kv_usage_ratio=load[2], path=path,
-                                           offset=offset), split.tag)
+        if (load := self.read_load(split, path, offset, _LOAD_READERS)) is not None:
+            return load
         return [self.fact(split, name, value) for name, value in line_facts(msg)]
 
     def _preempt_v0(self, split: Split, m: re.Match[str], path: str | None, offset: int | None) -> Record:
