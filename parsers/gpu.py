@@ -115,8 +115,7 @@ NCCL_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.NCCL_TIMEOUT, r"Watchdog caught collective operation timeout(?:: WorkNCCL\(SeqNum=\d+, "
          r"OpType=(?P<op>\w+)[^)]{0,200}Timeout\(ms\)=(?P<timeout_ms>\d+)\) ran for (?P<ran_ms>\d+) milliseconds)?"
          r"|Exception \(either an error or timeout\) detected by watchdog|Some NCCL operations have failed or timed out"
-         r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after|got error: Socket Timeout"
-         r"|DistStoreError: Timed out|Timed out after \d{1,9} seconds waiting for clients",
+         r"|NCCL (?:communicator|operation)[^\n]{0,60}timed out|Barrier timed out after",
          Severity.ERROR, Phase.RUNTIME, extract=_nccl, incident=True),
     # vLLM's shared-memory broadcast between ranks stalled: a rank hangs (or compiles); often precedes the above.
     # 0.5–0.6 (and SGLang's copy) said "No available block found in 60 second."

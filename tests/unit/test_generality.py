@@ -222,7 +222,8 @@ def test_split_meets_the_targets(which: str) -> None:
 # SkyServe's failed replica, Ray's dead actor, agent-lightning's requeued rollout, GPT4All's Vulkan out of device
 # memory, koboldcpp's request summary as a load sample, text-generation-webui's speed line, a 429 in lower case), with
 # one label corrected (a llama.cpp batch retry that succeeded is no OOM) and the version line no longer counted as a
-# capacity fact: macro-F1 0.950, no false alarm, one field mismatch; the floor is that after-fix score.
+# capacity fact: macro-F1 0.950, no false alarm, one field mismatch. PyTorch's store rendezvous timing out, read from
+# its source as the engine's own start-up wait rather than a collective's: 0.988, none; the floor is that score.
 #
 FreshFloor = tuple[str, int, float, int, int]  # split, least size, macro-F1 floor, false alarms, field misses
 FRESH_FLOORS: list[FreshFloor] = [
@@ -243,7 +244,7 @@ FRESH_FLOORS: list[FreshFloor] = [
     ("fresh16", 90, 0.983, 0, 2),  # first score 0.705, no false alarm, five field mismatches
     ("fresh17", 56, 0.989, 0, 0),  # first score 0.630, no false alarm, five field mismatches
     ("fresh18", 100, 0.985, 0, 0),  # first score 0.908 (0.910 on 104), one false alarm, five field mismatches
-    ("fresh19", 78, 0.949, 0, 1),  # first score 0.838, no false alarm, six field mismatches
+    ("fresh19", 78, 0.987, 0, 0),  # first score 0.838, no false alarm, six field mismatches
 ]
 
 
