@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agent.records import CapacityFact, Event, Record, ServerStats, Severity, occurrences
+from agent.records import CapacityFact, Event, EventKind, Phase, Record, ServerStats, Severity, occurrences
 
 NOTABLE_LIMIT = 20
 _SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.ERROR: 1, Severity.WARNING: 2, Severity.INFO: 3}
@@ -34,8 +34,7 @@ class SummaryBuilder:
     among equals), exactly what sorting every record at the end would give."""
 
     def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self.phases: dict[str, Counter[str]] = {}
+        self._occurrences: Counter[tuple[EventKind, Phase]] = Counter()  # named by value in `counts`, `phases`
         self.facts: dict[str, float | str] = {}
         self.peak_kv: ServerStats | None = None
         self.peak_waiting: ServerStats | None = None
@@ -62,27 +61,21 @@ class SummaryBuilder:
                 if waiting is not None and (self.peak_waiting is None or waiting > (self.peak_waiting.waiting or 0)):
                     self.peak_waiting = r
             elif isinstance(r, Event):
-                kind = r.kind.value
-                n = occurrences(r)
-                self.counts[kind] += n
-                phases = self.phases.get(kind)
-                if phases is None:
-                    phases = self.phases[kind] = Counter()
-                phases[r.phase.value] += n
+                self._occurrences[r.kind, r.phase] += occurrences(r)
                 self._order += 1
-                entry = (-_SEVERITY_ORDER[r.severity], -(ts or 0.0), -self._order, r)
-                if len(self._notable) < NOTABLE_LIMIT:
-                    heapq.heappush(self._notable, entry)
-                elif entry[:3] > self._notable[0][:3]:
-                    heapq.heapreplace(self._notable, entry)
+                rank = -_SEVERITY_ORDER[r.severity]
+                heap = self._notable
+                if len(heap) < NOTABLE_LIMIT:
+                    heapq.heappush(heap, (rank, -(ts or 0.0), -self._order, r))
+                elif rank >= (least := heap[0])[0] and (rank > least[0] or -(ts or 0.0) > least[1]):
+                    # (an equal rank and time never displaces the least: its order is later than every kept one's)
+                    heapq.heapreplace(heap, (rank, -(ts or 0.0), -self._order, r))
             elif isinstance(r, CapacityFact):  # a request's duration is for the judge, not the summary
                 self.facts[r.name] = r.value
 
     def merge(self, later: SummaryBuilder) -> None:
         """Add the summary of the records that came after this one's (another process's chunk of a file)."""
-        self.counts.update(later.counts)
-        for kind, phases in later.phases.items():
-            self.phases.setdefault(kind, Counter()).update(phases)
+        self._occurrences.update(later._occurrences)
         self.facts.update(later.facts)
         if later.peak_kv is not None and (self.peak_kv is None or (later.peak_kv.kv_usage_ratio or 0)
                                           > (self.peak_kv.kv_usage_ratio or 0)):
@@ -106,8 +99,24 @@ class SummaryBuilder:
     def result(self) -> Summary:
         notable = [e for *_, e in sorted(self._notable, key=lambda entry: entry[:3], reverse=True)]
         notable.sort(key=lambda e: e.ts or 0.0)
-        return Summary(dict(self.counts), self.phases, self.first_ts, self.last_ts, self.facts, self.peak_kv,
+        return Summary(self.counts, self.phases, self.first_ts, self.last_ts, self.facts, self.peak_kv,
                        self.peak_waiting, self.samples, notable)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Occurrences by kind, named by value (the counter is kept by enum: naming each event cost a storm)."""
+        out: dict[str, int] = {}
+        for (kind, _phase), n in self._occurrences.items():
+            out[kind.value] = out.get(kind.value, 0) + n
+        return out
+
+    @property
+    def phases(self) -> dict[str, Counter[str]]:
+        """Occurrences by kind and phase, named by value."""
+        out: dict[str, Counter[str]] = {}
+        for (kind, phase), n in self._occurrences.items():
+            out.setdefault(kind.value, Counter())[phase.value] += n
+        return out
 
 
 def summarize(records: Iterable[Record]) -> Summary:

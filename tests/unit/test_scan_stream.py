@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import random
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from agent.inert import inert
 from agent.offline.parallel import chunks, scan_path
 from agent.offline.saved import FileScan, scan_stream
-from agent.records import Event, Record, RequestSample, Server, ServerStats
+from agent.records import Event, Record, RequestSample, Server, ServerStats, occurrences
 from agent.views.scan_text import JsonlWriter, record_json, render_text
 from agent.views.summary import NOTABLE_LIMIT, SummaryBuilder, summarize
 from parsers.vllm import VllmParser
@@ -73,7 +74,15 @@ def test_streamed_summary_equals_sorting_everything() -> None:
     records = [r for path in FIXTURES for r in _scan(path).records]
     rng = random.Random(7)
     rng.shuffle(records)
-    assert summarize(records).notable == _reference_notable(records)
+    summary = summarize(records)
+    assert summary.notable == _reference_notable(records)
+    events = [r for r in records if isinstance(r, Event)]
+    kinds = {e.kind.value for e in events}
+    assert summary.counts == {k: sum(occurrences(e) for e in events if e.kind.value == k) for k in kinds}
+    by_phase: dict[str, Counter[str]] = {}
+    for e in events:
+        by_phase.setdefault(e.kind.value, Counter())[e.phase.value] += occurrences(e)
+    assert summary.phases == by_phase
     # built in two halves and merged (as `--jobs` does) it is the same again
     first, second = SummaryBuilder(), SummaryBuilder()
     first.add(records[: len(records) // 2])
