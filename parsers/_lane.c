@@ -382,7 +382,26 @@ static int number(const char *s, Py_ssize_t n, Py_ssize_t *at, Py_ssize_t *start
     return number_text(s, n, at, start, len, &plain) && plain;
 }
 
+/* `[\d.]+` as `float` reads it. With at most 15 digits, all of them (as one integer) and the power of ten the
+ * dot stands for are exact doubles, and one division of exact doubles is correctly rounded: the same double
+ * as strtod's (Clinger's fast path). Anything else goes through PyOS_string_to_double. */
+static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+
 static PyObject *float_of(const char *s, Py_ssize_t len) {
+    uint64_t digits = 0;
+    int count = 0, after = -1;  /* digits read; digits after the dot (-1: no dot yet) */
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (s[i] == '.') {
+            after = 0;
+            continue;
+        }
+        digits = digits * 10 + (uint64_t)(s[i] - '0');
+        count++;
+        if (after >= 0)
+            after++;
+    }
+    if (count <= 15)
+        return PyFloat_FromDouble((double)digits / POW10[after < 0 ? 0 : after]);
     char text[48];
     memcpy(text, s, (size_t)len);
     text[len] = '\0';
@@ -397,6 +416,37 @@ static PyObject *int_of(const char *s, Py_ssize_t len) {
     for (Py_ssize_t i = 0; i < len; i++)
         value = value * 10 + (s[i] - '0');
     return PyLong_FromLongLong(value);
+}
+
+/* The texts of the last few minutes, process tags and engines read: a busy log repeats each on line after line
+ * (its DP engines in turn), so the same str is handed out again rather than decoded anew (immutable: sharing it
+ * changes nothing). */
+#define RECENT_SLOTS 4
+
+typedef struct {
+    char text[RECENT_SLOTS][64];
+    Py_ssize_t len[RECENT_SLOTS];
+    PyObject *str[RECENT_SLOTS];
+    int next;  /* the slot the next new text takes */
+} Recent;
+
+static Recent recent_minute, recent_tag, recent_engine;
+
+static PyObject *ascii_of(Recent *r, const char *s, Py_ssize_t n) {
+    for (int i = 0; i < RECENT_SLOTS; i++)
+        if (r->str[i] != NULL && r->len[i] == n && memcmp(r->text[i], s, (size_t)n) == 0)
+            return Py_NewRef(r->str[i]);
+    PyObject *str = PyUnicode_DecodeASCII(s, n, NULL);
+    if (str != NULL && n <= (Py_ssize_t)sizeof r->text[0]) {
+        int i = r->next;
+        r->next = (i + 1) % RECENT_SLOTS;
+        PyObject *old = r->str[i];
+        r->str[i] = Py_NewRef(str);
+        memcpy(r->text[i], s, (size_t)n);
+        r->len[i] = n;
+        Py_XDECREF(old);
+    }
+    return str;
 }
 
 /* The stats line in [0, n) of s (ASCII, no CR, ESC or NUL: checked by the caller) as
@@ -451,9 +501,9 @@ static PyObject *stats_line(const char *s, Py_ssize_t n, Py_ssize_t start, Py_ss
             Py_RETURN_NONE;  /* the pattern takes it, `float` might not: the parser decides */
         hit = 1;
     }
-    PyObject *minute = PyUnicode_DecodeASCII(s + j + 5, 11, NULL);
-    PyObject *tag = PyUnicode_DecodeASCII(s + t0, t1 - t0, NULL);
-    PyObject *eng = engine ? PyUnicode_DecodeASCII(s + e0, e1, NULL) : Py_NewRef(Py_None);
+    PyObject *minute = ascii_of(&recent_minute, s + j + 5, 11);
+    PyObject *tag = ascii_of(&recent_tag, s + t0, t1 - t0);
+    PyObject *eng = engine ? ascii_of(&recent_engine, s + e0, e1) : Py_NewRef(Py_None);
     PyObject *pt = float_of(s + f[0][0], f[0][1]);
     PyObject *gt = float_of(s + f[1][0], f[1][1]);
     PyObject *running = int_of(s + f[2][0], f[2][1]);

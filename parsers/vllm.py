@@ -275,7 +275,11 @@ class VllmParser(StreamParser):
         ts = self._last_ts = base + second
         self._starting = False
         stats = vllm_stats.settled(ts, self.source, path, offset, line, pt, gt, running, waiting, kv, hit)
-        return [r if r.__class__ is ServerStats else scrub(r) for r in self._sampled(stats, engine, tag)]
+        # `_sampled` without the preemption count, which this shape has not; `pending` is the one record to scrub
+        out = self.sample(stats, f"{tag} engine {engine}" if engine else tag)
+        if len(out) > 1:
+            out[1] = scrub(out[1])
+        return out
 
     def stats_line(self, split: Split, path: str | None, offset: int | None) -> list[Record] | None:
         m = vllm_stats.match(split.msg)

@@ -294,3 +294,40 @@ def test_the_lanes_literal_test_is_pythons_in(first: list[str], second: list[str
             for item in items:
                 quiet += [True] * item[0] if isinstance(item, tuple) else [False]
             assert quiet == [not any(w in "q" + line for w in words) for line in lines]
+
+
+# The stats line's numbers, against Python's `float` bit for bit (the lane divides exact doubles for up to 15 digits,
+# Clinger's fast path, and asks CPython's strtod beyond), and its minute, tag and engine texts, which it hands out
+# again while they repeat, against the line's own.
+_NUMBER = st.from_regex(r"[0-9]{1,19}(\.[0-9]{0,19})?|\.[0-9]{1,19}", fullmatch=True)
+
+
+@needs_lane
+@settings(max_examples=400, deadline=None)
+@given(numbers=st.lists(_NUMBER, min_size=4, max_size=4),
+       lines=st.lists(st.tuples(st.integers(0, 5), st.sampled_from(["APIServer pid=1", "Worker pid=22"]),
+                                st.sampled_from(["000", "001", "002", "003", "004", "7"])), min_size=1, max_size=8))
+def test_the_lanes_stats_numbers_and_texts_are_pythons(numbers: list[str],
+                                                       lines: list[tuple[int, str, str]]) -> None:
+    import struct
+
+    from parsers.compiled import LANE
+    from parsers.paste import WRAP_WIDTHS
+    from parsers.quiet import REQUEST_GUARDS
+
+    assert LANE is not None
+    pt, gt, kv, hit = numbers
+    texts = [f"({tag}) INFO 11-28 00:0{minute}:01 [loggers.py:123] Engine {engine}: Avg prompt throughput: {pt} "
+             f"tokens/s, Avg generation throughput: {gt} tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache "
+             f"usage: {kv}%, Prefix cache hit rate: {hit}%\n" for minute, tag, engine in lines]
+    items, _, _ = LANE.split("".join(texts).encode(), True, -1, -1, MAX_LINE_BYTES, MAX_QUIET, None, REQUEST_GUARDS,
+                             True, WRAP_WIDTHS)
+    held = [len(text) - 1 for text in texts if any((len(text) - 1) % w == 0 for w in WRAP_WIDTHS)]
+    if held:
+        return  # as long as a terminal: the parser's (test_lines_as_long_as_a_terminal_scan_the_same)
+    assert len(items) == len(lines)
+    for item, (minute, tag, engine) in zip(items, lines, strict=True):
+        assert isinstance(item, tuple)
+        assert item[2:6] == (f"11-28 00:0{minute}", 1, f"({tag})", engine)
+        got = (item[6], item[7], item[10], item[11])
+        assert [struct.pack("<d", g) for g in got] == [struct.pack("<d", float(n)) for n in numbers]
