@@ -387,7 +387,9 @@ static int number(const char *s, Py_ssize_t n, Py_ssize_t *at, Py_ssize_t *start
  * as strtod's (Clinger's fast path). Anything else goes through PyOS_string_to_double. */
 static const double POW10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
 
-static PyObject *float_of(const char *s, Py_ssize_t len) {
+/* The double `float` reads from `[\d.]+` (number() said it takes it as it stands); -1 with an exception set on
+ * an error (no valid text gives -1). */
+static double double_of(const char *s, Py_ssize_t len) {
     uint64_t digits = 0;
     int count = 0, after = -1;  /* digits read; digits after the dot (-1: no dot yet) */
     for (Py_ssize_t i = 0; i < len; i++) {
@@ -401,21 +403,29 @@ static PyObject *float_of(const char *s, Py_ssize_t len) {
             after++;
     }
     if (count <= 15)
-        return PyFloat_FromDouble((double)digits / POW10[after < 0 ? 0 : after]);
+        return (double)digits / POW10[after < 0 ? 0 : after];
     char text[48];
     memcpy(text, s, (size_t)len);
     text[len] = '\0';
-    double value = PyOS_string_to_double(text, NULL, NULL);
+    return PyOS_string_to_double(text, NULL, NULL);
+}
+
+static PyObject *float_of(const char *s, Py_ssize_t len) {
+    double value = double_of(s, len);
     if (value == -1.0 && PyErr_Occurred())
         return NULL;
     return PyFloat_FromDouble(value);
 }
 
-static PyObject *int_of(const char *s, Py_ssize_t len) {
+static long long int_value(const char *s, Py_ssize_t len) {
     long long value = 0;
     for (Py_ssize_t i = 0; i < len; i++)
         value = value * 10 + (s[i] - '0');
-    return PyLong_FromLongLong(value);
+    return value;
+}
+
+static PyObject *int_of(const char *s, Py_ssize_t len) {
+    return PyLong_FromLongLong(int_value(s, len));
 }
 
 /* The texts of the last few minutes, process tags and engines read: a busy log repeats each on line after line
@@ -449,68 +459,89 @@ static PyObject *ascii_of(Recent *r, const char *s, Py_ssize_t n) {
     return str;
 }
 
-/* The stats line in [0, n) of s (ASCII, no CR, ESC or NUL: checked by the caller) as
- * (start, stop, minute, second, tag, engine, pt, gt, running, waiting, kv, hit); Py_None when it is not
- * that shape; NULL on an error. */
-static PyObject *stats_line(const char *s, Py_ssize_t n, Py_ssize_t start, Py_ssize_t stop) {
+/* Where the fields of a stats line in V1's plain shape are (offsets into the line). */
+typedef struct {
+    Py_ssize_t minute;        /* `MM-DD HH:MM`, 11 bytes */
+    int second;
+    Py_ssize_t tag0, tag1;    /* the process tag, `(APIServer pid=N)` (empty: none) */
+    Py_ssize_t engine0, engine_len;
+    int engine, hit;          /* whether the line names its engine, and its prefix cache hit rate */
+    Py_ssize_t f[6][2];       /* pt, gt, running, waiting, kv, hit: start and length */
+} Shape;
+
+/* Whether [0, n) of s (ASCII, no CR, ESC or NUL: checked by the caller) is a stats line in V1's plain shape;
+ * its fields' places in *out. */
+static int stats_shape(const char *s, Py_ssize_t n, Shape *out) {
     Py_ssize_t i = find(s, n, 0, STATS_WORD);
     Py_ssize_t j = find(s, n, 0, "INFO ");
     if (i < 0 || j < 0 || j >= i)
-        Py_RETURN_NONE;
+        return 0;
     Py_ssize_t k = find(s, n, j + 19, "] ");
     if (k < 0 || k >= i)
-        Py_RETURN_NONE;
+        return 0;
     if (s[j + 7] != '-' || s[j + 10] != ' ' || s[j + 13] != ':' || s[j + 16] != ':')
-        Py_RETURN_NONE;
+        return 0;
     if (!(s[j + 17] >= '0' && s[j + 17] <= '9' && s[j + 18] >= '0' && s[j + 18] <= '9'))
-        Py_RETURN_NONE;
+        return 0;
     int second = (s[j + 17] - '0') * 10 + (s[j + 18] - '0');
     if (second > 59)
-        Py_RETURN_NONE;
+        return 0;
     Py_ssize_t t0 = 0, t1 = j;
     while (t0 < t1 && py_space((unsigned char)s[t0]))
         t0++;
     while (t1 > t0 && py_space((unsigned char)s[t1 - 1]))
         t1--;
     if (t0 > 0)
-        Py_RETURN_NONE;  /* indented: maybe a pasted record (parsers/paste.py), the parser's to say */
+        return 0;  /* indented: maybe a pasted record (parsers/paste.py), the parser's to say */
     if (t1 > t0 && !(s[t0] == '(' && find(s + t0, t1 - t0, 0, "pid=") >= 0))
-        Py_RETURN_NONE;  /* a tag, but not a process's: the parser's full path */
-    Py_ssize_t at = k + 2, e0 = 0, e1 = 0, f[7][2];
-    int engine = 0, hit = 0;
+        return 0;  /* a tag, but not a process's: the parser's full path */
+    Py_ssize_t at = k + 2;
+    out->engine = out->hit = 0;
     if (literal(s, n, &at, "Engine ")) {
-        if (!digits(s, n, &at, &e0, &e1) || e1 > 4 || !literal(s, n, &at, ": "))
-            Py_RETURN_NONE;
-        engine = 1;
+        if (!digits(s, n, &at, &out->engine0, &out->engine_len) || out->engine_len > 4 || !literal(s, n, &at, ": "))
+            return 0;
+        out->engine = 1;
     }
+    Py_ssize_t (*f)[2] = out->f;
     if (!(literal(s, n, &at, STATS_WORD) && number(s, n, &at, &f[0][0], &f[0][1])
           && literal(s, n, &at, " tokens/s, Avg generation throughput: ") && number(s, n, &at, &f[1][0], &f[1][1])
           && literal(s, n, &at, " tokens/s, Running: ") && digits(s, n, &at, &f[2][0], &f[2][1])
           && literal(s, n, &at, " reqs, Waiting: ") && digits(s, n, &at, &f[3][0], &f[3][1])
           && literal(s, n, &at, " reqs, GPU KV cache usage: ") && number(s, n, &at, &f[4][0], &f[4][1])
           && literal(s, n, &at, "%")))
-        Py_RETURN_NONE;
+        return 0;
     Py_ssize_t after = at;
     if (literal(s, n, &after, ", CPU KV"))
-        Py_RETURN_NONE;
+        return 0;
     after = at;
     int plain = 0;
     if (literal(s, n, &after, ", Prefix cache hit rate: ") && number_text(s, n, &after, &f[5][0], &f[5][1], &plain)
         && literal(s, n, &after, "%")) {
         if (!plain)
-            Py_RETURN_NONE;  /* the pattern takes it, `float` might not: the parser decides */
-        hit = 1;
+            return 0;  /* the pattern takes it, `float` might not: the parser decides */
+        out->hit = 1;
     }
-    PyObject *minute = ascii_of(&recent_minute, s + j + 5, 11);
-    PyObject *tag = ascii_of(&recent_tag, s + t0, t1 - t0);
-    PyObject *eng = engine ? ascii_of(&recent_engine, s + e0, e1) : Py_NewRef(Py_None);
+    out->minute = j + 5;
+    out->second = second;
+    out->tag0 = t0;
+    out->tag1 = t1;
+    return 1;
+}
+
+/* The stats line of shape *sh as (start, stop, minute, second, tag, engine, pt, gt, running, waiting, kv, hit);
+ * NULL on an error. */
+static PyObject *stats_tuple(const char *s, const Shape *sh, Py_ssize_t start, Py_ssize_t stop) {
+    const Py_ssize_t (*f)[2] = sh->f;
+    PyObject *minute = ascii_of(&recent_minute, s + sh->minute, 11);
+    PyObject *tag = ascii_of(&recent_tag, s + sh->tag0, sh->tag1 - sh->tag0);
+    PyObject *eng = sh->engine ? ascii_of(&recent_engine, s + sh->engine0, sh->engine_len) : Py_NewRef(Py_None);
     PyObject *pt = float_of(s + f[0][0], f[0][1]);
     PyObject *gt = float_of(s + f[1][0], f[1][1]);
     PyObject *running = int_of(s + f[2][0], f[2][1]);
     PyObject *waiting = int_of(s + f[3][0], f[3][1]);
     PyObject *kv = float_of(s + f[4][0], f[4][1]);
-    PyObject *rate = hit ? float_of(s + f[5][0], f[5][1]) : Py_NewRef(Py_None);
-    PyObject *first = PyLong_FromSsize_t(start), *last = PyLong_FromSsize_t(stop), *sec = PyLong_FromLong(second);
+    PyObject *rate = sh->hit ? float_of(s + f[5][0], f[5][1]) : Py_NewRef(Py_None);
+    PyObject *first = PyLong_FromSsize_t(start), *last = PyLong_FromSsize_t(stop), *sec = PyLong_FromLong(sh->second);
     PyObject *items[12] = {first, last, minute, sec, tag, eng, pt, gt, running, waiting, kv, rate};
     PyObject *out = NULL;
     int whole = 1;
@@ -548,7 +579,7 @@ PyDoc_STRVAR(split_doc,
 "split(buf, final, stop, lines, max_line, max_quiet, literals, guards, stats, wraps) -> (items, used, done)\n\n"
 "The lines of `buf` as a BoundedLines reader gives them (each through its newline, at most `max_line`\n"
 "bytes; the last without one only when `final`), in order: a quiet line's run as (count, start, stop),\n"
-"with `stats` vLLM's stats line in V1's plain shape as a 12-tuple (see stats_line), any other line as bytes.\n"
+"with `stats` vLLM's stats line in V1's plain shape as a 12-tuple (see stats_tuple), any other line as bytes.\n"
 "`literals` None: no line is quiet. Stops after the line whose end reaches `stop` (-1: never), or after\n"
 "`lines` lines (-1: no limit), then `done` is True. `used`: the bytes of `buf` the items cover. A line as\n"
 "long as a multiple of one of `wraps` (terminal widths) is neither quiet nor read as a stats line.");
@@ -625,13 +656,10 @@ static PyObject *split(PyObject *self, PyObject *args) {
             if (stats && !holds && (nl != NULL || final)
                 && find((const char *)buf + at, text_end - at, 0, STATS_WORD) >= 0
                 && plain_ascii(buf + at, buf + text_end)) {
-                line = stats_line((const char *)buf + at, text_end - at, at, at + piece);
-                if (line == NULL)
+                Shape shape;
+                if (stats_shape((const char *)buf + at, text_end - at, &shape)
+                    && (line = stats_tuple((const char *)buf + at, &shape, at, at + piece)) == NULL)
                     goto fail;
-                if (line == Py_None) {
-                    Py_DECREF(line);
-                    line = NULL;
-                }
             }
             if (line == NULL)
                 line = PyBytes_FromStringAndSize((const char *)buf + at, piece);
