@@ -52,13 +52,14 @@ FRESH16 = DATA / "fresh16.txt"  # collected blind after fresh15's fixes, to be s
 FRESH17 = DATA / "fresh17.txt"  # collected blind after fresh16's fixes, to be scored once as they come
 FRESH18 = DATA / "fresh18.txt"  # collected blind after fresh17's fixes, to be scored once as they come
 FRESH19 = DATA / "fresh19.txt"  # collected blind after fresh18's fixes, to be scored once as they come
+FRESH20 = DATA / "fresh20.txt"  # collected blind after fresh19's fixes, to be scored once as they come
 # Every split collected after tuning began, by name: each scored once as it came, then tuned on like the rest
 FRESH_SPLITS = {"fresh": FRESH, "fresh2": FRESH2, "fresh3": FRESH3, "fresh4": FRESH4, "fresh5": FRESH5,
                 "fresh6": FRESH6, "fresh7": FRESH7, "fresh8": FRESH8, "fresh9": FRESH9,
                 "fresh10": FRESH10, "fresh11": FRESH11, "fresh12": FRESH12,
                 "fresh13": FRESH13, "fresh14": FRESH14, "fresh15": FRESH15,
                 "fresh16": FRESH16, "fresh17": FRESH17, "fresh18": FRESH18,
-                "fresh19": FRESH19}
+                "fresh19": FRESH19, "fresh20": FRESH20}
 SPLIT_KEY = 20261201  # the fixed key of the one random draw that made validation.txt
 
 KIND_CLASS = {
