@@ -669,13 +669,17 @@ class StreamParser:
     def _repeat(self, kind: EventKind, ts: float | None) -> bool:
         """True when the same kind of incident was reported within the window (which does not slide:
         a storm still yields one event per window, so counts stay meaningful)."""
-        last = self._last_incident.get(kind.value)
-        if last is not None:
-            last_ts, last_line = last
-            if ts is not None and last_ts is not None:
-                if abs(ts - last_ts) <= DEDUP_WINDOW_S:
-                    return True
-            elif self.lines_seen - last_line <= DEDUP_WINDOW_LINES:
-                return True
+        if self._reported_lately(kind, ts):
+            return True
         self._last_incident[kind.value] = (ts, self.lines_seen)
         return False
+
+    def _reported_lately(self, kind: EventKind, ts: float | None) -> bool:
+        """Whether an incident of `kind` was reported within the de-duplication window."""
+        last = self._last_incident.get(kind.value)
+        if last is None:
+            return False
+        last_ts, last_line = last
+        if ts is not None and last_ts is not None:
+            return abs(ts - last_ts) <= DEDUP_WINDOW_S
+        return self.lines_seen - last_line <= DEDUP_WINDOW_LINES

@@ -29,6 +29,7 @@ from parsers import (
     mistralrs,
     mlc,
     server_args,
+    tabbyapi,
     textgen,
     trtllm,
     vllm_rs,
@@ -43,11 +44,12 @@ _LEADING_TIME = re.compile(r"\[?(\d{4})[-/](\d\d)[-/](\d\d)[T ](\d\d):(\d\d):(\d
 
 
 # (words, reader): TensorRT-LLM's KV budget and limits, LMDeploy's configuration, Xinference's engine arguments,
-# MLC LLM's inferred engine configuration, koboldcpp's and FastChat's argument dumps (parsers/trtllm.py, lmdeploy.py,
-# xinference.py, mlc.py, argdumps.py)
+# MLC LLM's inferred engine configuration, koboldcpp's and FastChat's argument dumps, TabbyAPI's context and cache
+# (parsers/trtllm.py, lmdeploy.py, xinference.py, mlc.py, argdumps.py, tabbyapi.py)
 _FACT_READERS: tuple[tuple[tuple[str, ...], Callable[[str], list[tuple[str, float]]]], ...] = (
     (trtllm.HOT_WORDS, trtllm.facts), (lmdeploy.HOT_WORDS, lmdeploy.facts),
-    (xinference.HOT_WORDS, xinference.facts), (mlc.HOT_WORDS, mlc.facts), (argdumps.HOT_WORDS, argdumps.facts))
+    (xinference.HOT_WORDS, xinference.facts), (mlc.HOT_WORDS, mlc.facts), (argdumps.HOT_WORDS, argdumps.facts),
+    (tabbyapi.HOT_WORDS, tabbyapi.facts))
 
 
 # (words, reader): the load lines of engines without a parser of their own, each (running, waiting, KV usage ratio),
@@ -58,13 +60,16 @@ _LOAD_READERS: LoadReaders = (
     (lmdeploy.LOAD_WORDS, lmdeploy.load_sample), (mistralrs.HOT_WORDS, mistralrs.load_sample),
     (trtllm.LEGACY_WORDS, trtllm.legacy_iteration_stats), (koboldcpp.HOT_WORDS, koboldcpp.load_sample),
     (lightllm.HOT_WORDS, lightllm.load_sample))
-# and the lines that tell a generation's speed alone (prompt, generation tokens a second): text-generation-webui's
-_SPEED_READERS: SpeedReaders = ((textgen.HOT_WORDS, textgen.speed_sample),)
+# and the lines that tell a generation's speed alone (prompt, generation tokens a second): text-generation-webui's,
+# TabbyAPI's
+_SPEED_READERS: SpeedReaders = ((textgen.HOT_WORDS, textgen.speed_sample),
+                                (tabbyapi.METRICS_WORDS, tabbyapi.speed_sample))
 
 _HOT_WORDS = (*gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("auto"), *trtllm.HOT_WORDS, *lmdeploy.HOT_WORDS, *xinference.HOT_WORDS,
               *mlc.HOT_WORDS, *exposition.HOT_WORDS, *mistralrs.HOT_WORDS, *argdumps.HOT_WORDS,
-              *koboldcpp.HOT_WORDS, *textgen.HOT_WORDS, *lightllm.HOT_WORDS)
+              *koboldcpp.HOT_WORDS, *textgen.HOT_WORDS, *lightllm.HOT_WORDS, *tabbyapi.HOT_WORDS,
+              *tabbyapi.METRICS_WORDS)
 
 
 class GenericParser(StreamParser):

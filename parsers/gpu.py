@@ -76,8 +76,8 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.OOM, _TORCH_OOM, Severity.ERROR, extract=_torch_oom_fields, incident=True),
     signature(EventKind.OOM, r"allocating ([\d.]+) MiB on device (\d+): cudaMalloc failed: out of memory",
          Severity.ERROR, extract=_ggml_oom, incident=True),
-    signature(EventKind.OOM, r"OutOfMemoryError|CUDA (?:driver )?error: out of memory|cudaErrorMemoryAllocation"
-         r"|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)"
+    signature(EventKind.OOM, r"OutOfMemoryError|(?:CUDA|ROCm|MUSA) (?:driver )?error: out of memory"
+         r"|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_(?:ALLOC_FAILED|NOT_ENOUGH_WORKSPACE)"
          r"|cudaMalloc failed: out of memory"
          r"|ggml_backend_\w+_buffer_type_alloc_buffer: allocating|failed to allocate \w+ buffer of size"
          r"|NCCL WARN Cuda failure 'out of memory'|HIP error: out of memory"
@@ -94,8 +94,9 @@ OOM_SIGNATURES: tuple[Signature, ...] = (
 )
 
 CUDA_SIGNATURES: tuple[Signature, ...] = (
-    # ROCm's HIP runtime prints its errors as CUDA's (torch's C10_HIP_CHECK: `HIP error: invalid argument`)
-    signature(EventKind.CUDA_ERROR, r"(?:CUDA|HIP) (?:driver )?error: (?!out of memory)([^.\n]{1,120})"
+    # ROCm's HIP runtime prints its errors as CUDA's (torch's C10_HIP_CHECK: `HIP error: invalid argument`); ggml's
+    # CUDA backend names its build (GGML_CUDA_NAME: `ROCm error: invalid device function`, `MUSA error: …`)
+    signature(EventKind.CUDA_ERROR, r"(?:CUDA|HIP|ROCm|MUSA) (?:driver )?error: (?!out of memory)([^.\n]{1,120})"
          r"|cudaError(?!MemoryAllocation)(\w+)", Severity.ERROR,
          extract=_cuda_error, incident=True),
     signature(EventKind.CUDA_ERROR, r"(CUBLAS_STATUS_(?!ALLOC_FAILED)\w+"
@@ -127,8 +128,8 @@ NCCL_SIGNATURES: tuple[Signature, ...] = (
 
 GPU_SIGNATURES: tuple[Signature, ...] = OOM_SIGNATURES + NCCL_SIGNATURES + CUDA_SIGNATURES
 
-HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "HIP error", "HSA_STATUS", "PT_DEVMEM", "NCCL",
-             "Nccl", "nccl", "CUBLAS", "CUDNN",
+HOT_WORDS = ("out of memory", "OutOfMemory", "CUDA", "cuda", "HIP error", "ROCm error", "MUSA error", "HSA_STATUS",
+             "PT_DEVMEM", "NCCL", "Nccl", "nccl", "CUBLAS", "CUDNN",
              "Watchdog", "watchdog", "Barrier timed out", "illegal memory", "device-side assert",
              "launch failure", "failed to allocate", "Traceback", "Error", "error", "Exception",
              "shared memory broadcast", "No available block", "Timed out",

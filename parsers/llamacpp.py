@@ -33,10 +33,11 @@ LLAMACPP_SIGNATURES: tuple[Signature, ...] = (
     signature(EventKind.QUEUE_FULL,
         r"server busy, please try again|maximum pending requests exceeded", Severity.WARNING,
          Phase.ADMISSION, lambda m: {"reason": "max_queue", "status": 503}),
-    signature(EventKind.ENGINE_DEAD,
+    # (a runner that terminated says so on the same line, and is read as the process's end below)
+    LOAD_FAILED := signature(EventKind.ENGINE_DEAD,
         r"timed out waiting for llama runner to start|error loading model|failed to load model",
          Severity.CRITICAL, Phase.STARTUP, incident=True,
-         unless=families.CLIENT_LEFT_LOAD),
+         unless=families.CLIENT_LEFT_LOAD + r"|llama (?:runner|server) process has terminated"),
     signature(EventKind.ENGINE_DEAD, r"llama (?:runner|server) process has terminated"
          r"|llama runner process no longer running|llama runner exited|GGML_ASSERT(?:\(|: )|Segmentation fault"
          r"|core dumped"
@@ -92,6 +93,11 @@ _FACTS: tuple[tuple[str, re.Pattern[str], Callable[..., float | str]], ...] = (
     # kv_unified = 'true'` — one pool of n_ctx_slot cells shared by every slot, or n_slots pools of it
     ("kv_cache_tokens", re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'"), _slot_pool),
     ("kv_cache_dtype", re.compile(r"(?:KV self size|size) += +[\d.]+ MiB[^\n]{0,80}?K \((\w{1,12})\)"), str),
+    # late 2023's server: each slot's context as it starts (`Available slots:` then ` -> Slot 0 - max context: 512`)
+    ("max_model_len", re.compile(r"-> Slot \d{1,4} - max context: (\d{1,9})"), float),
+    # late 2023's libllama: the device total after the context is made, the weights' part first (MiB, printed "MB")
+    ("weights_bytes", re.compile(r"total VRAM used: [\d.]{1,12} MB \(model: (\d{1,9}(?:\.\d{1,6})?) MB, "),
+     lambda mib: float(size_bytes(mib, "MiB"))),
 )
 # The JSON form's start-up sizes (server.cpp's `LOG_INFO("initializing slots", {{"n_slots", …}})` and `("new slot",
 # {{"n_ctx_slot", …}})`, mid-2024): the field that carries each message's size
@@ -162,10 +168,11 @@ _KV_FAILED = re.compile(r"failed to allocate buffer for kv cache|failed to alloc
 # (a KV-cache update's graph, `llama_kv_cache_update_impl: failed to allocate compute buffers`, is at runtime)
 _COMPUTE_FAILED = re.compile(r"^(?![^\n]{0,80}kv_cache_update)[^\n]{0,200}?failed to allocate compute buffers?\b")
 _RETRIED = re.compile(r"compute buffer allocation failed, retrying")
-# An accelerator's free memory before loading: libllama's `using device CUDA0 (…) - 23755 MiB free` (2025), and the
+# An accelerator's free memory before loading: libllama's `using device CUDA0 (…) - 23755 MiB free` (2025; its PCI
+# id in a second pair of brackets since, `using device CUDA0 (NVIDIA …) (0000:01:00.0) - 7044 MiB free`), and the
 # device list (`--list-devices`' `  CUDA0: NVIDIA … (24123 MiB, 23755 MiB free)`, the 2026 server's `device_info:`
 # block `  - CUDA0   : NVIDIA … (24123 MiB, 23755 MiB free)`); a CPU's is RAM
-_DEVICE_FREE = re.compile(r"using device (?!CPU)\w{1,20} \([^()\n]{0,160}\) - (\d{1,9}) MiB free"
+_DEVICE_FREE = re.compile(r"using device (?!CPU)\w{1,20}(?: \([^()\n]{0,160}\)){1,2} - (\d{1,9}) MiB free"
                           r"|^[\s>*-]{0,16}(?!CPU\b)\w{1,20} {0,12}: [^\n]{1,160}? \(\d{1,9} MiB, (\d{1,9}) MiB free\)")
 _DEFER = re.compile(r"no slot is available|defer task")
 _IDLE = re.compile(r"all slots are idle|slot is processing task|processing task")
@@ -193,6 +200,7 @@ class LlamaCppParser(StreamParser):
               *server_args.HOT_WORDS, "--ctx-size", "build: ", "load_tensors: ", "llama_model_load: ", "Assertion ",
               "non-SWA KV cache", "kv_size", "model weights", "memory.required.kv", "kv cache device", "main loop",
               "prompt processing", "compute buffer size", "MiB free", "buffer of size", "compute buffer",
+              "max context", "total VRAM used",
               "KV buffer size", "compute graph", *koboldcpp.HOT_WORDS, *textgen.HOT_WORDS,
               *gpu.HOT_WORDS, *kernel.HOT_WORDS, *http_access.HOT_WORDS, *families.HOT_WORDS,
               *catalogued.hot_words("llamacpp"),
@@ -203,6 +211,16 @@ class LlamaCppParser(StreamParser):
         self._deferring = False
         self._failed_size: float | None = None  # the last buffer ggml could not allocate, in bytes
         self._cut_cmd_at: int | None = None  # the line number of a runner command line cut before `--ctx-size`
+
+    def _settle(self, r: Signature, fields: dict[str, FieldValue], block: list[str] | None,
+                ts: float | None) -> tuple[Severity, dict[str, FieldValue]] | None:
+        """A model that failed to load just after the device ran out of memory failed because of it: libllama's
+        `error loading model: unable to allocate … buffer` follows the allocator's own out-of-memory line, and the
+        out-of-memory is the incident (a start-up the budget explains), not a second one. A process that then says
+        it ends (`main: exiting due to model loading error`, a runner that terminated) is read as that end."""
+        if r is LOAD_FAILED and self._reported_lately(EventKind.OOM, ts):
+            return None
+        return super()._settle(r, fields, block, ts)
 
     def split(self, text: str) -> Split:
         if text.startswith("{"):

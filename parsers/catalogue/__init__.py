@@ -139,6 +139,17 @@ def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
+# C's conversions as Python's `%` takes them: its length modifiers dropped (`%zu`, `%lld`), `%u` as `%d`, and a
+# pointer (`%p`) as the text the argument gives (`0x55b017570c40`, `(nil)`)
+_C_CONVERSION = re.compile(r"%%|%([-+ #0]*\d*(?:\.\d+)?)(?:hh|h|ll|l|z|j|t|L)?([diouxXeEfgGcsp])")
+
+
+def _python_conversion(m: re.Match[str]) -> str:
+    if m.group(0) == "%%":
+        return "%%"
+    return "%" + m.group(1) + {"p": "s", "u": "d"}.get(m.group(2), m.group(2))
+
+
 def render(style: str, fmt: str, args: tuple[Any, ...]) -> str:
     """A format string filled in as its language would: `printf` (C and Python %), `brace` (f-strings, Rust
     `format!`, Python `.format`: each placeholder in turn takes the next argument, already written as the
@@ -146,7 +157,7 @@ def render(style: str, fmt: str, args: tuple[Any, ...]) -> str:
     pairs), `literal`."""
     if style == "printf":
         if args:
-            return fmt % args
+            return _C_CONVERSION.sub(_python_conversion, fmt) % args
         if "%" in fmt.replace("%%", ""):
             raise ValueError("a placeholder without an argument")
         return fmt.replace("%%", "%")
